@@ -1,0 +1,117 @@
+"""GGUF metadata: read it with the ``gguf`` package and express it as an HF-style config dict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from ropectl.errors import GGUFError
+
+# llama.cpp architecture -> (HF model_type, q/k layout of the tensors in the file).
+# llama.cpp permutes q/k into the interleaved ("NORM") layout only for the llama family.
+GGUF_ARCHS: dict[str, tuple[str, str]] = {
+    "llama": ("llama", "interleaved"),
+    "mistral": ("mistral", "interleaved"),
+    "granite": ("granite", "interleaved"),
+    "qwen2": ("qwen2", "half-split"),
+    "qwen3": ("qwen3", "half-split"),
+    "qwen2moe": ("qwen2_moe", "half-split"),
+    "phi3": ("phi3", "half-split"),
+    "gemma": ("gemma", "half-split"),
+    "gemma2": ("gemma2", "half-split"),
+    "gemma3": ("gemma3_text", "half-split"),
+    "stablelm": ("stablelm", "half-split"),
+    "gptneox": ("gpt_neox", "half-split"),
+    "falcon": ("falcon", "half-split"),
+    "starcoder2": ("starcoder2", "half-split"),
+}
+_SCALING_KEYS = {
+    "yarn_beta_fast": "beta_fast",
+    "yarn_beta_slow": "beta_slow",
+    "yarn_attn_factor": "attention_factor",
+    "attn_factor": "attention_factor",
+}
+
+
+def read_gguf_metadata(path: Path) -> dict[str, Any]:
+    """All key/value metadata of a GGUF file, as plain Python values (tokenizer arrays skipped)."""
+    import gguf
+
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except Exception as exc:  # gguf raises ValueError, struct.error, IndexError ... on a bad file
+        raise GGUFError(
+            f"'{path}' is not a readable GGUF file ({type(exc).__name__}: {exc})",
+            "check the download is complete; re-download or re-convert it",
+        ) from None
+    meta: dict[str, Any] = {}
+    for key, fld in reader.fields.items():
+        if key.startswith("tokenizer.ggml.") and key != "tokenizer.ggml.model":
+            continue
+        try:
+            meta[key] = fld.contents()
+        except Exception:  # an odd array type must not stop inspection of the RoPE keys
+            continue
+    return meta
+
+
+def gguf_arch(meta: Mapping[str, Any], path: Path) -> tuple[str, str, str]:
+    arch = str(meta.get("general.architecture") or "")
+    if arch not in GGUF_ARCHS:
+        raise GGUFError(
+            f"'{path.name}' is a GGUF of architecture '{arch or 'unknown'}', which ropectl does not handle",
+            f"use a GGUF of a RoPE architecture: {', '.join(GGUF_ARCHS)}",
+        )
+    model_type, layout = GGUF_ARCHS[arch]
+    return arch, model_type, layout
+
+
+def gguf_config(meta: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """An HF-style config dict that means what the GGUF metadata means to llama.cpp."""
+    arch, model_type, layout = gguf_arch(meta, path)
+
+    def get(key: str, default: Any = None) -> Any:
+        return meta.get(f"{arch}.{key}", default)
+
+    heads = get("attention.head_count")
+    hidden = get("embedding_length")
+    if not heads or not hidden or not get("context_length"):
+        raise GGUFError(f"'{path.name}' lacks head count, embedding length or context length",
+                        "re-convert it with a current llama.cpp convert_hf_to_gguf.py")
+    head_dim = int(get("attention.key_length") or hidden // heads)
+    n_rot = int(get("rope.dimension_count") or head_dim)
+    cfg: dict[str, Any] = {
+        "model_type": model_type,
+        "architectures": [f"gguf:{arch}"],
+        "hidden_size": int(hidden),
+        "num_attention_heads": int(heads),
+        "num_key_value_heads": int(get("attention.head_count_kv") or heads),
+        "head_dim": head_dim,
+        "max_position_embeddings": int(get("context_length")),
+        "rope_theta": float(get("rope.freq_base", 10000.0)),
+        "ropectl": {"layout": layout, "layout_source": f"GGUF arch '{arch}'"},
+    }
+    if n_rot != head_dim:
+        cfg["partial_rotary_factor"] = n_rot / head_dim
+    scaling = gguf_scaling(meta, arch)
+    if scaling:
+        cfg["rope_scaling"] = scaling
+    return cfg
+
+
+def gguf_scaling(meta: Mapping[str, Any], arch: str) -> dict[str, Any] | None:
+    prefix = f"{arch}.rope.scaling."
+    kind = meta.get(prefix + "type")
+    factor = meta.get(prefix + "factor", meta.get(f"{arch}.rope.scale_linear"))
+    if kind in (None, "none") and (kind == "none" or factor in (None, 1.0)):
+        return None
+    rope_type = str(kind or "linear")  # llama.cpp treats a factor without a type as linear
+    out: dict[str, Any] = {"rope_type": rope_type, "type": rope_type}
+    if factor is not None:
+        out["factor"] = float(factor)
+    if meta.get(prefix + "original_context_length"):
+        out["original_max_position_embeddings"] = int(meta[prefix + "original_context_length"])
+    for key, name in _SCALING_KEYS.items():
+        if meta.get(prefix + key) is not None:
+            out[name] = float(meta[prefix + key])
+    return out

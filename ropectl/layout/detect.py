@@ -1,0 +1,28 @@
+"""Which q/k layout a checkpoint's weights are in, as far as its format tells."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+INTERLEAVED = "interleaved"
+HALF_SPLIT = "half-split"
+LAYOUTS = (INTERLEAVED, HALF_SPLIT)
+
+# HF model types whose attention pairs dimensions (2i, 2i+1) in the weights as stored.
+INTERLEAVED_MODEL_TYPES = frozenset({
+    "gptj", "codegen", "cohere", "cohere2", "glm", "glm4", "helium", "ernie4_5", "moonshine", "llama4",
+    "deepseek_v2",
+})
+
+
+def known_layout(cfg: Mapping[str, Any]) -> tuple[str, str]:
+    """(layout, reason). The layout ropectl recorded wins, then format flags, then the model type."""
+    record = cfg.get("ropectl") or {}
+    if record.get("layout") in LAYOUTS:
+        return record["layout"], str(record.get("layout_source") or "recorded by ropectl in config.json")
+    if cfg.get("rope_interleave"):
+        return INTERLEAVED, "config sets rope_interleave=true"
+    model_type = str(cfg.get("model_type") or "")
+    if model_type in INTERLEAVED_MODEL_TYPES:
+        return INTERLEAVED, f"HF '{model_type}' rotates pairs (2i, 2i+1)"
+    return HALF_SPLIT, f"HF '{model_type or 'unknown'}' uses rotate_half, pairs (i, i+d/2)"

@@ -1,0 +1,162 @@
+"""Inverse frequencies and attention factors for every RoPE type, in float64.
+
+Written from the published formulas and transformers' ``modeling_rope_utils`` semantics (defaults,
+``or``-defaults, truncation, clamping), but independently: plain Python floats, no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+from ropectl.errors import MethodError
+from ropectl.rope.params import Frequencies, RopeParams
+
+
+def base_inv_freq(theta: float, dim: int) -> list[float]:
+    """inv_i = theta^(-2i/d) for i in [0, d/2)."""
+    return [1.0 / theta ** (2 * i / dim) for i in range(dim // 2)]
+
+
+def ntk_theta(theta: float, factor: float, dim: int) -> float:
+    """Static NTK-aware base change: theta' = theta * s^(d/(d-2))."""
+    return theta * factor ** (dim / (dim - 2))
+
+
+def dynamic_theta(theta: float, factor: float, dim: int, max_pos: int, seq_len: int | None) -> float:
+    """Dynamic NTK base at a given length; equals theta up to ``max_pos`` (transformers' rule)."""
+    length = max(seq_len or max_pos, max_pos)
+    return theta * (factor * length / max_pos - (factor - 1)) ** (dim / (dim - 2))
+
+
+def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def yarn_correction_range(
+    beta_fast: float, beta_slow: float, dim: int, theta: float, original: int, truncate: bool
+) -> tuple[float, float]:
+    """Dimension indices where the YaRN ramp starts and ends."""
+
+    def dim_for(rotations: float) -> float:
+        return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = dim_for(beta_fast), dim_for(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    return max(low, 0), min(high, dim - 1)
+
+
+def yarn_ramp(low: float, high: float, n: int) -> list[float]:
+    """0 below ``low`` (keep original frequency), 1 above ``high`` (fully interpolated)."""
+    if low == high:
+        high += 0.001  # transformers' guard against a zero-width ramp
+    return [min(max((j - low) / (high - low), 0.0), 1.0) for j in range(n)]
+
+
+def _default(p: RopeParams, seq_len: int | None) -> Frequencies:
+    return Frequencies(tuple(base_inv_freq(p.rope_theta, p.rotary_dim)), 1.0, p.rope_theta)
+
+
+def _linear(p: RopeParams, seq_len: int | None) -> Frequencies:
+    s = _factor(p)
+    inv = [f / s for f in base_inv_freq(p.rope_theta, p.rotary_dim)]
+    return Frequencies(tuple(inv), 1.0, p.rope_theta)
+
+
+def _dynamic(p: RopeParams, seq_len: int | None) -> Frequencies:
+    max_pos = _require(p.max_position_embeddings, "max_position_embeddings", "dynamic")
+    theta = dynamic_theta(p.rope_theta, _factor(p), p.rotary_dim, max_pos, seq_len)
+    return Frequencies(tuple(base_inv_freq(theta, p.rotary_dim)), 1.0, theta)
+
+
+def _yarn(p: RopeParams, seq_len: int | None) -> Frequencies:
+    sc, dim = p.scaling, p.rotary_dim
+    original = _require(p.original_max_position_embeddings, "original_max_position_embeddings", "yarn")
+    s = p.factor
+    if s is None:
+        s = _require(p.max_position_embeddings, "max_position_embeddings", "yarn") / original
+    attention = sc.get("attention_factor")
+    if attention is None:
+        mscale, mscale_all = sc.get("mscale"), sc.get("mscale_all_dim")
+        if mscale and mscale_all:
+            attention = yarn_mscale(s, mscale) / yarn_mscale(s, mscale_all)
+        else:
+            attention = yarn_mscale(s)
+    beta_fast = sc.get("beta_fast") or 32
+    beta_slow = sc.get("beta_slow") or 1
+    truncate = sc.get("truncate", True)
+    low, high = yarn_correction_range(beta_fast, beta_slow, dim, p.rope_theta, original, bool(truncate))
+    ramp = yarn_ramp(low, high, dim // 2)
+    base = base_inv_freq(p.rope_theta, dim)
+    inv = [f / s * r + f * (1 - r) for f, r in zip(base, ramp)]
+    return Frequencies(tuple(inv), float(attention), p.rope_theta)
+
+
+def _llama3(p: RopeParams, seq_len: int | None) -> Frequencies:
+    sc = p.scaling
+    s = _factor(p)
+    lff, hff = float(sc["low_freq_factor"]), float(sc["high_freq_factor"])
+    original = _require(p.original_max_position_embeddings, "original_max_position_embeddings", "llama3")
+    low_wl, high_wl = original / lff, original / hff
+    inv = []
+    for f in base_inv_freq(p.rope_theta, p.rotary_dim):
+        wl = 2 * math.pi / f
+        if wl < high_wl:
+            inv.append(f)
+        elif wl > low_wl:
+            inv.append(f / s)
+        else:
+            smooth = (original / wl - lff) / (hff - lff)
+            inv.append((1 - smooth) * f / s + smooth * f)
+    return Frequencies(tuple(inv), 1.0, p.rope_theta)
+
+
+def _longrope(p: RopeParams, seq_len: int | None) -> Frequencies:
+    sc = p.scaling
+    original = _require(p.original_max_position_embeddings, "original_max_position_embeddings", "longrope")
+    s = p.factor
+    if s is None:
+        s = _require(p.max_position_embeddings, "max_position_embeddings", "longrope") / original
+    attention = sc.get("attention_factor")
+    if attention is None:
+        attention = 1.0 if s <= 1 else math.sqrt(1 + math.log(s) / math.log(original))
+    ext: Sequence[float] = sc["long_factor"] if seq_len and seq_len > original else sc["short_factor"]
+    base = base_inv_freq(p.rope_theta, p.rotary_dim)
+    inv = [f / float(e) for f, e in zip(base, ext)]
+    return Frequencies(tuple(inv), float(attention), p.rope_theta)
+
+
+def _factor(p: RopeParams) -> float:
+    return float(_require(p.factor, "factor", p.rope_type))
+
+
+def _require(value, key: str, rope_type: str):
+    if value is None:
+        raise MethodError(
+            f"rope type '{rope_type}' needs '{key}' and the config gives none",
+            f"add '{key}' to the rope section, or pass it as a method option",
+        )
+    return value
+
+
+_COMPUTE: dict[str, Callable[[RopeParams, int | None], Frequencies]] = {
+    "default": _default,
+    "linear": _linear,
+    "dynamic": _dynamic,
+    "yarn": _yarn,
+    "llama3": _llama3,
+    "longrope": _longrope,
+}
+
+
+def compute_frequencies(params: RopeParams, seq_len: int | None = None) -> Frequencies:
+    """Inverse frequencies and attention factor the model uses at ``seq_len`` (None: at load time)."""
+    try:
+        compute = _COMPUTE[params.rope_type]
+    except KeyError:
+        raise MethodError(
+            f"unknown rope type '{params.rope_type}'",
+            f"use one of {', '.join(sorted(_COMPUTE))} (static NTK is a rope_theta change)",
+        ) from None
+    return compute(params, seq_len)

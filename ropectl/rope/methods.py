@@ -1,0 +1,275 @@
+"""The scaling-method registry shared by ``patch`` and ``eval-ppl``.
+
+A method turns the unscaled base RoPE of a model (theta, rotary dim, trained context) plus a factor
+and options into the :class:`RopeParams` the scaled model should use, in transformers' terms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from ropectl.errors import MethodError
+from ropectl.rope.frequencies import ntk_theta
+from ropectl.rope.params import RopeParams
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: type  # float, int, bool or list (of floats)
+    default: Any = None
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    summary: str
+    params: tuple[Param, ...]
+    build: Callable[[RopeParams, float, Mapping[str, Any]], RopeParams]
+    uses_factor: bool = True
+    # llama.cpp's rope.scaling.type, or None where GGUF metadata cannot express the method.
+    gguf_type: str | None = None
+    # Why max_position_embeddings is what it is; shown by `patch` and the README.
+    max_position_rule: str = "raised to the target context"
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        known = ", ".join(p.name for p in self.params) or "none"
+        raise MethodError(f"method '{self.name}' has no option '{name}'", f"use one of: {known}")
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A method choice as a user writes it: ``yarn:4,beta_fast=16``."""
+
+    name: str
+    factor: float | None = None
+    options: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def label(self) -> str:
+        text = self.name if self.factor is None else f"{self.name}:{self.factor:g}"
+        return text + "".join(f",{k}={_fmt(v)}" for k, v in self.options)
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _target(base: RopeParams, factor: float) -> int:
+    return int(round(_trained(base) * factor))
+
+
+def _trained(base: RopeParams) -> int:
+    if not base.trained_context:
+        raise MethodError(
+            "the model's trained context length is unknown",
+            "pass original_max_position_embeddings=N as a method option",
+        )
+    return int(base.trained_context)
+
+
+def _clean(options: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    return {k: options[k] for k in names if options.get(k) is not None}
+
+
+def _none(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopeParams:
+    return RopeParams("default", base.rope_theta, base.rotary_dim, base.max_position_embeddings, {})
+
+
+def _linear(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopeParams:
+    return RopeParams("linear", base.rope_theta, base.rotary_dim, _target(base, factor), {"factor": factor})
+
+
+def _ntk(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopeParams:
+    theta = ntk_theta(base.rope_theta, factor, base.rotary_dim)
+    return RopeParams("default", theta, base.rotary_dim, _target(base, factor), {})
+
+
+def _dynamic(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopeParams:
+    # transformers rescales only past max_position_embeddings, so it must stay at the trained length.
+    return RopeParams("dynamic", base.rope_theta, base.rotary_dim, _trained(base), {"factor": factor})
+
+
+def _yarn(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopeParams:
+    original = int(o.get("original_max_position_embeddings") or _trained(base))
+    scaling: dict[str, Any] = {"factor": factor, "original_max_position_embeddings": original}
+    scaling.update(_clean(o, ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim")))
+    if o.get("truncate") is False:
+        scaling["truncate"] = False
+    return RopeParams("yarn", base.rope_theta, base.rotary_dim, int(round(original * factor)), scaling)
+
+
+def _llama3(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopeParams:
+    original = int(o.get("original_max_position_embeddings") or _trained(base))
+    scaling = {
+        "factor": factor,
+        "low_freq_factor": float(o.get("low_freq_factor", 1.0)),
+        "high_freq_factor": float(o.get("high_freq_factor", 4.0)),
+        "original_max_position_embeddings": original,
+    }
+    return RopeParams("llama3", base.rope_theta, base.rotary_dim, int(round(original * factor)), scaling)
+
+
+def _longrope(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopeParams:
+    original = int(o.get("original_max_position_embeddings") or _trained(base))
+    scaling: dict[str, Any] = {
+        "short_factor": [float(v) for v in o["short_factor"]],
+        "long_factor": [float(v) for v in o["long_factor"]],
+        "factor": factor,
+        "original_max_position_embeddings": original,
+    }
+    scaling.update(_clean(o, ("attention_factor",)))
+    return RopeParams("longrope", base.rope_theta, base.rotary_dim, int(round(original * factor)), scaling)
+
+
+_ORIGINAL = Param("original_max_position_embeddings", int, None, "pretraining context (default: from the config)")
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method("none", "unscaled RoPE (the base model)", (), _none, uses_factor=False, gguf_type="none",
+               max_position_rule="reset to the trained context"),
+        Method("linear", "position interpolation: every frequency divided by the factor", (), _linear,
+               gguf_type="linear"),
+        Method("ntk", "static NTK-aware: rope_theta raised to theta*s^(d/(d-2))", (), _ntk, gguf_type="none"),
+        Method("dynamic", "dynamic NTK: theta grows with the sequence length past the trained context", (),
+               _dynamic, max_position_rule="kept at the trained context (scaling starts past it)"),
+        Method("yarn", "YaRN: interpolate low frequencies, keep high ones, scale attention", (
+            _ORIGINAL,
+            Param("beta_fast", float, 32.0, "rotations where the ramp ends (keep)"),
+            Param("beta_slow", float, 1.0, "rotations where the ramp starts (interpolate)"),
+            Param("attention_factor", float, None, "cos/sin scale (default 0.1 ln s + 1)"),
+            Param("mscale", float, None, "DeepSeek-style mscale"),
+            Param("mscale_all_dim", float, None, "DeepSeek-style mscale_all_dim"),
+            Param("truncate", bool, True, "round the ramp ends to whole dimensions"),
+        ), _yarn, gguf_type="yarn"),
+        Method("llama3", "Llama 3.1: wavelength bands, smooth blend between them", (
+            _ORIGINAL,
+            Param("low_freq_factor", float, 1.0, "wavelengths above original/low are interpolated"),
+            Param("high_freq_factor", float, 4.0, "wavelengths below original/high are kept"),
+        ), _llama3),
+        Method("longrope", "LongRoPE: per-dimension rescale factors (short and long lists)", (
+            _ORIGINAL,
+            Param("short_factor", list, None, "rotary_dim/2 factors used up to the original length"),
+            Param("long_factor", list, None, "rotary_dim/2 factors used beyond it"),
+            Param("attention_factor", float, None, "cos/sin scale (default sqrt(1+ln s/ln L))"),
+        ), _longrope, gguf_type="longrope"),
+    )
+}
+
+
+def get_method(name: str) -> Method:
+    try:
+        return METHODS[name.strip().lower()]
+    except KeyError:
+        raise MethodError(f"unknown method '{name}'", f"use one of: {', '.join(METHODS)}") from None
+
+
+def parse_value(param: Param, raw: Any) -> Any:
+    """Convert a CLI/TOML value to the parameter's type, with a clear error."""
+    if param.kind is list:
+        values = raw if isinstance(raw, (list, tuple)) else str(raw).replace(";", ",").split(",")
+        return [_finite(param.name, v) for v in values if str(v).strip()]
+    if param.kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text not in {"true", "false", "1", "0", "yes", "no"}:
+            raise MethodError(f"option '{param.name}' must be true or false, got '{raw}'", "write true or false")
+        return text in {"true", "1", "yes"}
+    value = _finite(param.name, raw)
+    if param.kind is int:
+        if value != int(value) or value <= 0:
+            raise MethodError(f"option '{param.name}' must be a positive integer, got '{raw}'", "pass e.g. 8192")
+        return int(value)
+    return value
+
+
+def _finite(name: str, raw: Any) -> float:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise MethodError(f"'{name}' must be a number, got '{raw}'", f"pass a number, e.g. {name}=4") from None
+    if not math.isfinite(value):
+        raise MethodError(f"'{name}' must be finite, got '{raw}'", "pass a finite number")
+    return value
+
+
+def check_factor(method: Method, factor: float | None) -> float:
+    if not method.uses_factor:
+        return 1.0
+    if factor is None:
+        raise MethodError(f"method '{method.name}' needs a factor", "pass --factor F or --target-length N")
+    value = _finite("factor", factor)
+    if value <= 1:
+        raise MethodError(
+            f"factor {factor} does not extend the context (it must be > 1)",
+            "pass a factor above 1, e.g. 4 for a 4x longer context",
+        )
+    return value
+
+
+def factor_for_target(base: RopeParams, target_length: int) -> float:
+    trained = _trained(base)
+    if target_length <= trained:
+        raise MethodError(
+            f"target length {target_length} is not beyond the trained context {trained}",
+            f"pass a target length above {trained}",
+        )
+    return target_length / trained
+
+
+def validate_options(method: Method, options: Mapping[str, Any], rotary_dim: int) -> dict[str, Any]:
+    """Typed options with defaults filled; raises MethodError on anything inconsistent."""
+    out = {p.name: p.default for p in method.params}
+    for key, raw in options.items():
+        out[key] = parse_value(method.param(key), raw)
+    if method.name == "llama3" and out["high_freq_factor"] <= out["low_freq_factor"]:
+        raise MethodError("llama3 needs high_freq_factor > low_freq_factor", "e.g. low_freq_factor=1,high_freq_factor=4")
+    if method.name == "yarn" and not 0 < out["beta_slow"] < out["beta_fast"]:
+        raise MethodError("yarn needs 0 < beta_slow < beta_fast", "e.g. beta_fast=32,beta_slow=1")
+    if method.name == "longrope":
+        for key in ("short_factor", "long_factor"):
+            values = out.get(key)
+            if not values or len(values) != rotary_dim // 2:
+                got = len(values) if values else 0
+                raise MethodError(
+                    f"longrope {key} has {got} values but the rotary dim {rotary_dim} needs {rotary_dim // 2}",
+                    f"give {rotary_dim // 2} comma-separated factors, or a JSON file with both lists",
+                )
+    return out
+
+
+def apply_method(base: RopeParams, spec: MethodSpec, target_length: int | None = None) -> RopeParams:
+    """The RoPE a model should use after scaling its unscaled ``base`` as ``spec`` says."""
+    method = get_method(spec.name)
+    factor = spec.factor
+    if target_length is not None and method.uses_factor:
+        factor = factor_for_target(base, target_length)
+    options = validate_options(method, dict(spec.options), base.rotary_dim)
+    if options.get("original_max_position_embeddings"):
+        base = base.with_(scaling={"original_max_position_embeddings": options["original_max_position_embeddings"]})
+    return method.build(base, check_factor(method, factor), options)
+
+
+def parse_spec(text: str) -> MethodSpec:
+    """Parse ``name[:factor][,key=value...]``."""
+    head, *rest = [part.strip() for part in text.split(",")]
+    name, _, factor_text = head.partition(":")
+    if not name:
+        raise MethodError(f"malformed method spec '{text}'", "write name[:factor][,key=value...], e.g. yarn:4")
+    method = get_method(name)
+    factor = _finite("factor", factor_text) if factor_text else None
+    options = []
+    for part in rest:
+        key, eq, value = part.partition("=")
+        if not eq or not key.strip():
+            raise MethodError(f"malformed option '{part}' in method spec '{text}'", "write key=value, e.g. beta_fast=16")
+        options.append((key.strip(), parse_value(method.param(key.strip()), value.strip())))
+    return MethodSpec(method.name, factor, tuple(options))

@@ -1,0 +1,50 @@
+"""The state that RoPE frequencies depend on, independent of any config schema."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class RopeParams:
+    """Everything needed to compute one rotary embedding's inverse frequencies.
+
+    ``rope_type`` uses transformers' names (``default``, ``linear``, ``dynamic``, ``yarn``, ``llama3``,
+    ``longrope``); static NTK is ``default`` with a changed ``rope_theta``. ``scaling`` holds the
+    type's own keys (``factor``, ``original_max_position_embeddings``, ``beta_fast`` ...), never
+    ``rope_type``, ``type`` or ``rope_theta``.
+    """
+
+    rope_type: str
+    rope_theta: float
+    rotary_dim: int
+    max_position_embeddings: int | None
+    scaling: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def factor(self) -> float | None:
+        value = self.scaling.get("factor")
+        return None if value is None else float(value)
+
+    @property
+    def original_max_position_embeddings(self) -> int | None:
+        value = self.scaling.get("original_max_position_embeddings")
+        return None if value is None else int(value)
+
+    @property
+    def trained_context(self) -> int | None:
+        """The context length the model was pretrained at, as far as the config says."""
+        return self.original_max_position_embeddings or self.max_position_embeddings
+
+    def with_(self, **changes: Any) -> "RopeParams":
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Frequencies:
+    """What a rotary embedding is built from: ``rotary_dim // 2`` inverse frequencies and the cos/sin scale."""
+
+    inv_freq: tuple[float, ...]
+    attention_factor: float
+    effective_theta: float

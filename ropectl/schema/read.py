@@ -1,0 +1,250 @@
+"""The one home of config-schema differences: transformers 4.x vs 5.x, and per-model key names.
+
+transformers 4.x reads a top-level ``rope_theta`` and ``rope_scaling`` (``type`` or ``rope_type``);
+5.x reads ``rope_parameters`` (``rope_theta`` inside, optionally nested per layer type), but lets a
+legacy ``rope_scaling`` win when both exist, and lets a top-level ``original_max_position_embeddings``
+override the dict's for llama3, yarn and longrope. Reading here follows the 5.x rules, so what we
+report is what the installed transformers builds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ropectl.errors import ConfigError, NoRopeError
+from ropectl.rope.params import RopeParams
+
+# Model types whose position encoding is learned, absolute, relative or ALiBi: never RoPE.
+NO_ROPE_TYPES = frozenset({
+    "gpt2", "gpt_bigcode", "bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta",
+    "deberta-v2", "t5", "mt5", "bart", "mbart", "opt", "bloom", "mpt", "whisper", "vit", "clip", "biogpt",
+    "gpt_neo", "xglm", "ctrl", "transfo-xl", "longformer", "bigbird_pegasus", "pegasus", "marian",
+})
+# Defaults the model classes use when config.json names no base.
+DEFAULT_THETA = {"mixtral": 1e6, "gemma3_text": 1e6, "gemma3": 1e6, "qwen3_moe": 1e6, "ernie4_5": 5e5}
+DEFAULT_PARTIAL = {"gpt_neox": 0.25, "stablelm": 0.25, "phi": 0.5, "persimmon": 0.5, "glm": 0.5, "glm4": 0.5}
+ROPE_KEYS = ("rope_theta", "rope_scaling", "rope_parameters", "rotary_dim", "rotary_pct", "rotary_emb_base",
+             "partial_rotary_factor", "rope_local_base_freq")
+# Architectures known to use RoPE even when config.json spells no RoPE key (they rely on defaults).
+ROPE_MODEL_TYPES = frozenset({
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
+    "gemma3_text", "phi", "phi3", "gpt_neox", "gptj", "stablelm", "falcon", "olmo", "olmo2", "starcoder2",
+    "cohere", "cohere2", "granite", "internlm2", "deepseek_v2", "deepseek_v3", "persimmon", "smollm3",
+    "codegen", "glm", "glm4", "helium", "exaone", "ernie4_5", "mistral4",
+})
+SCALED_TYPES_WITH_ORIGINAL = ("llama3", "yarn", "longrope")
+GEMMA_LOCAL_THETA = 1e4
+
+
+@dataclass(frozen=True)
+class ModelRope:
+    """A checkpoint's RoPE as transformers will build it, plus the shapes other commands need."""
+
+    model_type: str
+    architectures: tuple[str, ...]
+    head_dim: int
+    rotary_dim: int
+    partial_rotary_factor: float
+    num_attention_heads: int
+    num_key_value_heads: int
+    hidden_size: int | None
+    rope: RopeParams
+    layer_ropes: Mapping[str, RopeParams] = field(default_factory=dict)
+    schema: str = "none"  # which keys config.json spells: v4, v5, both or none
+    rope_interleave: bool | None = None
+    record: Mapping[str, Any] = field(default_factory=dict)  # what ropectl wrote into config.json
+    warnings: tuple[str, ...] = ()
+
+
+def text_config(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Multimodal wrappers keep the language model's settings in ``text_config``."""
+    inner = cfg.get("text_config")
+    if isinstance(inner, Mapping) and not any(k in cfg for k in ROPE_KEYS):
+        return {**inner, "ropectl": cfg.get("ropectl", inner.get("ropectl"))}
+    return cfg
+
+
+def _first(cfg: Mapping[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if cfg.get(key) is not None:
+            return cfg[key]
+    return None
+
+
+def check_uses_rope(cfg: Mapping[str, Any]) -> str:
+    model_type = str(cfg.get("model_type") or "")
+    has_keys = any(cfg.get(k) is not None for k in ROPE_KEYS)
+    alibi = bool(cfg.get("alibi")) or bool(cfg.get("position_embedding_type") not in (None, "rope", "rotary"))
+    if model_type in NO_ROPE_TYPES or (alibi and not has_keys) or (not has_keys and model_type not in ROPE_MODEL_TYPES):
+        what = f"model type '{model_type}'" if model_type else "this config (no model_type, no RoPE keys)"
+        raise NoRopeError(
+            f"{what} does not use rotary position embeddings, so there is no RoPE to inspect or scale",
+            "point ropectl at a RoPE model (Llama, Qwen, Mistral, Gemma, Phi, GPT-NeoX ...), "
+            "or add rope_theta to config.json if this one really uses RoPE",
+        )
+    return model_type
+
+
+def _shapes(cfg: Mapping[str, Any]) -> tuple[int, int, int | None, int]:
+    heads = _first(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads")
+    hidden = _first(cfg, "hidden_size", "n_embd", "d_model", "dim")
+    if not heads:
+        raise ConfigError("config.json gives no number of attention heads", "add num_attention_heads")
+    kv = _first(cfg, "num_key_value_heads", "num_kv_heads", "n_head_kv", "n_kv_heads")
+    if kv is None:
+        kv = 1 if cfg.get("multi_query") else heads
+    head_dim = cfg.get("head_dim") or (hidden // heads if hidden else None)
+    if not head_dim:
+        raise ConfigError("config.json gives neither head_dim nor hidden_size", "add head_dim or hidden_size")
+    return int(heads), int(kv), int(hidden) if hidden else None, int(head_dim)
+
+
+def _partial(cfg: Mapping[str, Any], section: Mapping[str, Any], head_dim: int, model_type: str) -> float:
+    value = _first(section, "partial_rotary_factor")
+    if value is None:
+        value = _first(cfg, "partial_rotary_factor", "rotary_pct")
+    if value is None and cfg.get("rotary_dim"):
+        value = int(cfg["rotary_dim"]) / head_dim
+    if value is None and model_type == "gptj":
+        value = 64 / head_dim
+    if value is None:
+        value = DEFAULT_PARTIAL.get(model_type, 1.0)
+    value = float(value)
+    if not 0 < value <= 1:
+        raise ConfigError(f"partial rotary factor {value} is outside (0, 1]", "fix partial_rotary_factor / rotary_pct")
+    return value
+
+
+def _section(cfg: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    legacy, modern = cfg.get("rope_scaling"), cfg.get("rope_parameters")
+    for name, value in (("rope_scaling", legacy), ("rope_parameters", modern)):
+        if value is not None and not isinstance(value, Mapping):
+            raise ConfigError(f"config.json '{name}' is not an object", f"make '{name}' a JSON object or null")
+    schema = {(True, True): "both", (True, False): "v4", (False, True): "v5"}.get((bool(legacy), bool(modern)))
+    if schema is None:
+        schema = "v4" if cfg.get("rope_theta") is not None else "none"
+    # transformers 5 takes the legacy key when both exist; copy so the caller's dict stays untouched.
+    return dict(legacy or modern or {}), schema
+
+
+def _is_nested(section: Mapping[str, Any], cfg: Mapping[str, Any]) -> bool:
+    labels = set(cfg.get("layer_types") or ()) | {"full_attention", "sliding_attention"}
+    return bool(section) and all(k in labels for k in section) and all(
+        isinstance(v, Mapping) or v is None for v in section.values()
+    )
+
+
+def _rope_type(section: Mapping[str, Any]) -> str:
+    new, old = section.get("rope_type"), section.get("type")
+    if new is not None and old is not None and new != old:
+        raise ConfigError(
+            f"the rope section contradicts itself: rope_type is '{new}' but type is '{old}'",
+            "make 'type' and 'rope_type' equal, or drop 'type'",
+        )
+    rope_type = str(new or old or "default")
+    return {"su": "longrope", "ntk_aware": "ntk"}.get(rope_type, rope_type)
+
+
+def _params(section: Mapping[str, Any], theta: float, rotary_dim: int, cfg: Mapping[str, Any]) -> RopeParams:
+    rope_type = _rope_type(section)
+    theta = float(section.get("rope_theta") or theta)
+    scaling = {k: v for k, v in section.items() if k not in ("rope_type", "type", "rope_theta", "partial_rotary_factor")}
+    max_pos = _first(cfg, "max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+    if rope_type in SCALED_TYPES_WITH_ORIGINAL:
+        # transformers 5: a top-level value silently overrides the dict's.
+        original = cfg.get("original_max_position_embeddings") or scaling.get("original_max_position_embeddings") or max_pos
+        if original is None:
+            raise ConfigError(
+                f"rope type '{rope_type}' needs original_max_position_embeddings and none can be inferred",
+                "add original_max_position_embeddings (the pretraining context) to the rope section",
+            )
+        scaling["original_max_position_embeddings"] = int(original)
+    params = RopeParams(rope_type, theta, rotary_dim, int(max_pos) if max_pos else None, scaling)
+    _validate(params)
+    return params
+
+
+def _validate(params: RopeParams) -> None:
+    from ropectl.rope.frequencies import compute_frequencies
+
+    known = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
+    if params.rope_type not in known:
+        hint = " (static NTK is a rope_theta change, not a rope type)" if params.rope_type == "ntk" else ""
+        raise ConfigError(
+            f"config.json names rope type '{params.rope_type}', which transformers cannot build{hint}",
+            f"use one of {', '.join(known)}; `ropectl patch --method ntk` writes NTK correctly",
+        )
+    factor = params.scaling.get("factor")
+    needs_factor = params.rope_type in ("linear", "dynamic", "llama3") or (
+        params.rope_type == "yarn" and params.max_position_embeddings is None
+    )
+    if factor is None and needs_factor:
+        raise ConfigError(f"rope type '{params.rope_type}' has no factor", "add a factor above 1 to the rope section")
+    if factor is not None and (not isinstance(factor, (int, float)) or not math.isfinite(factor) or factor <= 0):
+        raise ConfigError(f"rope scaling factor {factor!r} is not a positive finite number", "set factor to a number > 1")
+    if not math.isfinite(params.rope_theta) or params.rope_theta <= 1:
+        raise ConfigError(f"rope_theta {params.rope_theta} is not a valid base", "set rope_theta to e.g. 10000")
+    try:
+        compute_frequencies(params)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"rope type '{params.rope_type}' section is malformed ({exc})", "fix the rope section") from None
+
+
+def read_model_rope(raw: Mapping[str, Any]) -> ModelRope:
+    """Parse a config.json dict (either schema) into the RoPE that transformers 5 would build."""
+    cfg = text_config(raw)
+    model_type = check_uses_rope(cfg)
+    heads, kv, hidden, head_dim = _shapes(cfg)
+    section, schema = _section(cfg)
+    nested = _is_nested(section, cfg)
+    partial_source = section.get("full_attention") or {} if nested else section
+    partial = _partial(cfg, partial_source, head_dim, model_type)
+    rotary_dim = int(head_dim * partial)
+    theta = float(_first(cfg, "rope_theta", "rotary_emb_base") or DEFAULT_THETA.get(model_type, 1e4))
+    layer_ropes: dict[str, RopeParams] = {}
+    if nested:
+        for label, sub in section.items():
+            if sub is not None:
+                layer_ropes[label] = _params(sub, theta, rotary_dim, cfg)
+    elif model_type.startswith("gemma3") or cfg.get("rope_local_base_freq") is not None:
+        # Gemma3: legacy scaling and rope_theta apply to full attention; sliding layers keep their own base.
+        layer_ropes["full_attention"] = _params(section, theta, rotary_dim, cfg)
+        local = float(cfg.get("rope_local_base_freq") or GEMMA_LOCAL_THETA)
+        layer_ropes["sliding_attention"] = RopeParams("default", local, rotary_dim, layer_ropes["full_attention"].max_position_embeddings)
+    main = layer_ropes.get("full_attention") or next(iter(layer_ropes.values()), None) or _params(section, theta, rotary_dim, cfg)
+    return ModelRope(
+        model_type=model_type,
+        architectures=tuple(cfg.get("architectures") or ()),
+        head_dim=head_dim,
+        rotary_dim=rotary_dim,
+        partial_rotary_factor=partial,
+        num_attention_heads=heads,
+        num_key_value_heads=int(kv),
+        hidden_size=hidden,
+        rope=main,
+        layer_ropes=layer_ropes,
+        schema=schema,
+        rope_interleave=cfg.get("rope_interleave"),
+        record=dict(cfg.get("ropectl") or {}),
+        warnings=tuple(_warnings(cfg, section, schema, main)),
+    )
+
+
+def _warnings(cfg: Mapping[str, Any], section: Mapping[str, Any], schema: str, rope: RopeParams) -> list[str]:
+    out = []
+    top, inner = cfg.get("rope_theta"), section.get("rope_theta")
+    if top is not None and inner is not None and float(top) != float(inner):
+        out.append(f"rope_theta differs: top-level {top} (transformers 4) vs {inner} in the rope section (transformers 5)")
+    if schema == "v5":
+        out.append("only the transformers 5 key rope_parameters is set: transformers 4.x ignores it and uses theta=10000")
+    legacy, modern = cfg.get("rope_scaling"), cfg.get("rope_parameters")
+    if schema == "both" and isinstance(modern, Mapping) and not _is_nested(modern, cfg):
+        if _rope_type(dict(modern)) != _rope_type(dict(legacy or {})):
+            out.append("rope_scaling and rope_parameters disagree; transformers 5 silently uses rope_scaling")
+    dict_orig = section.get("original_max_position_embeddings")
+    top_orig = cfg.get("original_max_position_embeddings")
+    if rope.rope_type in SCALED_TYPES_WITH_ORIGINAL and top_orig and dict_orig and int(top_orig) != int(dict_orig):
+        out.append(f"top-level original_max_position_embeddings={top_orig} overrides {dict_orig} in the rope section")
+    return out

