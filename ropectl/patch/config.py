@@ -1,0 +1,132 @@
+"""Apply a scaling method to a config dict: the one code path shared by ``patch`` and ``eval-ppl``.
+
+Scaling always starts from the unscaled base (theta and trained context), recorded under
+``config["ropectl"]["base"]`` the first time ropectl patches a model, so patching twice replaces the
+scaling instead of stacking factors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ropectl.errors import ConfigError, MethodError
+from ropectl.rope.methods import MethodSpec, apply_method, factor_for_target, get_method
+from ropectl.rope.params import RopeParams
+from ropectl.schema.read import ModelRope, read_model_rope
+from ropectl.schema.write import allowed_types, check_schema, rope_holder, write_rope
+
+RECORD = "ropectl"
+# transformers builds these models' rotary embedding from fixed values that no config key changes.
+FIXED_ROPE_TYPES = {"gptj": "GPT-J", "codegen": "CodeGen"}
+
+
+@dataclass(frozen=True)
+class ConfigPlan:
+    """What applying a method to a config changes: before, base, after."""
+
+    config: dict[str, Any]
+    before: ModelRope
+    base: RopeParams
+    rope: RopeParams
+    layer_ropes: Mapping[str, RopeParams] = field(default_factory=dict)
+    composed_from_record: bool = False
+    warnings: tuple[str, ...] = ()
+
+
+def is_scaled(model: ModelRope) -> bool:
+    ropes = [model.rope, *model.layer_ropes.values()]
+    return any(r.rope_type != "default" for r in ropes)
+
+
+def base_rope(model: ModelRope, replace_existing: bool = False) -> tuple[RopeParams, bool]:
+    """The unscaled RoPE to scale from, and whether it came from ropectl's record."""
+    recorded = model.record.get("base")
+    if isinstance(recorded, Mapping) and recorded.get("rope_theta"):
+        max_pos = recorded.get("max_position_embeddings") or recorded.get("trained_context")
+        trained = recorded.get("trained_context") or max_pos
+        scaling = {} if not trained or trained == max_pos else {"original_max_position_embeddings": int(trained)}
+        theta = float(recorded["rope_theta"])
+        return RopeParams("default", theta, model.rotary_dim, int(max_pos) if max_pos else None, scaling), True
+    rope = model.rope
+    if is_scaled(model):
+        if not replace_existing:
+            raise ConfigError(
+                f"the model is already scaled (rope type '{rope.rope_type}', factor {rope.factor}) and config.json "
+                "has no ropectl record of its unscaled base, so a new factor would silently stack on the old one",
+                "pass --replace-existing to replace the existing scaling, taking rope_theta and the original "
+                "context from the config as the base",
+            )
+        trained = rope.trained_context
+        return RopeParams("default", rope.rope_theta, model.rotary_dim, trained, {}), False
+    return RopeParams("default", rope.rope_theta, model.rotary_dim, rope.max_position_embeddings, {}), False
+
+
+def _check_model(model: ModelRope, rope: RopeParams) -> None:
+    if model.model_type in FIXED_ROPE_TYPES:
+        name = FIXED_ROPE_TYPES[model.model_type]
+        raise MethodError(
+            f"transformers' {name} builds its rotary embedding with a fixed base and no scaling, "
+            "so no config key can change it",
+            "scale a model whose config has rope_theta / rope_scaling (Llama, Qwen, Mistral, Gemma, Phi, GPT-NeoX ...)",
+        )
+    allowed = allowed_types(model.model_type)
+    if allowed is not None and rope.rope_type not in allowed:
+        raise MethodError(
+            f"transformers' {model.model_type} config accepts only rope types {', '.join(allowed)}, "
+            f"but this method writes '{rope.rope_type}'",
+            "use --method ntk or --method longrope for this model",
+        )
+
+
+def _record(model: ModelRope, base: RopeParams, spec: MethodSpec) -> dict[str, Any]:
+    record = dict(model.record)  # keep other keys (layout ...)
+    record["base"] = {
+        "rope_theta": float(base.rope_theta),
+        "max_position_embeddings": base.max_position_embeddings,
+        "trained_context": base.trained_context,
+    }
+    record["method"] = spec.label
+    return record
+
+
+def effective_spec(base: RopeParams, spec: MethodSpec, target_length: int | None) -> MethodSpec:
+    """``spec`` with the factor a target length implies, so labels and records name the real factor."""
+    method = get_method(spec.name)
+    if target_length is None or not method.uses_factor:
+        return MethodSpec(method.name, spec.factor, spec.options)
+    return MethodSpec(method.name, factor_for_target(base, target_length), spec.options)
+
+
+def plan_config(
+    config: Mapping[str, Any], spec: MethodSpec, target_length: int | None = None, schema: str = "both",
+    *, replace_existing: bool = False,
+) -> ConfigPlan:
+    """Everything ``apply_to_config`` computes, with the before/base state for summaries."""
+    check_schema(schema)
+    before = read_model_rope(config)
+    base, from_record = base_rope(before, replace_existing)
+    spec = effective_spec(base, spec, target_length)
+    rope = apply_method(base, spec)
+    _check_model(before, rope)
+    layers = {**before.layer_ropes, "full_attention": rope} if before.layer_ropes else {}
+    new = write_rope(config, before, rope, schema, layer_ropes=layers or None, trained=base.trained_context)
+    new[RECORD] = _record(before, base, spec)
+    if rope_holder(new) is not new:
+        rope_holder(new).pop(RECORD, None)
+    return ConfigPlan(new, before, base, rope, layers, from_record, before.warnings)
+
+
+def apply_to_config(
+    config: Mapping[str, Any], spec: MethodSpec, target_length: int | None = None, schema: str = "both",
+    *, replace_existing: bool = False,
+) -> tuple[dict[str, Any], RopeParams]:
+    """Apply ``spec`` to a loaded config dict exactly as ``ropectl patch`` does.
+
+    Returns the new config dict (the caller's is not modified) and the RoPE it now describes (the
+    full-attention one for per-layer models). Raises MethodError / ConfigError on bad input, and
+    ConfigError for an already-scaled model without a ropectl record unless ``replace_existing``.
+    """
+    plan = plan_config(config, spec, target_length, schema, replace_existing=replace_existing)
+    return plan.config, plan.rope

@@ -1,0 +1,171 @@
+"""Writing RoPE settings into a config dict so transformers 4.x, 5.x and converters read the same thing.
+
+The v4 form is a top-level base (``rope_theta``, or the model's own key) plus ``rope_scaling`` with both
+``rope_type`` and ``type`` and no ``rope_theta`` inside; the v5 form is ``rope_parameters`` with
+``rope_theta`` inside, nested by layer type for per-layer models. transformers 5 lets ``rope_scaling``
+win over ``rope_parameters`` when both exist, so both forms must mean exactly the same thing.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from ropectl.errors import UsageError
+from ropectl.rope.params import RopeParams
+from ropectl.schema.read import ROPE_KEYS, ModelRope
+
+SCHEMAS = ("both", "v4", "v5")
+# Where each model type's config class reads its base and partial rotary factor from in the v4 form.
+THETA_KEYS = {"gpt_neox": "rotary_emb_base", "gpt_neox_japanese": "rotary_emb_base"}
+PARTIAL_KEYS = {"gpt_neox": "rotary_pct"}
+LOCAL_THETA_KEY = "rope_local_base_freq"
+# Config classes with a class-level default for the top-level key, which transformers 5 lets override the
+# dict's value: the key must always be written for them, never removed.
+TOP_LEVEL_ORIGINAL = frozenset({"phi3", "phi4_multimodal"})
+# Rope types each config class accepts where it is stricter than transformers' generic validation.
+ALLOWED_TYPES = {"phi3": ("default", "longrope"), "phi4_multimodal": ("default", "longrope")}
+ORIGINAL = "original_max_position_embeddings"
+SCALED_WITH_ORIGINAL = ("llama3", "yarn", "longrope")
+
+
+def check_schema(schema: str) -> str:
+    if schema not in SCHEMAS:
+        raise UsageError(f"unknown schema '{schema}'", f"use one of: {', '.join(SCHEMAS)}")
+    return schema
+
+
+def scaling_dict(rope: RopeParams) -> dict[str, Any]:
+    """The type's own keys, with factor as a float (transformers 4 warns on an int)."""
+    out: dict[str, Any] = {}
+    for key, value in rope.scaling.items():
+        if key == "factor":
+            value = float(value)
+        elif key in ("short_factor", "long_factor"):
+            value = [float(v) for v in value]
+        out[key] = value
+    return out
+
+
+def v4_scaling(rope: RopeParams) -> dict[str, Any] | None:
+    """``rope_scaling`` in the v4 form, or None for unscaled RoPE (static NTK is only a base change)."""
+    if rope.rope_type == "default":
+        return None
+    return {"rope_type": rope.rope_type, "type": rope.rope_type, **scaling_dict(rope)}
+
+
+def v5_parameters(rope: RopeParams, partial: float | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"rope_type": rope.rope_type, "rope_theta": float(rope.rope_theta), **scaling_dict(rope)}
+    if partial is not None:
+        out["partial_rotary_factor"] = float(partial)
+    return out
+
+
+def rope_holder(config: dict[str, Any]) -> dict[str, Any]:
+    """The dict that holds the RoPE keys: the config itself, or a multimodal wrapper's ``text_config``."""
+    inner = config.get("text_config")
+    if isinstance(inner, dict) and not any(k in config for k in ROPE_KEYS):
+        return inner
+    return config
+
+
+def write_rope(
+    config: Mapping[str, Any], model: ModelRope, rope: RopeParams, schema: str = "both",
+    layer_ropes: Mapping[str, RopeParams] | None = None, trained: int | None = None,
+) -> dict[str, Any]:
+    """A copy of ``config`` whose RoPE keys say ``rope`` (and ``layer_ropes`` for per-layer models).
+
+    ``trained`` is the unscaled model's context, written to a top-level ``original_max_position_embeddings``
+    where one must stay but the new rope type has none.
+    """
+    check_schema(schema)
+    out = copy.deepcopy(dict(config))
+    holder = rope_holder(out)
+    for key in ("rope_scaling", "rope_parameters"):
+        holder.pop(key, None)
+    if layer_ropes:
+        _write_nested(holder, model, rope, dict(layer_ropes), schema)
+    else:
+        _write_flat(holder, model, rope, schema)
+    _write_max_positions(holder, model, rope, trained or rope.trained_context)
+    return out
+
+
+def _partial_for_v5(holder: Mapping[str, Any], model: ModelRope) -> float | None:
+    return model.partial_rotary_factor if model.partial_rotary_factor != 1.0 else None
+
+
+def _write_flat(holder: dict[str, Any], model: ModelRope, rope: RopeParams, schema: str) -> None:
+    if schema in ("both", "v4"):
+        _write_theta(holder, model, rope.rope_theta)
+        _ensure_partial(holder, model)
+        scaling = v4_scaling(rope)
+        if scaling is not None:
+            holder["rope_scaling"] = scaling
+    else:
+        _drop_theta(holder)
+    if schema in ("both", "v5"):
+        holder["rope_parameters"] = v5_parameters(rope, _partial_for_v5(holder, model))
+
+
+def _write_nested(
+    holder: dict[str, Any], model: ModelRope, rope: RopeParams, layers: dict[str, RopeParams], schema: str
+) -> None:
+    # Only full attention is scaled; sliding-window layers keep their own (local) base.
+    layers["full_attention"] = rope
+    if schema in ("both", "v4"):
+        _write_theta(holder, model, rope.rope_theta)
+        if "sliding_attention" in layers:
+            holder[LOCAL_THETA_KEY] = float(layers["sliding_attention"].rope_theta)
+        scaling = v4_scaling(rope)
+        if scaling is not None:
+            # Gemma3 merges a flat rope_scaling into full_attention of a nested rope_parameters.
+            holder["rope_scaling"] = scaling
+    else:
+        _drop_theta(holder)
+        holder.pop(LOCAL_THETA_KEY, None)
+    if schema in ("both", "v5"):
+        partial = _partial_for_v5(holder, model)
+        holder["rope_parameters"] = {label: v5_parameters(p, partial) for label, p in sorted(layers.items())}
+
+
+def _write_theta(holder: dict[str, Any], model: ModelRope, theta: float) -> None:
+    key = THETA_KEYS.get(model.model_type, "rope_theta")
+    holder[key] = float(theta)
+    # A second base key left stale would contradict the first for some reader.
+    for other in ("rope_theta", "rotary_emb_base"):
+        if other != key and other in holder:
+            holder[other] = float(theta)
+
+
+def _drop_theta(holder: dict[str, Any]) -> None:
+    for key in ("rope_theta", "rotary_emb_base"):
+        holder.pop(key, None)
+
+
+def _ensure_partial(holder: dict[str, Any], model: ModelRope) -> None:
+    """The v4 form wins in transformers 5, so the partial rotary factor must also live outside the dict."""
+    if model.partial_rotary_factor == 1.0 or any(k in holder for k in ("partial_rotary_factor", "rotary_pct",
+                                                                       "rotary_dim")):
+        return
+    holder[PARTIAL_KEYS.get(model.model_type, "partial_rotary_factor")] = model.partial_rotary_factor
+
+
+def _write_max_positions(holder: dict[str, Any], model: ModelRope, rope: RopeParams, trained: int | None) -> None:
+    if rope.max_position_embeddings is not None:
+        key = next((k for k in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+                    if k in holder), "max_position_embeddings")
+        holder[key] = int(rope.max_position_embeddings)
+    # transformers 5 lets a top-level value override the dict's for llama3/yarn/longrope, so a stale one
+    # would silently change the scaling: it is rewritten to the value that is true now.
+    if ORIGINAL in holder or model.model_type in TOP_LEVEL_ORIGINAL:
+        original = rope.original_max_position_embeddings if rope.rope_type in SCALED_WITH_ORIGINAL else trained
+        if original:
+            holder[ORIGINAL] = int(original)
+        else:
+            holder.pop(ORIGINAL, None)
+
+
+def allowed_types(model_type: str) -> tuple[str, ...] | None:
+    return ALLOWED_TYPES.get(model_type)
