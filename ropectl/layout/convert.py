@@ -1,0 +1,200 @@
+"""``convert-layout``: permute q/k rows between interleaved and half-split, streaming, into a staged folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ropectl.errors import LayoutError, UsageError
+from ropectl.fsutil import atomic_write_text, check_output_dir, staged_dir
+from ropectl.layout.archs import arch_for
+from ropectl.layout.detect import HALF_SPLIT, INTERLEAVED, LAYOUTS, known_layout
+from ropectl.layout.io import write_streaming, write_tensors
+from ropectl.layout.plan import Geometry, TensorPlan, check_layouts, plan_tensors
+from ropectl.layout.verify import VerifyReport, verify_conversion
+from ropectl.layout.weights import ST_INDEX, WeightStore, open_weights, other_files, output_name
+
+ProgressCallback = Callable[[int, int], None]  # (bytes_done, bytes_total)
+METADATA_KEY = "ropectl_layout"
+INTERLEAVED_RUNTIMES = ("Meta's reference Llama code (consolidated.*.pth), mistral-inference "
+                        "(consolidated.safetensors), and llama.cpp's GGUF tensors for the 'llama' architecture "
+                        "(convert_hf_to_gguf.py permutes HF weights into this layout itself, so do not feed it "
+                        "this folder)")
+HALF_SPLIT_RUNTIMES = "rotate_half attention: HF Llama/Qwen/Mistral/GPT-NeoX code and llama.cpp's NEOX rope type"
+
+
+@dataclass(frozen=True)
+class ConvertSpec:
+    model: str
+    to: str
+    output: Path | None
+    from_layout: str | None = None
+    verify: bool = False
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        for flag, value in (("--to", self.to), ("--from", self.from_layout)):
+            if value is not None and value not in LAYOUTS:
+                raise UsageError(f"{flag} '{value}' is not a layout", f"use {INTERLEAVED} or {HALF_SPLIT}")
+        if self.output is None:
+            raise UsageError("convert-layout needs --output", "pass --output DIR (a new folder outside the source)")
+
+
+@dataclass(frozen=True)
+class ConvertResult:
+    source: str
+    output: str
+    model_type: str
+    from_layout: str
+    from_reason: str
+    to_layout: str
+    geometry: Geometry
+    input_format: str
+    weight_files: tuple[str, ...]
+    tensors_permuted: tuple[str, ...]
+    tensors_total: int
+    bytes_total: int
+    seconds: float
+    copied: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    verify: VerifyReport | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        g = self.geometry
+        return {
+            "source": self.source, "output": self.output, "model_type": self.model_type,
+            "from": self.from_layout, "from_reason": self.from_reason, "to": self.to_layout,
+            "num_attention_heads": g.n_heads, "num_key_value_heads": g.n_kv_heads, "head_dim": g.head_dim,
+            "rotary_dim": g.rotary_dim, "input_format": self.input_format, "weight_files": list(self.weight_files),
+            "tensors_permuted": len(self.tensors_permuted), "permuted": list(self.tensors_permuted),
+            "tensors_total": self.tensors_total, "bytes": self.bytes_total, "seconds": round(self.seconds, 3),
+            "copied": list(self.copied), "skipped": list(self.skipped), "warnings": list(self.warnings),
+            "verify": self.verify.to_dict() if self.verify else None,
+        }
+
+
+def convert_layout(spec: ConvertSpec, progress: ProgressCallback | None = None) -> ConvertResult:
+    """Check everything first, then write the converted checkpoint to a temp folder and rename it into place."""
+    from ropectl.resolve import resolve_model
+    from ropectl.schema import read_model_rope
+
+    resolved = resolve_model(spec.model, weights=True)
+    if resolved.is_gguf:
+        raise LayoutError("convert-layout reads safetensors or PyTorch checkpoints, not GGUF",
+                          "GGUF 'llama' tensors are already interleaved; load the GGUF with transformers and "
+                          "save_pretrained it to get a half-split folder")
+    assert spec.output is not None  # __post_init__ refused None; this narrows the type
+    folder, output = resolved.folder, Path(spec.output)
+    check_output_dir(output, folder, spec.force)
+    cfg = dict(resolved.config)
+    model_type, arch = arch_for(cfg)
+    mr = read_model_rope(cfg)
+    source, why = check_layouts(spec.to, spec.from_layout, known_layout(cfg), mr.record)
+    store = open_weights(folder)
+    geo, plans = plan_tensors(arch, model_type, cfg, mr, store.shapes(), spec.to)
+    copy, skipped = other_files(folder, store.files)
+    total = store.nbytes()
+    tick = _ticker(progress, total)
+    start = time.perf_counter()
+    report = None
+    with staged_dir(output, spec.force) as tmp:
+        _readable(tmp)
+        names = _write_weights(store, tmp, plans, spec.to, tick)
+        _write_index(store, tmp, names, spec.to)
+        for path in copy:
+            shutil.copy2(path, tmp / path.name)
+        _write_config(cfg, tmp, source, spec.to)
+        for path in tmp.iterdir():
+            _readable(path)
+        if spec.verify:
+            report = verify_conversion(store, open_weights(tmp), plans, geo, arch.packing, source, spec.to,
+                                       _inv_freq(mr, geo), mr.rope.max_position_embeddings)
+    return ConvertResult(
+        source=str(spec.model), output=str(output), model_type=model_type, from_layout=source, from_reason=why,
+        to_layout=spec.to, geometry=geo, input_format=store.kind, weight_files=tuple(names.values()),
+        tensors_permuted=tuple(sorted(plans)), tensors_total=len(store.where), bytes_total=total,
+        seconds=time.perf_counter() - start, copied=tuple(p.name for p in copy), skipped=tuple(skipped),
+        warnings=tuple(layout_warnings(cfg, model_type, spec.to)), verify=report,
+    )
+
+
+def _readable(path: Path) -> None:
+    """Temp files and folders are created private (0600/0700); the output should get the usual umask modes."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
+
+
+def _ticker(progress: ProgressCallback | None, total: int) -> Callable[[int], None]:
+    done = 0
+    if progress:
+        progress(0, total)
+
+    def tick(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress:
+            progress(done, total)
+
+    return tick
+
+
+def _write_weights(store: WeightStore, tmp: Path, plans: Mapping[str, TensorPlan], to: str,
+                   tick: Callable[[int], None]) -> dict[Path, str]:
+    names: dict[Path, str] = {}
+    for path in store.files:
+        names[path] = output_name(path, store.kind)
+        if store.kind == "safetensors":
+            sf = store.headers[path]
+            metadata = {"format": "pt", **(sf.metadata or {}), METADATA_KEY: to}
+            indexes = {n: plans[n].index for n in sf.tensors if n in plans}
+            write_streaming(sf, tmp / names[path], metadata, indexes, tick)
+        else:
+            tensors = store.torch_files[path]
+            indexes = {n: plans[n].index for n in tensors if n in plans}
+            write_tensors(tensors, tmp / names[path], {"format": "pt", METADATA_KEY: to}, indexes, tick)
+    return names
+
+
+def _write_index(store: WeightStore, tmp: Path, names: Mapping[Path, str], to: str) -> None:
+    if store.index is None:
+        return
+    index = json.loads(json.dumps(store.index))  # deep copy; names and sizes do not change for safetensors
+    index.setdefault("metadata", {})
+    if store.kind == "torch":
+        index["weight_map"] = {n: names[store.where[n]] for n in index["weight_map"]}
+        index["metadata"]["total_size"] = store.nbytes()
+    index["metadata"][METADATA_KEY] = to
+    atomic_write_text(tmp / ST_INDEX, json.dumps(index, indent=2) + "\n")
+
+
+def _write_config(cfg: dict[str, Any], tmp: Path, source: str, to: str) -> None:
+    record = dict(cfg.get("ropectl") or {})
+    record.update(layout=to, layout_source=f"converted from {source} by ropectl convert-layout")
+    atomic_write_text(tmp / "config.json", json.dumps({**cfg, "ropectl": record}, indent=2) + "\n")
+
+
+def _inv_freq(mr: Any, geo: Geometry) -> tuple[float, ...]:
+    from ropectl.rope.frequencies import base_inv_freq, compute_frequencies
+
+    inv = compute_frequencies(mr.rope).inv_freq
+    return tuple(inv) if len(inv) == geo.rotary_dim // 2 else tuple(base_inv_freq(mr.rope.rope_theta, geo.rotary_dim))
+
+
+def layout_warnings(cfg: Mapping[str, Any], model_type: str, to: str) -> list[str]:
+    """Say when transformers would load the result without complaint and compute the wrong thing."""
+    native, _ = known_layout({k: v for k, v in cfg.items() if k != "ropectl"})
+    if to == native:
+        return []
+    out = [f"transformers' '{model_type}' attention expects {native} q/k: it will load this {to} checkpoint without "
+           "any error and silently compute garbage"]
+    out.append(f"{to} q/k is the layout of " + (INTERLEAVED_RUNTIMES if to == INTERLEAVED else HALF_SPLIT_RUNTIMES)
+               + f"; convert back with `ropectl convert-layout OUT --to {native}`")
+    return out

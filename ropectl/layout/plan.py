@@ -1,0 +1,121 @@
+"""Match tensors to q/k roles, check their shapes against the config, and build each tensor's row index."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ropectl.errors import CheckpointError, ConfigError, LayoutError
+from ropectl.layout.archs import UNITS, Arch, layer_of, role_of
+from ropectl.layout.permute import tensor_index
+from ropectl.schema import ModelRope
+from ropectl.schema.read import text_config
+
+if TYPE_CHECKING:
+    import torch
+
+PROJECTIONS = ("q", "k", "qkv")
+
+
+@dataclass(frozen=True)
+class Geometry:
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    rotary_dim: int
+
+
+@dataclass(frozen=True)
+class TensorPlan:
+    name: str
+    role: str  # q, k, qkv, q_norm, k_norm
+    layer: int | None
+    length: int  # rows of a weight/bias; elements of a norm weight
+    index: torch.Tensor
+
+
+def plan_tensors(arch: Arch, model_type: str, cfg: Mapping[str, Any], mr: ModelRope,
+                 shapes: Mapping[str, tuple[int, ...]], to: str) -> tuple[Geometry, dict[str, TensorPlan]]:
+    """Everything needed to permute, decided before a byte is written; shape problems raise here."""
+    roles = {name: role for name in shapes if (role := role_of(arch, name))}
+    if not any(r in PROJECTIONS for r in roles.values()):
+        patterns = ", ".join(p for p in (arch.q, arch.k, arch.qkv) if p)
+        raise CheckpointError(f"no q/k projection tensors in this '{model_type}' checkpoint match {patterns}",
+                              "check that the weights belong to this config")
+    geo = _geometry(arch, cfg, mr, {n: shapes[n] for n, r in roles.items() if r in PROJECTIONS}, roles)
+    plans: dict[str, TensorPlan] = {}
+    cache: dict[tuple[str, int], torch.Tensor] = {}
+    for name, role in roles.items():
+        length = _length(name, role, shapes[name], geo)
+        key = (role, length)
+        if key not in cache:
+            cache[key] = tensor_index(arch.packing, role, length, geo.n_heads, geo.n_kv_heads, geo.head_dim,
+                                      geo.rotary_dim, to)
+        plans[name] = TensorPlan(name, role, layer_of(name), length, cache[key])
+    return geo, plans
+
+
+def _geometry(arch: Arch, cfg: Mapping[str, Any], mr: ModelRope, shapes: Mapping[str, tuple[int, ...]],
+              roles: Mapping[str, str]) -> Geometry:
+    nh, nkv = mr.num_attention_heads, mr.num_key_value_heads
+    found: dict[int, str] = {}
+    for name, shape in shapes.items():
+        a, b = UNITS[(arch.packing, roles[name])]
+        units = a * nh + b * nkv
+        if len(shape) not in (1, 2) or not shape[0]:
+            raise CheckpointError(f"'{name}' has shape {list(shape)}; a q/k projection is a matrix or a bias",
+                                  "quantized or packed q/k tensors are not supported; dequantize first")
+        if shape[0] % units:
+            raise CheckpointError(
+                f"'{name}' has {shape[0]} rows, which do not split into {units} heads "
+                f"({_units_text(a, b, nh, nkv)} from config.json)",
+                "fix num_attention_heads / num_key_value_heads in config.json to match the weights")
+        found.setdefault(shape[0] // units, name)
+    tc = text_config(cfg)
+    explicit = tc.get("head_dim")
+    if len(found) > 1 or (explicit and int(explicit) not in found):
+        detail = "; ".join(f"'{n}' gives head_dim {d}" for d, n in found.items())
+        said = f" but config.json says head_dim {explicit}" if explicit else ""
+        raise CheckpointError(f"tensor shapes disagree with the config: {detail}{said} "
+                              f"(heads {nh}, key-value heads {nkv})",
+                              "fix head_dim / num_attention_heads / num_key_value_heads in config.json")
+    head_dim = next(iter(found))
+    if arch.rotary == "rotary_dim" and tc.get("rotary_dim"):
+        rotary = int(tc["rotary_dim"])
+    else:
+        rotary = int(head_dim * mr.partial_rotary_factor)
+    if rotary % 2 or not 0 < rotary <= head_dim:
+        raise ConfigError(f"rotary dim {rotary} is not an even number in (0, head_dim={head_dim}]",
+                          "fix rotary_dim / rotary_pct / partial_rotary_factor in config.json")
+    return Geometry(nh, nkv, head_dim, rotary)
+
+
+def _units_text(a: int, b: int, nh: int, nkv: int) -> str:
+    parts = [f"{a}×{nh} heads" if a != 1 else f"{nh} heads"] if a else []
+    parts += [f"{b}×{nkv} key-value heads" if b != 1 else f"{nkv} key-value heads"] if b else []
+    return " + ".join(parts)
+
+
+def _length(name: str, role: str, shape: tuple[int, ...], geo: Geometry) -> int:
+    if role in PROJECTIONS:
+        return shape[0]
+    numel = math.prod(shape)
+    if numel % geo.head_dim or not numel:
+        raise CheckpointError(f"norm weight '{name}' has {numel} elements, not a multiple of head_dim {geo.head_dim}",
+                              "check that the weights belong to this config")
+    return numel
+
+
+def check_layouts(to: str, declared: str | None, known: tuple[str, str], record: Mapping[str, Any]) -> tuple[str, str]:
+    """(source layout, why); refuses a conversion to the layout the checkpoint already has."""
+    recorded = record.get("layout")
+    if declared and recorded and declared != recorded:
+        raise LayoutError(f"--from {declared} contradicts config.json, where ropectl recorded layout '{recorded}'",
+                          "drop --from; ropectl wrote these weights and knows their layout")
+    source, why = (declared, "declared with --from") if declared else known
+    if source == to:
+        raise LayoutError(f"the checkpoint is already {to} ({why})",
+                          "nothing to convert; pass the other --to, or --from if the detected layout is wrong")
+    return source, why

@@ -1,0 +1,162 @@
+"""Find a checkpoint's weight files and read them as one store: safetensors (single or sharded) or torch .bin/.pth."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ropectl.errors import CheckpointError
+from ropectl.fsutil import is_inside
+from ropectl.layout.io import SafetensorsFile, read_header, read_tensor
+
+if TYPE_CHECKING:
+    import torch
+
+ST_INDEX = "model.safetensors.index.json"
+PT_INDEX = "pytorch_model.bin.index.json"
+TORCH_SINGLE = ("pytorch_model.bin", "model.bin", "model.pth", "model.pt")
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx")
+
+
+@dataclass
+class WeightStore:
+    """All tensors of a checkpoint: name -> (dtype, shape), readable one at a time."""
+
+    kind: str  # "safetensors" | "torch"
+    files: tuple[Path, ...]
+    index: Mapping[str, Any] | None = None
+    headers: dict[Path, SafetensorsFile] = field(default_factory=dict)
+    torch_files: dict[Path, Mapping[str, Any]] = field(default_factory=dict)
+    where: dict[str, Path] = field(default_factory=dict)
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        if self.kind == "safetensors":
+            return {n: self.headers[p].tensors[n].shape for n, p in self.where.items()}
+        return {n: tuple(self.torch_files[p][n].shape) for n, p in self.where.items()}
+
+    def get(self, name: str) -> torch.Tensor:
+        path = self.where[name]
+        if self.kind == "safetensors":
+            return read_tensor(self.headers[path], name)
+        return self.torch_files[path][name]
+
+    def nbytes(self) -> int:
+        if self.kind == "safetensors":
+            return sum(h.data_len for h in self.headers.values())
+        return sum(t.numel() * t.element_size() for sd in self.torch_files.values() for t in sd.values())
+
+
+def open_weights(folder: Path) -> WeightStore:
+    """Locate and open the weights; every header is checked before anything is written."""
+    store = _locate(Path(folder))
+    for path in store.files:
+        if store.kind == "safetensors":
+            store.headers[path] = read_header(path)
+            names = list(store.headers[path].tensors)
+        else:
+            store.torch_files[path] = load_torch(path)
+            names = list(store.torch_files[path])
+        for name in names:
+            if name in store.where:
+                raise CheckpointError(f"tensor '{name}' is stored twice ({store.where[name].name}, {path.name})",
+                                      "repair the checkpoint so each tensor is in one shard")
+            store.where[name] = path
+    return store
+
+
+def _locate(folder: Path) -> WeightStore:
+    for index_name, kind in ((ST_INDEX, "safetensors"), (PT_INDEX, "torch")):
+        if (folder / index_name).is_file():
+            index = _read_index(folder / index_name)
+            return WeightStore(kind, tuple(_shard_paths(folder, index_name, index)), index)
+    singles = sorted(folder.glob("*.safetensors"))
+    if len(singles) == 1:
+        return WeightStore("safetensors", (singles[0],))
+    if len(singles) > 1:
+        raise CheckpointError(f"'{folder}' holds {len(singles)} .safetensors files but no {ST_INDEX}",
+                              "add the index, or keep one file")
+    for name in TORCH_SINGLE:
+        if (folder / name).is_file():
+            return WeightStore("torch", (folder / name,))
+    raise CheckpointError(f"no weights found in '{folder}' (looked for {ST_INDEX}, *.safetensors, {PT_INDEX}, "
+                          f"{', '.join(TORCH_SINGLE)})", "point MODEL at a checkpoint folder with its weights")
+
+
+def _read_index(path: Path) -> dict[str, Any]:
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"cannot read '{path}' ({exc})", "repair or re-download the index") from None
+    if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
+        raise CheckpointError(f"'{path}' has no weight_map object", "repair or re-download the index")
+    return index
+
+
+def _shard_paths(folder: Path, index_name: str, index: Mapping[str, Any]) -> list[Path]:
+    shards: list[str] = []
+    for shard in index["weight_map"].values():
+        if shard not in shards:
+            shards.append(shard)
+    paths = []
+    for shard in shards:
+        if not isinstance(shard, str) or not shard or Path(shard).is_absolute() or ".." in Path(shard).parts \
+                or not is_inside(folder / shard, folder):
+            raise CheckpointError(f"{index_name} names shard {shard!r}, outside the checkpoint folder",
+                                  "shard names must be plain file names inside the folder; repair the index")
+        if not (folder / shard).is_file():
+            raise CheckpointError(f"shard '{shard}' listed in {index_name} is missing from '{folder}'",
+                                  "download the missing shard (or the whole checkpoint) again")
+        paths.append(folder / shard)
+    return paths
+
+
+def load_torch(path: Path) -> dict[str, torch.Tensor]:
+    """Weights-only, memory-mapped load: never a full unpickle, never the whole file in RAM."""
+    import torch
+
+    try:
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:  # legacy (non-zip) files cannot be mmapped
+            if "mmap" not in str(exc):
+                raise
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise CheckpointError(f"'{path.name}' holds more than plain tensors, so weights-only loading refused it "
+                              f"({first})", "re-save it as a state dict of tensors, or as safetensors") from None
+    except (OSError, RuntimeError, EOFError) as exc:
+        raise CheckpointError(f"cannot read '{path.name}' as a PyTorch checkpoint ({exc})",
+                              "re-download or re-save it") from None
+    if isinstance(obj, dict) and len(obj) == 1 and isinstance(next(iter(obj.values())), dict):
+        obj = next(iter(obj.values()))  # {"state_dict": {...}} / {"model": {...}} wrappers
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise CheckpointError(f"'{path.name}' is not a state dict of tensors", "re-save it as a plain state dict")
+    return obj
+
+
+def output_name(path: Path, kind: str) -> str:
+    """Safetensors stay as named; torch files become ``model[-0000k-of-0000n].safetensors``."""
+    if kind == "safetensors":
+        return path.name
+    stem = path.name.split(".")[0]
+    suffix = stem[len("pytorch_model"):] if stem.startswith("pytorch_model") else ""
+    return f"model{suffix}.safetensors"
+
+
+def other_files(folder: Path, used: tuple[Path, ...]) -> tuple[list[Path], list[str]]:
+    """(files to copy, names skipped): configs and tokenizers come along; other weights and folders do not."""
+    used_names = {p.name for p in used} | {ST_INDEX, PT_INDEX}
+    copy, skipped = [], []
+    for entry in sorted(Path(folder).iterdir()):
+        if entry.name in used_names or entry.name.startswith("."):
+            continue
+        if entry.is_dir() or entry.suffix in WEIGHT_SUFFIXES or entry.name.endswith(".index.json"):
+            skipped.append(entry.name + ("/" if entry.is_dir() else ""))
+        elif entry.is_file():
+            copy.append(entry)
+    return copy, skipped
