@@ -79,7 +79,8 @@ def _print_result(d: dict[str, Any]) -> None:
         console.print(f"  [dim]not copied: {', '.join(d['skipped'])}[/dim]")
     if d["verify"]:
         v = d["verify"]
-        console.print(f"  [green]verified[/green]: layers {v['layers']}, {v['heads_checked']} heads, "
+        layers = ", ".join(str(x) for x in v["layers"]) or "-"
+        console.print(f"  [green]verified[/green]: layers {layers}, {v['heads_checked']} heads, "
                       f"{len(v['positions'])} positions: max error {v['max_abs_error']:.3g} "
                       f"(relative {v['max_rel_error']:.3g}, attention scores {v['score_max_rel_error']:.3g})")
     for warning in d["warnings"]:
