@@ -33,6 +33,19 @@ class ConfigPlan:
     layer_ropes: Mapping[str, RopeParams] = field(default_factory=dict)
     composed_from_record: bool = False
     warnings: tuple[str, ...] = ()
+    method: MethodSpec | None = None  # the spec as applied: a target length turned into its factor
+
+    @property
+    def factor(self) -> float | None:
+        return self.method.factor if self.method is not None else self.rope.factor
+
+    @property
+    def target_context(self) -> int | None:
+        """The context the patched model is meant for (dynamic keeps max_position_embeddings lower)."""
+        trained = self.base.trained_context
+        if trained is None:
+            return self.rope.max_position_embeddings
+        return int(round(trained * self.factor)) if self.factor else int(trained)
 
 
 def is_scaled(model: ModelRope) -> bool:
@@ -63,7 +76,7 @@ def base_rope(model: ModelRope, replace_existing: bool = False) -> tuple[RopePar
     return RopeParams("default", rope.rope_theta, model.rotary_dim, rope.max_position_embeddings, {}), False
 
 
-def _check_model(model: ModelRope, rope: RopeParams) -> None:
+def _check_model(model: ModelRope, rope: RopeParams, transformers: bool) -> None:
     if model.model_type in FIXED_ROPE_TYPES:
         name = FIXED_ROPE_TYPES[model.model_type]
         raise MethodError(
@@ -71,7 +84,13 @@ def _check_model(model: ModelRope, rope: RopeParams) -> None:
             "so no config key can change it",
             "scale a model whose config has rope_theta / rope_scaling (Llama, Qwen, Mistral, Gemma, Phi, GPT-NeoX ...)",
         )
-    allowed = allowed_types(model.model_type)
+    if model.layer_ropes and rope.scaling.get("truncate") is False:
+        raise MethodError(
+            "transformers 5 reads yarn 'truncate' only from a flat rope section, so truncate=false would be "
+            "ignored on this per-layer-type model",
+            "drop truncate=false (keep the default rounding of the ramp ends)",
+        )
+    allowed = allowed_types(model.model_type) if transformers else None
     if allowed is not None and rope.rope_type not in allowed:
         raise MethodError(
             f"transformers' {model.model_type} config accepts only rope types {', '.join(allowed)}, "
@@ -101,21 +120,24 @@ def effective_spec(base: RopeParams, spec: MethodSpec, target_length: int | None
 
 def plan_config(
     config: Mapping[str, Any], spec: MethodSpec, target_length: int | None = None, schema: str = "both",
-    *, replace_existing: bool = False,
+    *, replace_existing: bool = False, transformers: bool = True,
 ) -> ConfigPlan:
-    """Everything ``apply_to_config`` computes, with the before/base state for summaries."""
+    """Everything ``apply_to_config`` computes, with the before/base state for summaries.
+
+    ``transformers=False`` skips the checks of what transformers' config classes accept (for GGUF outputs).
+    """
     check_schema(schema)
     before = read_model_rope(config)
     base, from_record = base_rope(before, replace_existing)
     spec = effective_spec(base, spec, target_length)
     rope = apply_method(base, spec)
-    _check_model(before, rope)
+    _check_model(before, rope, transformers)
     layers = {**before.layer_ropes, "full_attention": rope} if before.layer_ropes else {}
     new = write_rope(config, before, rope, schema, layer_ropes=layers or None, trained=base.trained_context)
     new[RECORD] = _record(before, base, spec)
     if rope_holder(new) is not new:
         rope_holder(new).pop(RECORD, None)
-    return ConfigPlan(new, before, base, rope, layers, from_record, before.warnings)
+    return ConfigPlan(new, before, base, rope, layers, from_record, before.warnings, spec)
 
 
 def apply_to_config(

@@ -1,0 +1,222 @@
+"""``patch_checkpoint``: the one core function behind ``ropectl patch``."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ropectl.errors import OutputError, UsageError
+from ropectl.fsutil import atomic_write_bytes, atomic_write_text, check_output_dir, link_or_copy, staged_dir
+from ropectl.patch import gguf as gguf_out
+from ropectl.patch.config import ConfigPlan, plan_config
+from ropectl.patch.emit import emit_llama_cpp, emit_vllm
+from ropectl.patch.spec import PatchSpec
+from ropectl.patch.summary import PatchResult, pair_counts, rope_state
+from ropectl.patch.verify import expected_ropes, verify_config, verify_folder
+from ropectl.resolve import HUB_ID, ResolvedModel, resolve_model
+
+CONFIG = "config.json"
+
+
+def _is_hub_id(model: str) -> bool:
+    return not Path(model).expanduser().exists() and bool(HUB_ID.match(model)) and not model.startswith((".", "/", "~"))
+
+
+def _precheck(spec: PatchSpec) -> None:
+    """Refusals that need no model: they must come before any download or work."""
+    if _is_hub_id(spec.model) and spec.in_place:
+        raise UsageError("a hub model cannot be patched in place (its cache is shared)", "pass --output DIR")
+    if spec.output is not None and spec.output.suffix.lower() != ".gguf" and not spec.model.lower().endswith(".gguf"):
+        check_output_dir(spec.output, Path(spec.model) if Path(spec.model).is_dir() else None, spec.force)
+
+
+def _check_outputs(spec: PatchSpec, model: ResolvedModel) -> None:
+    if model.is_gguf:
+        if spec.in_place:
+            raise UsageError("GGUF files are not patched in place", "pass --output NEW.gguf")
+        if spec.output is not None:
+            gguf_out.check_gguf_output(spec.output, model.path, spec.force)
+    elif spec.output is not None and spec.output.suffix.lower() == ".gguf":
+        raise UsageError("--output names a .gguf but the model is a Hugging Face checkpoint",
+                         "pass an output folder; convert to GGUF with llama.cpp afterwards")
+    elif spec.in_place and not os.access(model.folder, os.W_OK | os.X_OK):
+        raise OutputError(f"cannot write to '{model.folder}' (permission denied)", "use --output DIR instead")
+
+
+def _gguf_config(model: ResolvedModel) -> dict[str, Any]:
+    """The GGUF's HF-style config plus ropectl's base record, kept in ``ropectl.*`` keys."""
+    config = dict(model.config)
+    theta, context = model.gguf.get(gguf_out.BASE_THETA_KEY), model.gguf.get(gguf_out.BASE_CONTEXT_KEY)
+    if theta:
+        record = dict(config.get("ropectl") or {})
+        record["base"] = {"rope_theta": float(theta), "max_position_embeddings": int(context or 0) or None,
+                          "trained_context": int(context or 0) or None}
+        config["ropectl"] = record
+    return config
+
+
+def _dump(config: Mapping[str, Any]) -> str:
+    return json.dumps(config, indent=2, ensure_ascii=False) + "\n"
+
+
+def _diff(old: str, new: str, name: str) -> str:
+    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                 f"a/{name}", f"b/{name}")
+    return "".join(lines)
+
+
+def _gguf_diff(meta: Mapping[str, Any], updates: Mapping[str, Any], remove: set[str], name: str) -> str:
+    old = [f"{k} = {meta[k]!r}\n" for k in sorted(set(updates) | remove) if k in meta]
+    new = [f"{k} = {v!r}\n" for k, v in sorted(updates.items())]
+    return "".join(difflib.unified_diff(old, new, f"a/{name}", f"b/{name}"))
+
+
+def _link_tree(source: Path, staging: Path, copy: bool) -> list[tuple[str, str]]:
+    files = []
+    for root, dirs, names in os.walk(source):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        rel = Path(root).relative_to(source)
+        for name in sorted(names):
+            if name.startswith(".") or (rel == Path(".") and name.startswith(CONFIG)):
+                continue
+            (staging / rel).mkdir(parents=True, exist_ok=True)
+            how = link_or_copy(Path(root) / name, staging / rel / name, copy=copy)
+            files.append((str(rel / name), how))
+    return files
+
+
+def _default_mode(mode: int) -> int:
+    """``mode`` as a normal create would leave it under the current umask (temp files start at 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return mode & ~umask
+
+
+def _write_folder(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> dict[str, Any]:
+    assert spec.output is not None
+    text = _dump(plan.config)
+    with staged_dir(spec.output, force=spec.force) as staging:
+        files = _link_tree(model.folder, staging, spec.copy)
+        atomic_write_text(staging / CONFIG, text)
+        os.chmod(staging / CONFIG, _default_mode(0o666))
+        os.chmod(staging, _default_mode(0o777))
+        verification = verify_folder(staging, expected_ropes(plan.rope, plan.layer_ropes))
+    return {"output": str(spec.output), "files": [(CONFIG, "written"), *files], "verification": verification}
+
+
+def _backup_path(config: Path) -> Path:
+    backup = config.with_name(CONFIG + ".bak")
+    if backup.exists():
+        backup = config.with_name(f"{CONFIG}.{time.strftime('%Y%m%d-%H%M%S')}.bak")
+    return backup
+
+
+def _write_in_place(model: ResolvedModel, plan: ConfigPlan) -> dict[str, Any]:
+    path = model.folder / CONFIG
+    verification = verify_config(plan.config, expected_ropes(plan.rope, plan.layer_ropes))
+    backup = _backup_path(path)
+    mode = path.stat().st_mode & 0o777
+    atomic_write_bytes(backup, path.read_bytes())
+    os.chmod(backup, mode)
+    atomic_write_text(path, _dump(plan.config))
+    os.chmod(path, mode)
+    return {"output": str(model.folder), "files": [(CONFIG, "rewritten")], "backup": str(backup),
+            "verification": verification}
+
+
+def _gguf(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> dict[str, Any]:
+    gguf_out.check_expressible(plan.rope, plan.method.name if plan.method else plan.rope.rope_type)
+    arch = str(model.gguf.get("general.architecture"))
+    label = plan.method.label if plan.method else plan.rope.rope_type
+    updates, remove = gguf_out.gguf_updates(arch, plan.rope, plan.base, label)
+    if spec.dry_run or spec.output is None:
+        return {"diff": _gguf_diff(model.gguf, updates, remove, model.path.name)}
+    written = gguf_out.rewrite_gguf(model.path, spec.output, arch, updates, remove)
+    os.chmod(spec.output, _default_mode(0o666))
+    how = f"new file, {written.tensors} tensors copied unchanged"
+    verification = {"engine": "GGUF re-read", "keys": sorted(written.changed), "removed": list(written.removed),
+                    "tensors_identical": written.tensors}
+    return {"output": str(spec.output), "files": [(spec.output.name, how)], "verification": verification}
+
+
+def _emit(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> tuple[dict[str, Any], list[str]]:
+    target = int(plan.target_context or 0)
+    if spec.emit == "vllm":
+        return emit_vllm(spec.model, plan.rope, plan.layer_ropes, plan.before.partial_rotary_factor, target)
+    return emit_llama_cpp(spec.model, plan.rope, plan.layer_ropes, plan.before.model_type, target)
+
+
+def _warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[str]:
+    out = []  # the source's own inconsistencies (plan.warnings) are all rewritten away by the patch
+    if plan.before.rope.rope_type != "default" or plan.composed_from_record:
+        how = "from the base recorded by ropectl" if plan.composed_from_record else "taking the config's theta as base"
+        out.append(f"the existing '{plan.before.rope.rope_type}' scaling was replaced, not stacked ({how})")
+    if plan.rope.rope_type == "dynamic":
+        out.append("dynamic keeps max_position_embeddings at the trained length: transformers scales only beyond it")
+    if not model.is_gguf and spec.emit == "config" and spec.schema != "v5":
+        out.append("re-saving this checkpoint with transformers 5 (save_pretrained) drops the v4 keys rope_scaling "
+                   "and top-level rope_theta; patch again after re-saving if transformers 4 readers matter")
+    if not model.is_gguf and spec.schema == "v5":
+        out.append("schema v5 only: transformers 4.x ignores rope_parameters and would load unscaled RoPE")
+    return out
+
+
+def _mode(spec: PatchSpec) -> str:
+    if spec.emit != "config":
+        return "emit"
+    return "dry-run" if spec.dry_run else "in-place" if spec.in_place else "output"
+
+
+def _execute(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> tuple[dict[str, Any], list[str]]:
+    if spec.emit != "config":
+        emitted, warnings = _emit(spec, model, plan)
+        return {"emit": emitted}, warnings
+    if model.is_gguf:
+        return _gguf(spec, model, plan), []
+    if spec.dry_run:
+        verification = verify_config(plan.config, expected_ropes(plan.rope, plan.layer_ropes))
+        old = (model.folder / CONFIG).read_text(encoding="utf-8")
+        return {"diff": _diff(old, _dump(plan.config), CONFIG), "verification": verification}, []
+    return (_write_in_place(model, plan) if spec.in_place else _write_folder(spec, model, plan)), []
+
+
+def _result(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan, done: dict[str, Any],
+            warnings: list[str]) -> PatchResult:
+    target = plan.target_context
+    files = tuple(done.get("files", ()))
+    if any(how == "symlink" for _, how in files):
+        warnings.append("the filesystem refused hardlinks, so files are symlinks to the source: keep the source, "
+                        "or rerun with --copy")
+    verification = done.get("verification")
+    if verification is not None and hasattr(verification, "to_dict"):
+        verification = verification.to_dict()
+    others = {k: float(v.rope_theta) for k, v in plan.layer_ropes.items() if k != "full_attention"}
+    return PatchResult(
+        model=spec.model, kind=model.kind, method=plan.method.label if plan.method else plan.rope.rope_type,
+        mode=_mode(spec), schema="gguf" if model.is_gguf else spec.schema,
+        before=rope_state(plan.before.rope), after=rope_state(plan.rope, factor=plan.factor),
+        trained_context=plan.base.trained_context, target_context=target,
+        pairs=pair_counts(plan.base, plan.rope, int(target or 0) or None, plan.factor),
+        other_layers=others, composed_from_record=plan.composed_from_record, output=done.get("output"),
+        files=files, backup=done.get("backup"), verification=verification, diff=done.get("diff"),
+        emit=done.get("emit"), warnings=tuple(dict.fromkeys(warnings)),
+    )
+
+
+def patch_checkpoint(spec: PatchSpec) -> PatchResult:
+    """Patch (or dry-run, or emit flags for) one model as ``spec`` says; see ``ropectl patch --help``."""
+    _precheck(spec)
+    model = resolve_model(spec.model, weights=_is_hub_id(spec.model) and spec.writes)
+    if model.kind == "hub" and spec.writes and spec.output is None:
+        raise UsageError("a hub model's patched copy must go to a folder", "pass --output DIR")
+    _check_outputs(spec, model)
+    config = _gguf_config(model) if model.is_gguf else dict(model.config)
+    plan = plan_config(config, spec.method, spec.target_length, spec.schema,
+                       replace_existing=spec.replace_existing, transformers=not model.is_gguf)
+    done, emit_warnings = _execute(spec, model, plan)
+    return _result(spec, model, plan, done, _warnings(spec, plan, model) + emit_warnings)

@@ -1,0 +1,208 @@
+"""Rewrite a GGUF file's RoPE metadata into a new file, tensors copied byte for byte.
+
+llama.cpp reads ``{arch}.rope.scaling.type/.factor/.original_context_length``, ``{arch}.rope.freq_base``
+and ``{arch}.context_length``; YaRN also takes ``yarn_beta_fast/slow`` and an attention multiplier
+``rope.scaling.attn_factor`` applied on top of its own 0.1 ln(s) + 1. ropectl's base record lives in
+``ropectl.*`` keys, which llama.cpp ignores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ropectl.errors import GGUFError, MethodError, OutputError, VerificationError
+from ropectl.rope.frequencies import compute_frequencies, yarn_mscale
+from ropectl.rope.params import RopeParams
+
+BASE_THETA_KEY = "ropectl.base.rope_theta"
+BASE_CONTEXT_KEY = "ropectl.base.context_length"
+METHOD_KEY = "ropectl.method"
+# Keys that describe scaling; whatever of them the new RoPE does not set is removed.
+SCALING_SUFFIXES = ("rope.scaling.type", "rope.scaling.factor", "rope.scaling.original_context_length",
+                    "rope.scaling.attn_factor", "rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow",
+                    "rope.scaling.yarn_attn_factor", "rope.scaling.yarn_ext_factor", "rope.scaling.yarn_log_multiplier",
+                    "rope.scaling.finetuned", "rope.scale_linear")
+UNEXPRESSIBLE = {
+    "dynamic": "llama.cpp has no dynamic NTK scaling",
+    "llama3": "llama.cpp bakes llama3 frequencies into a rope_freqs tensor when converting",
+    "longrope": "llama.cpp keeps LongRoPE factors in rope_factors_long/short tensors written when converting",
+}
+
+
+def check_expressible(rope: RopeParams, method_name: str) -> None:
+    why = UNEXPRESSIBLE.get(rope.rope_type)
+    if why:
+        raise MethodError(
+            f"method '{method_name}' cannot be written to GGUF metadata: {why}",
+            "patch the Hugging Face checkpoint and convert it with llama.cpp's convert_hf_to_gguf.py, "
+            "or use linear, ntk or yarn on the GGUF",
+        )
+
+
+def llama_cpp_attn_factor(rope: RopeParams) -> float:
+    """The multiplier llama.cpp needs so its YaRN cos/sin scale equals transformers' attention factor."""
+    factor = rope.factor or 1.0
+    return compute_frequencies(rope).attention_factor / yarn_mscale(factor)
+
+
+def gguf_updates(arch: str, rope: RopeParams, base: RopeParams, label: str) -> tuple[dict[str, Any], set[str]]:
+    """({key: value} to set, {keys} to remove) for the new RoPE."""
+    def k(suffix: str) -> str:
+        return f"{arch}.{suffix}"
+
+    kind = {"default": "none"}.get(rope.rope_type, rope.rope_type)
+    updates: dict[str, Any] = {
+        k("context_length"): int(rope.max_position_embeddings or base.max_position_embeddings or 0),
+        k("rope.freq_base"): float(rope.rope_theta),
+        k("rope.scaling.type"): kind,
+        BASE_THETA_KEY: float(base.rope_theta),
+        BASE_CONTEXT_KEY: int(base.trained_context or 0),
+        METHOD_KEY: label,
+    }
+    if kind in ("linear", "yarn"):
+        updates[k("rope.scaling.factor")] = float(rope.factor or 1.0)
+    if kind == "yarn":
+        sc = rope.scaling
+        updates[k("rope.scaling.original_context_length")] = int(rope.original_max_position_embeddings or 0)
+        updates[k("rope.scaling.yarn_beta_fast")] = float(sc.get("beta_fast") or 32.0)
+        updates[k("rope.scaling.yarn_beta_slow")] = float(sc.get("beta_slow") or 1.0)
+        attn = llama_cpp_attn_factor(rope)
+        if not math.isclose(attn, 1.0, rel_tol=1e-7):
+            updates[k("rope.scaling.attn_factor")] = attn
+    remove = {k(s) for s in SCALING_SUFFIXES} - set(updates)
+    return updates, remove
+
+
+def _value_type(key: str, value: Any) -> Any:
+    from gguf import GGUFValueType
+
+    if isinstance(value, str):
+        return GGUFValueType.STRING
+    if isinstance(value, int):
+        return GGUFValueType.UINT32
+    return GGUFValueType.FLOAT64 if key.startswith("ropectl.") else GGUFValueType.FLOAT32
+
+
+def _open(path: Path) -> Any:
+    import gguf
+
+    try:
+        return gguf.GGUFReader(str(path))
+    except Exception as exc:  # the reader raises ValueError, struct.error ... on a bad file
+        raise GGUFError(f"'{path}' is not a readable GGUF file ({type(exc).__name__}: {exc})",
+                        "check the download is complete; re-download or re-convert it") from None
+
+
+def _copy_fields(reader: Any, writer: Any, updates: Mapping[str, Any], remove: set[str]) -> None:
+    from gguf import GGUFValueType
+
+    pending = dict(updates)
+    for fld in reader.fields.values():
+        if fld.name == "general.architecture" or fld.name.startswith("GGUF.") or fld.name in remove:
+            continue
+        vtype = fld.types[0]
+        sub_type = fld.types[-1] if vtype == GGUFValueType.ARRAY else None
+        value = pending.pop(fld.name) if fld.name in pending else fld.contents()
+        writer.add_key_value(fld.name, value, vtype, sub_type=sub_type)
+    for key, value in pending.items():
+        writer.add_key_value(key, value, _value_type(key, value))
+
+
+def _write(reader: Any, path: Path, arch: str, updates: Mapping[str, Any], remove: set[str]) -> None:
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), arch, endianess=reader.endianess)
+    writer.data_alignment = reader.alignment
+    try:
+        _copy_fields(reader, writer, updates, remove)
+        for t in reader.tensors:
+            writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        for t in reader.tensors:
+            writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+    finally:
+        writer.close()
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return math.isclose(float(a), float(b), rel_tol=1e-6)
+    return a == b
+
+
+def verify_gguf(source: Any, written: Path, updates: Mapping[str, Any], remove: set[str]) -> int:
+    """Re-read the written file: new metadata as intended, the rest and every tensor unchanged."""
+    import numpy as np
+
+    out = _open(written)
+    for key, want in updates.items():
+        fld = out.fields.get(key)
+        if fld is None or not _same(fld.contents(), want):
+            got = None if fld is None else fld.contents()
+            raise VerificationError(f"GGUF key '{key}' reads back as {got!r}, not {want!r}", "report this")
+    for key in remove:
+        if key in out.fields:
+            raise VerificationError(f"GGUF key '{key}' should have been removed", "report this")
+    kept = [f for f in source.fields.values() if f.name not in updates and f.name not in remove
+            and not f.name.startswith("GGUF.")]
+    for fld in kept:
+        if fld.name not in out.fields:
+            raise VerificationError(f"GGUF key '{fld.name}' was lost in the copy", "report this")
+    if [t.name for t in out.tensors] != [t.name for t in source.tensors]:
+        raise VerificationError("the written GGUF's tensor list differs from the source's", "report this")
+    for a, b in zip(source.tensors, out.tensors, strict=True):
+        if a.tensor_type != b.tensor_type or list(a.shape) != list(b.shape) or not np.array_equal(a.data, b.data):
+            raise VerificationError(f"tensor '{a.name}' differs after the copy", "report this")
+    return len(out.tensors)
+
+
+@dataclass(frozen=True)
+class GGUFWrite:
+    path: Path
+    changed: dict[str, Any]
+    removed: tuple[str, ...]
+    tensors: int
+
+
+def check_gguf_output(output: Path, source: Path, force: bool) -> None:
+    if output.suffix.lower() != ".gguf":
+        raise OutputError(f"output '{output}' does not end in .gguf", "pass --output NEW.gguf for a GGUF model")
+    if output.resolve() == source.resolve():
+        raise OutputError("the output is the source GGUF", "write a new file; GGUF models are never patched in place")
+    if output.exists() and not force:
+        raise OutputError(f"output file '{output}' exists", "choose a new file name, or pass --force")
+    parent = output.parent if output.parent.exists() else None
+    if parent is None:
+        raise OutputError(f"folder '{output.parent}' does not exist", "create it first")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"cannot write to '{parent}' (permission denied)", "choose a writable output location")
+
+
+def rewrite_gguf(source: Path, output: Path, arch: str, updates: dict[str, Any], remove: set[str]) -> GGUFWrite:
+    """Write to a temp file beside ``output``, verify it, then rename: never a half-written .gguf."""
+    reader = _open(source)
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+    except OSError as exc:
+        raise OutputError(f"cannot create a file in '{output.parent}' ({exc.strerror})",
+                          "choose a writable output location") from None
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        _write(reader, tmp, arch, updates, remove)
+        tensors = verify_gguf(reader, tmp, updates, remove)
+        os.replace(tmp, output)
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    present = {f.name for f in reader.fields.values()}
+    return GGUFWrite(output, dict(updates), tuple(sorted(remove & present)), tensors)

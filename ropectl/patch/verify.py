@@ -1,0 +1,123 @@
+"""Check a written config against ropectl's own RoPE math, through transformers itself.
+
+transformers reloads the config exactly as a user's ``from_pretrained`` would, and builds the model's
+rotary embedding class (without the rest of the model), so what is compared is the ``inv_freq`` and
+attention scaling the model will really use.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ropectl.errors import VerificationError
+from ropectl.rope.frequencies import compute_frequencies
+from ropectl.rope.params import RopeParams
+
+REL_TOL = 1e-5  # transformers computes in float32
+MAIN = "main"
+
+
+@dataclass(frozen=True)
+class Verification:
+    engine: str
+    layers: tuple[str, ...]
+    max_rel_error: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"engine": self.engine, "layers": list(self.layers), "max_rel_error": self.max_rel_error}
+
+
+def _module_for(model_type: str) -> Any:
+    import importlib
+
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    name = model_type_to_module_name(model_type)
+    return importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+
+
+def rotary_class(config: Any) -> type:
+    """The model's own rotary embedding class, e.g. ``LlamaRotaryEmbedding``."""
+    module = _module_for(config.model_type)
+    prefix = type(config).__name__.replace("TextConfig", "").replace("Config", "")
+    names = [n for n in dir(module) if n.endswith("RotaryEmbedding") and isinstance(getattr(module, n), type)]
+    preferred = [n for n in names if n == f"{prefix}RotaryEmbedding"] or sorted(names, key=len)
+    if not preferred:
+        raise VerificationError(
+            f"transformers' {config.model_type} module has no rotary embedding class to check against",
+            "this architecture cannot be verified; report it",
+        )
+    return getattr(module, preferred[0])
+
+
+def transformers_frequencies(folder: Path) -> dict[str, tuple[list[float], float]]:
+    """{layer type or "main": (inv_freq, attention_scaling)} as transformers builds them from ``folder``."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(str(folder))
+    except Exception as exc:  # transformers raises ValueError/KeyError/TypeError on a config it rejects
+        raise VerificationError(
+            f"transformers rejects the patched config ({type(exc).__name__}: {exc})",
+            "nothing was written; report this with the model's config.json",
+        ) from None
+    config = getattr(config, "get_text_config", lambda: config)()
+    rotary = rotary_class(config)(config)
+    if hasattr(rotary, "inv_freq"):
+        return {MAIN: (rotary.inv_freq.double().tolist(), float(rotary.attention_scaling))}
+    out = {}
+    for layer in sorted(set(getattr(config, "layer_types", None) or ())):
+        if hasattr(rotary, f"{layer}_inv_freq"):
+            inv = getattr(rotary, f"{layer}_inv_freq").double().tolist()
+            out[layer] = (inv, float(getattr(rotary, f"{layer}_attention_scaling")))
+    return out
+
+
+def _rel_error(got: Sequence[float], want: Sequence[float]) -> float:
+    if len(got) != len(want):
+        return math.inf
+    return max((abs(g - w) / abs(w) for g, w in zip(got, want, strict=True)), default=0.0)
+
+
+def compare(built: Mapping[str, tuple[list[float], float]], expected: Mapping[str, RopeParams]) -> float:
+    """Largest relative error; raises VerificationError on any mismatch."""
+    worst = 0.0
+    for layer, params in expected.items():
+        if layer not in built:
+            raise VerificationError(f"transformers built no rotary embedding for '{layer}'", "report this")
+        inv, attention = built[layer]
+        ours = compute_frequencies(params)
+        err = max(_rel_error(inv, ours.inv_freq), abs(attention - ours.attention_factor) / ours.attention_factor)
+        if not err <= REL_TOL:
+            raise VerificationError(
+                f"transformers builds different RoPE for '{layer}' than ropectl computed (relative error {err:.2e}, "
+                f"{len(inv)} vs {len(ours.inv_freq)} frequencies, attention {attention:.6g} vs "
+                f"{ours.attention_factor:.6g})",
+                "nothing was written; report this with the command line and config.json",
+            )
+        worst = max(worst, err)
+    return worst
+
+
+def verify_folder(folder: Path, expected: Mapping[str, RopeParams]) -> Verification:
+    import transformers
+
+    worst = compare(transformers_frequencies(folder), expected)
+    return Verification(f"transformers {transformers.__version__}", tuple(expected), worst)
+
+
+def verify_config(config: Mapping[str, Any], expected: Mapping[str, RopeParams]) -> Verification:
+    """Verify a config dict before anything is written, from a scratch folder holding only config.json."""
+    with tempfile.TemporaryDirectory(prefix="ropectl-verify-") as tmp:
+        (Path(tmp) / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        return verify_folder(Path(tmp), expected)
+
+
+def expected_ropes(rope: RopeParams, layer_ropes: Mapping[str, RopeParams]) -> dict[str, RopeParams]:
+    return dict(layer_ropes) if layer_ropes else {MAIN: rope}
