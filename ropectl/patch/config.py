@@ -40,9 +40,13 @@ class ConfigPlan:
         return self.method.factor if self.method is not None else self.rope.factor
 
     @property
+    def trained_context(self) -> int | None:
+        return self.rope.original_max_position_embeddings or self.base.trained_context
+
+    @property
     def target_context(self) -> int | None:
         """The context the patched model is meant for (dynamic keeps max_position_embeddings lower)."""
-        trained = self.base.trained_context
+        trained = self.trained_context
         if trained is None:
             return self.rope.max_position_embeddings
         return int(round(trained * self.factor)) if self.factor else int(trained)
@@ -115,6 +119,9 @@ def effective_spec(base: RopeParams, spec: MethodSpec, target_length: int | None
     method = get_method(spec.name)
     if target_length is None or not method.uses_factor:
         return MethodSpec(method.name, spec.factor, spec.options)
+    original = dict(spec.options).get("original_max_position_embeddings")
+    if original:  # the target is measured from the pretraining length the user gave
+        base = base.with_(scaling={"original_max_position_embeddings": int(original)})
     return MethodSpec(method.name, factor_for_target(base, target_length), spec.options)
 
 

@@ -200,7 +200,7 @@ def _result(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan, done: dict[
         model=spec.model, kind=model.kind, method=plan.method.label if plan.method else plan.rope.rope_type,
         mode=_mode(spec), schema="gguf" if model.is_gguf else spec.schema,
         before=rope_state(plan.before.rope), after=rope_state(plan.rope, factor=plan.factor),
-        trained_context=plan.base.trained_context, target_context=target,
+        trained_context=plan.trained_context, target_context=target,
         pairs=pair_counts(plan.base, plan.rope, int(target or 0) or None, plan.factor),
         other_layers=others, composed_from_record=plan.composed_from_record, output=done.get("output"),
         files=files, backup=done.get("backup"), verification=verification, diff=done.get("diff"),

@@ -1,0 +1,270 @@
+"""`ropectl patch` on tiny checkpoints: every method x architecture loads in transformers as intended."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+from factories import tiny_gemma3, tiny_llama, tiny_neox, tiny_phi3, tiny_qwen2
+from typer.testing import CliRunner
+
+from ropectl.cli.app import app
+from ropectl.rope.frequencies import compute_frequencies, ntk_theta
+from ropectl.rope.params import RopeParams
+
+runner = CliRunner()
+ARCHS = {"llama": tiny_llama, "qwen2": tiny_qwen2, "neox": tiny_neox, "gemma3": tiny_gemma3, "phi3": tiny_phi3}
+METHODS = ("linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
+# transformers' Phi3Config accepts only default and longrope (it rewrites yarn to longrope).
+PHI3_OK = ("ntk", "longrope")
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("src")
+    return {name: build(root / name) for name, build in ARCHS.items()}
+
+
+def invoke(*args: str) -> tuple[int, dict | None, str]:
+    result = runner.invoke(app, ["patch", *map(str, args)])
+    data = json.loads(result.stdout) if result.exit_code == 0 and "--json" in args else None
+    return result.exit_code, data, result.stderr
+
+
+def source_info(folder: Path) -> tuple[dict, int, float, int]:
+    """(config, rotary dim, base theta of full attention, trained context) of a tiny checkpoint."""
+    from ropectl.schema import read_model_rope
+
+    cfg = json.loads((folder / "config.json").read_text())
+    model = read_model_rope(cfg)
+    return cfg, model.rotary_dim, model.rope.rope_theta, model.rope.max_position_embeddings
+
+
+def method_args(method: str, rotary_dim: int) -> list[str]:
+    args = ["-m", method, "-f", "4"]
+    if method == "longrope":
+        n = rotary_dim // 2
+        long = ",".join(f"{1 + i / n * 3:.3f}" for i in range(n))
+        args += ["--short-factor", ",".join(["1.0"] * n), "--long-factor", long]
+    return args
+
+
+def expected_rope(method: str, theta: float, dim: int, trained: int, args: list[str]) -> RopeParams:
+    """What the method means, written out here independently of the registry."""
+    if method == "ntk":
+        return RopeParams("default", ntk_theta(theta, 4.0, dim), dim, trained * 4, {})
+    scaling: dict = {"factor": 4.0}
+    if method in ("yarn", "llama3", "longrope"):
+        scaling["original_max_position_embeddings"] = trained
+    if method == "llama3":
+        scaling.update(low_freq_factor=1.0, high_freq_factor=4.0)
+    if method == "longrope":
+        scaling["short_factor"] = [float(v) for v in args[args.index("--short-factor") + 1].split(",")]
+        scaling["long_factor"] = [float(v) for v in args[args.index("--long-factor") + 1].split(",")]
+    max_pos = trained if method == "dynamic" else trained * 4
+    return RopeParams(method, theta, dim, max_pos, scaling)
+
+
+def transformers_inv_freq(folder: Path, layer: str | None) -> tuple[list[float], float]:
+    """transformers' own computation from the reloaded config (ROPE_INIT_FUNCTIONS / default RoPE)."""
+    import torch
+    from transformers import AutoConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    config = AutoConfig.from_pretrained(folder)
+    params = config.rope_parameters[layer] if layer else config.rope_parameters
+    kwargs = {"layer_type": layer} if layer else {}
+    if params["rope_type"] != "default":
+        inv, attention = ROPE_INIT_FUNCTIONS[params["rope_type"]](config, None, **kwargs)
+        return inv.double().tolist(), float(attention)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    dim = int(head_dim * params.get("partial_rotary_factor", 1.0))
+    inv = 1.0 / (params["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+    return inv.double().tolist(), 1.0
+
+
+def assert_close(got: list[float], want: tuple[float, ...]) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert math.isclose(g, w, rel_tol=1e-5), (got, want)
+
+
+def check_v4_form(cfg: dict, arch: str, rope: RopeParams) -> None:
+    theta_key = "rotary_emb_base" if arch == "neox" else "rope_theta"
+    assert cfg[theta_key] == pytest.approx(rope.rope_theta)
+    legacy, modern = cfg.get("rope_scaling"), cfg["rope_parameters"]
+    if arch == "gemma3":
+        modern = modern["full_attention"]
+        assert cfg["rope_local_base_freq"] == 10000.0
+    if rope.rope_type == "default":
+        assert legacy is None
+    else:
+        assert legacy["rope_type"] == legacy["type"] == rope.rope_type
+        assert isinstance(legacy["factor"], float) and "rope_theta" not in legacy
+        same = {k: v for k, v in modern.items() if k not in ("rope_theta", "partial_rotary_factor")}
+        assert same == {k: v for k, v in legacy.items() if k != "type"}
+    assert modern["rope_theta"] == pytest.approx(rope.rope_theta)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_method_on_architecture(ckpts: dict[str, Path], tmp_path: Path, arch: str, method: str) -> None:
+    src = ckpts[arch]
+    _, dim, theta, trained = source_info(src)
+    args = method_args(method, dim)
+    out = tmp_path / "out"
+    code, data, err = invoke(src, *args, "-o", out, "--json")
+    if arch == "phi3" and method not in PHI3_OK:
+        assert code == 2 and "accepts only rope types" in err and len(err.strip().splitlines()) == 1
+        assert not out.exists()
+        return
+    assert code == 0, err
+    rope = expected_rope(method, theta, dim, trained, args)
+    cfg = json.loads((out / "config.json").read_text())
+    check_v4_form(cfg, arch, rope)
+    assert cfg["max_position_embeddings"] == rope.max_position_embeddings
+    layer = "full_attention" if arch == "gemma3" else None
+    inv, attention = transformers_inv_freq(out, layer)
+    ours = compute_frequencies(rope)
+    assert_close(inv, ours.inv_freq)
+    assert attention == pytest.approx(ours.attention_factor, rel=1e-6)
+    if arch == "gemma3":  # sliding-window layers keep their local base
+        local_inv, _ = transformers_inv_freq(out, "sliding_attention")
+        assert_close(local_inv, compute_frequencies(RopeParams("default", 1e4, dim, None)).inv_freq)
+    assert data["verification"]["max_rel_error"] <= 1e-5
+    assert (out / "model.safetensors").stat().st_ino == (src / "model.safetensors").stat().st_ino
+    base = {"rope_theta": theta, "max_position_embeddings": trained, "trained_context": trained}
+    assert cfg["ropectl"]["base"] == base
+
+
+@pytest.mark.parametrize("arch,method", [("llama", "yarn"), ("qwen2", "llama3"), ("neox", "linear"),
+                                         ("gemma3", "yarn"), ("phi3", "longrope")])
+def test_patched_model_loads_and_runs(ckpts: dict[str, Path], tmp_path: Path, arch: str, method: str) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    src = ckpts[arch]
+    _, dim, theta, trained = source_info(src)
+    args = method_args(method, dim)
+    code, _, err = invoke(src, *args, "-o", tmp_path / "out")
+    assert code == 0, err
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    rotary = next(m for name, m in model.named_modules() if name.endswith("rotary_emb"))
+    inv = getattr(rotary, "inv_freq", None)
+    inv = inv if inv is not None else rotary.full_attention_inv_freq
+    assert_close(inv.double().tolist(), compute_frequencies(expected_rope(method, theta, dim, trained, args)).inv_freq)
+    with torch.no_grad():
+        logits = model(torch.arange(12).unsqueeze(0)).logits
+    assert torch.isfinite(logits).all()
+
+
+def test_patch_twice_replaces_instead_of_stacking(ckpts: dict[str, Path], tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    assert invoke(ckpts["llama"], "-m", "yarn", "-f", "4", "-o", first)[0] == 0
+    code, data, err = invoke(first, "-m", "linear", "-f", "2", "-o", second, "--json")
+    assert code == 0, err
+    cfg = json.loads((second / "config.json").read_text())
+    assert cfg["rope_scaling"]["factor"] == 2.0 and cfg["max_position_embeddings"] == 512
+    assert data["composed_from_record"] and data["before"]["factor"] == 4.0
+    back = tmp_path / "c"
+    assert invoke(second, "-m", "none", "-o", back)[0] == 0
+    cfg = json.loads((back / "config.json").read_text())
+    assert "rope_scaling" not in cfg and cfg["max_position_embeddings"] == 256
+
+
+def test_record_keeps_other_keys(ckpts: dict[str, Path], tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    cfg = json.loads((ckpts["llama"] / "config.json").read_text())
+    cfg["ropectl"] = {"layout": "half-split", "layout_source": "test"}
+    (src / "config.json").write_text(json.dumps(cfg))
+    assert invoke(src, "-m", "yarn", "-f", "2", "--in-place")[0] == 0
+    record = json.loads((src / "config.json").read_text())["ropectl"]
+    assert record["layout"] == "half-split" and record["method"] == "yarn:2" and record["base"]["rope_theta"] == 1e4
+
+
+def test_scaled_without_record_needs_replace_existing(ckpts: dict[str, Path], tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    cfg = json.loads((ckpts["llama"] / "config.json").read_text())
+    cfg["rope_parameters"] = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
+    (src / "config.json").write_text(json.dumps(cfg))
+    code, _, err = invoke(src, "-m", "yarn", "-f", "4", "-o", tmp_path / "out")
+    assert code == 1 and "--replace-existing" in err and not (tmp_path / "out").exists()
+    code, data, err = invoke(src, "-m", "yarn", "-f", "4", "-o", tmp_path / "out", "--replace-existing", "--json")
+    assert code == 0, err
+    assert data["after"]["factor"] == 4.0 and data["trained_context"] == 256
+
+
+def test_in_place_keeps_backup(ckpts: dict[str, Path], tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    original = (ckpts["qwen2"] / "config.json").read_text()
+    (src / "config.json").write_text(original)
+    os.chmod(src / "config.json", 0o644)
+    code, data, err = invoke(src, "-m", "dynamic", "-f", "2", "--in-place", "--json")
+    assert code == 0, err
+    assert (src / "config.json.bak").read_text() == original
+    assert json.loads((src / "config.json").read_text())["rope_scaling"]["rope_type"] == "dynamic"
+    assert (src / "config.json").stat().st_mode & 0o777 == 0o644
+    assert data["backup"].endswith("config.json.bak")
+    assert invoke(src, "-m", "dynamic", "-f", "3", "--in-place")[0] == 0  # a second backup gets a timestamp
+    assert len(list(src.glob("config.json*.bak"))) == 2
+
+
+def test_dry_run_prints_diff_and_writes_nothing(ckpts: dict[str, Path]) -> None:
+    before = sorted(p.name for p in ckpts["llama"].iterdir())
+    config = (ckpts["llama"] / "config.json").read_text()
+    result = runner.invoke(app, ["patch", str(ckpts["llama"]), "-m", "yarn", "-f", "4", "--dry-run"])
+    assert result.exit_code == 0, result.stderr
+    assert "--- a/config.json" in result.stdout and '+    "rope_type": "yarn",' in result.stdout
+    assert sorted(p.name for p in ckpts["llama"].iterdir()) == before
+    assert (ckpts["llama"] / "config.json").read_text() == config
+
+
+def test_copy_forces_copies(ckpts: dict[str, Path], tmp_path: Path) -> None:
+    code, data, _ = invoke(ckpts["llama"], "-m", "linear", "-f", "2", "-o", tmp_path / "out", "--copy", "--json")
+    assert code == 0
+    assert {f["how"] for f in data["files"]} == {"written", "copy"}
+    copied = (tmp_path / "out" / "model.safetensors").stat()
+    assert copied.st_ino != (ckpts["llama"] / "model.safetensors").stat().st_ino
+
+
+def test_summary_pairs_and_target(ckpts: dict[str, Path]) -> None:
+    code, data, _ = invoke(ckpts["llama"], "-m", "linear", "-t", "1024", "--dry-run", "--json")
+    assert code == 0
+    assert data["pairs"] == {"interpolated": 8, "kept": 0, "blended": 0, "total": 8}
+    assert data["trained_context"] == 256 and data["target_context"] == 1024 and data["method"] == "linear:4"
+    code, data, _ = invoke(ckpts["llama"], "-m", "yarn", "-f", "4", "--dry-run", "--json")
+    pairs = data["pairs"]
+    assert pairs["kept"] > 0 and pairs["interpolated"] > 0
+    assert sum(pairs[k] for k in ("kept", "interpolated", "blended")) == 8
+    assert data["after"]["attention_factor"] == pytest.approx(0.1 * math.log(4) + 1)
+
+
+def test_v5_schema_drops_legacy_keys(ckpts: dict[str, Path], tmp_path: Path) -> None:
+    code, _, err = invoke(ckpts["llama"], "-m", "yarn", "-f", "2", "-o", tmp_path / "v5", "--schema", "v5")
+    assert code == 0, err
+    cfg = json.loads((tmp_path / "v5" / "config.json").read_text())
+    assert "rope_scaling" not in cfg and "rope_theta" not in cfg and cfg["rope_parameters"]["rope_type"] == "yarn"
+    code, _, err = invoke(ckpts["llama"], "-m", "yarn", "-f", "2", "-o", tmp_path / "v4", "--schema", "v4")
+    assert code == 0, err
+    cfg = json.loads((tmp_path / "v4" / "config.json").read_text())
+    assert "rope_parameters" not in cfg and cfg["rope_scaling"]["type"] == "yarn"
+
+
+def test_presets_and_config_file(ckpts: dict[str, Path], tmp_path: Path) -> None:
+    code, data, err = invoke(ckpts["qwen2"], "--preset", "qwen2.5-32k-128k-yarn",
+                             "--original-max-position-embeddings", "512", "--dry-run", "--json")
+    assert code == 0, err
+    assert data["method"].startswith("yarn:4") and data["target_context"] == 2048
+    toml = tmp_path / "mine.toml"
+    toml.write_text('[patch]\nmethod = "yarn"\ntarget_length = 1024\nbeta_fast = 16\n')
+    code, data, err = invoke(ckpts["llama"], "--config", toml, "--set", "beta_slow=2", "--dry-run", "--json")
+    assert code == 0, err
+    assert data["method"] == "yarn:4,beta_fast=16,beta_slow=2"
+    code, data, _ = invoke(ckpts["llama"], "--config", toml, "-f", "2", "--dry-run", "--json")
+    assert data["target_context"] == 512  # a flag's factor overrides the file's target length
