@@ -31,16 +31,24 @@ def _precheck(spec: PatchSpec) -> None:
     """Refusals that need no model: they must come before any download or work."""
     if _is_hub_id(spec.model) and spec.in_place:
         raise UsageError("a hub model cannot be patched in place (its cache is shared)", "pass --output DIR")
-    if spec.output is not None and spec.output.suffix.lower() != ".gguf" and not spec.model.lower().endswith(".gguf"):
+    if spec.model.lower().endswith(".gguf") and Path(spec.model).is_file():
+        # Checked before the (slow) GGUF parse: a method or an output GGUF cannot take.
+        gguf_out.check_method_for_gguf(spec.method.name)
+        _check_gguf_output(spec, Path(spec.model))
+    elif spec.output is not None and spec.output.suffix.lower() != ".gguf":
         check_output_dir(spec.output, Path(spec.model) if Path(spec.model).is_dir() else None, spec.force)
+
+
+def _check_gguf_output(spec: PatchSpec, source: Path) -> None:
+    if spec.in_place:
+        raise UsageError("GGUF files are not patched in place", "pass --output NEW.gguf")
+    if spec.output is not None:
+        gguf_out.check_gguf_output(spec.output, source, spec.force)
 
 
 def _check_outputs(spec: PatchSpec, model: ResolvedModel) -> None:
     if model.is_gguf:
-        if spec.in_place:
-            raise UsageError("GGUF files are not patched in place", "pass --output NEW.gguf")
-        if spec.output is not None:
-            gguf_out.check_gguf_output(spec.output, model.path, spec.force)
+        _check_gguf_output(spec, model.path)
     elif spec.output is not None and spec.output.suffix.lower() == ".gguf":
         raise UsageError("--output names a .gguf but the model is a Hugging Face checkpoint",
                          "pass an output folder; convert to GGUF with llama.cpp afterwards")

@@ -46,6 +46,16 @@ def check_expressible(rope: RopeParams, method_name: str) -> None:
         )
 
 
+def check_method_for_gguf(method_name: str) -> None:
+    """The same refusal as ``check_expressible``, from the method name alone (before parsing the file)."""
+    from ropectl.rope.methods import get_method
+
+    method = get_method(method_name)
+    if method.gguf_type is None or method.name == "longrope":
+        kind = method.name
+        check_expressible(RopeParams(kind, 1e4, 2, None, {}), method.name)
+
+
 def llama_cpp_attn_factor(rope: RopeParams) -> float:
     """The multiplier llama.cpp needs so its YaRN cos/sin scale equals transformers' attention factor."""
     factor = rope.factor or 1.0
