@@ -138,7 +138,7 @@ class MethodChoice:
     schema: str | None = None
 
 
-def _from_table(table: Mapping[str, Any], source: str) -> MethodChoice:
+def _from_table(table: Mapping[str, Any]) -> MethodChoice:
     method = table.get("method")
     options = dict(table.get("options") or {})
     for key, value in table.items():
@@ -197,11 +197,11 @@ def build_choice(
 ) -> MethodChoice:
     layers = []
     if preset:
-        layers.append(_from_table(load_preset(preset), f"preset '{preset}'"))
+        layers.append(_from_table(load_preset(preset)))
     if config_file:
-        layers.append(_from_table(load_config_file(config_file), f"config file '{config_file}'"))
+        layers.append(_from_table(load_config_file(config_file)))
     if flags:
         layers.append(flags)
     if sets:
-        layers.append(_from_table(parse_sets(sets), "--set"))
+        layers.append(_from_table(parse_sets(sets)))
     return merge(*layers)

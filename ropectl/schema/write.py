@@ -92,7 +92,7 @@ def write_rope(
     return out
 
 
-def _partial_for_v5(holder: Mapping[str, Any], model: ModelRope) -> float | None:
+def _partial_for_v5(model: ModelRope) -> float | None:
     return model.partial_rotary_factor if model.partial_rotary_factor != 1.0 else None
 
 
@@ -106,7 +106,7 @@ def _write_flat(holder: dict[str, Any], model: ModelRope, rope: RopeParams, sche
     else:
         _drop_theta(holder)
     if schema in ("both", "v5"):
-        holder["rope_parameters"] = v5_parameters(rope, _partial_for_v5(holder, model))
+        holder["rope_parameters"] = v5_parameters(rope, _partial_for_v5(model))
 
 
 def _write_nested(
@@ -126,7 +126,7 @@ def _write_nested(
         _drop_theta(holder)
         holder.pop(LOCAL_THETA_KEY, None)
     if schema in ("both", "v5"):
-        partial = _partial_for_v5(holder, model)
+        partial = _partial_for_v5(model)
         holder["rope_parameters"] = {label: v5_parameters(p, partial) for label, p in sorted(layers.items())}
 
 
