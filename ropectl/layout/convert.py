@@ -7,6 +7,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from ropectl.errors import LayoutError, UsageError
 from ropectl.fsutil import atomic_write_text, check_output_dir, staged_dir
 from ropectl.layout.archs import arch_for
 from ropectl.layout.detect import HALF_SPLIT, INTERLEAVED, LAYOUTS, known_layout
-from ropectl.layout.io import write_streaming, write_tensors
+from ropectl.layout.io import fsync_file, write_streaming, write_tensors
 from ropectl.layout.plan import Geometry, TensorPlan, check_layouts, plan_tensors
 from ropectl.layout.verify import VerifyReport, verify_conversion
 from ropectl.layout.weights import ST_INDEX, WeightStore, open_weights, other_files, output_name
@@ -148,18 +149,27 @@ def _ticker(progress: ProgressCallback | None, total: int) -> Callable[[int], No
 
 def _write_weights(store: WeightStore, tmp: Path, plans: Mapping[str, TensorPlan], to: str,
                    tick: Callable[[int], None]) -> dict[Path, str]:
+    """Write shard after shard; each finished shard is fsynced in the background while the next one is written."""
     names: dict[Path, str] = {}
-    for path in store.files:
-        names[path] = output_name(path, store.kind)
-        if store.kind == "safetensors":
-            sf = store.headers[path]
-            metadata = {"format": "pt", **(sf.metadata or {}), METADATA_KEY: to}
-            indexes = {n: plans[n].index for n in sf.tensors if n in plans}
-            write_streaming(sf, tmp / names[path], metadata, indexes, tick)
-        else:
-            tensors = store.torch_files[path]
-            indexes = {n: plans[n].index for n in tensors if n in plans}
-            write_tensors(tensors, tmp / names[path], {"format": "pt", METADATA_KEY: to}, indexes, tick)
+    syncer = ThreadPoolExecutor(max_workers=1)
+    try:
+        pending = []
+        for path in store.files:
+            names[path] = output_name(path, store.kind)
+            if store.kind == "safetensors":
+                sf = store.headers[path]
+                metadata = {"format": "pt", **(sf.metadata or {}), METADATA_KEY: to}
+                indexes = {n: plans[n].index for n in sf.tensors if n in plans}
+                write_streaming(sf, tmp / names[path], metadata, indexes, tick)
+            else:
+                tensors = store.torch_files[path]
+                indexes = {n: plans[n].index for n in tensors if n in plans}
+                write_tensors(tensors, tmp / names[path], {"format": "pt", METADATA_KEY: to}, indexes, tick)
+            pending.append(syncer.submit(fsync_file, tmp / names[path]))
+        for future in pending:
+            future.result()  # the staged folder is renamed into place only once its bytes are on disk
+    finally:
+        syncer.shutdown(wait=True, cancel_futures=True)
     return names
 
 

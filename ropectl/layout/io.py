@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ropectl.errors import CheckpointError
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 ProgressFn = Callable[[int], None]  # called with bytes just written
@@ -138,16 +139,16 @@ def read_tensor(sf: SafetensorsFile, name: str) -> torch.Tensor:
     return torch.frombuffer(buf, dtype=getattr(torch, TORCH_NAMES[info.dtype])).view(info.shape)
 
 
-def gather_bytes(raw: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """Permute rows of a tensor's raw bytes: dtype-agnostic, so bit-exact for bf16, fp8, anything."""
-    return raw.view(index.numel(), -1).index_select(0, index)
+def gather_bytes(raw: Any, index: np.ndarray) -> np.ndarray:
+    """Permute rows of a tensor's raw bytes (any buffer): dtype-agnostic, so bit-exact for bf16, fp8, anything."""
+    import numpy as np
+
+    return np.frombuffer(raw, dtype=np.uint8).reshape(len(index), -1).take(index, axis=0)
 
 
 def write_streaming(sf: SafetensorsFile, dst: Path, metadata: Mapping[str, str] | None,
-                    indexes: Mapping[str, torch.Tensor], progress: ProgressFn) -> None:
+                    indexes: Mapping[str, np.ndarray], progress: ProgressFn) -> None:
     """Write ``sf`` to ``dst`` with the rows of the tensors in ``indexes`` permuted; all else byte-identical."""
-    import torch
-
     entries = {n: {"dtype": i.dtype, "shape": list(i.shape), "data_offsets": [i.begin, i.end]}
                for n, i in sf.tensors.items()}
     todo = sorted((sf.tensors[n] for n in indexes), key=lambda i: i.begin)
@@ -158,19 +159,17 @@ def write_streaming(sf: SafetensorsFile, dst: Path, metadata: Mapping[str, str] 
             cursor = 0
             for info in todo:
                 _copy_range(src, out, sf.data_start + cursor, info.begin - cursor, progress)
-                buf = bytearray(os.pread(src, info.nbytes, sf.data_start + info.begin))
-                moved = gather_bytes(torch.frombuffer(buf, dtype=torch.uint8), indexes[info.name])
-                _write_all(out, moved.numpy())
+                raw = os.pread(src, info.nbytes, sf.data_start + info.begin)
+                _write_all(out, gather_bytes(raw, indexes[info.name]))
                 progress(info.nbytes)
                 cursor = info.end
             _copy_range(src, out, sf.data_start + cursor, sf.data_len - cursor, progress)
-            os.fsync(out.fileno())
     finally:
         os.close(src)
 
 
 def write_tensors(tensors: Mapping[str, torch.Tensor], dst: Path, metadata: Mapping[str, str],
-                  indexes: Mapping[str, torch.Tensor], progress: ProgressFn) -> int:
+                  indexes: Mapping[str, np.ndarray], progress: ProgressFn) -> int:
     """Write in-memory (or mmapped) tensors as safetensors, one at a time; returns the data size."""
     import torch
 
@@ -185,13 +184,20 @@ def write_tensors(tensors: Mapping[str, torch.Tensor], dst: Path, metadata: Mapp
         for name, t in tensors.items():
             if not t.numel():
                 continue
-            raw = t.contiguous().reshape(-1).view(torch.uint8)
+            raw = t.contiguous().reshape(-1).view(torch.uint8).numpy()
             if name in indexes:
                 raw = gather_bytes(raw, indexes[name])
-            _write_all(out, raw.numpy())
-            progress(raw.numel())
-        os.fsync(out.fileno())
+            _write_all(out, raw)
+            progress(raw.size)
     return offset
+
+
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_all(out: Any, data: Any) -> None:
@@ -203,6 +209,7 @@ def _write_all(out: Any, data: Any) -> None:
 def _copy_range(src: int, out: Any, offset: int, length: int, progress: ProgressFn) -> None:
     dst = out.fileno()
     while length > 0:
+        written_at = os.lseek(dst, 0, os.SEEK_CUR)
         step = min(length, CHUNK)
         try:
             done = os.copy_file_range(src, dst, step, offset)
@@ -217,4 +224,15 @@ def _copy_range(src: int, out: Any, offset: int, length: int, progress: Progress
             done = len(data)
         offset += done
         length -= done
+        _start_writeback(dst, written_at, done)
         progress(done)
+
+
+def _start_writeback(fd: int, offset: int, length: int) -> None:
+    """Start writing this chunk to disk now (Linux: DONTNEED on dirty pages starts async writeback).
+
+    The final fsync then has little left to wait for, and converting a large model does not push everything
+    else out of the page cache.
+    """
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)

@@ -2,7 +2,8 @@
 
 Everything is a gather along the row axis with an index built here, so it is exact in every dtype, and the two
 directions are inverse permutations. Only the first ``rotary_dim`` rows of each head move; pass-through rows of a
-partially rotary head stay where they are.
+partially rotary head stay where they are. Indexes are numpy int64 arrays: the streaming path needs no torch (its
+import alone costs more than a second and ~200 MB), while ``permute_rows`` applies them to torch tensors.
 """
 
 from __future__ import annotations
@@ -14,71 +15,74 @@ from ropectl.layout.archs import NEOX_FUSED, PHI3_FUSED
 from ropectl.layout.detect import HALF_SPLIT, INTERLEAVED
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 
-def head_index(head_dim: int, rotary_dim: int, to: str) -> torch.Tensor:
+def head_index(head_dim: int, rotary_dim: int, to: str) -> np.ndarray:
     """Within one head: output row j takes input row ``index[j]``."""
-    import torch
+    import numpy as np
 
     if rotary_dim % 2 or not 0 < rotary_dim <= head_dim:
         raise LayoutError(f"rotary dim {rotary_dim} is not an even number in (0, head_dim={head_dim}]",
                           "fix rotary_dim / partial_rotary_factor in config.json")
     half = rotary_dim // 2
-    rot = torch.arange(rotary_dim)
+    rot = np.arange(rotary_dim, dtype=np.int64)
     if to == INTERLEAVED:  # out[2i] = in[i], out[2i+1] = in[i + r/2]
-        rot = rot.view(2, half).t().reshape(-1)
+        rot = rot.reshape(2, half).T.reshape(-1)
     elif to == HALF_SPLIT:  # out[i] = in[2i], out[i + r/2] = in[2i+1]
-        rot = rot.view(half, 2).t().reshape(-1)
+        rot = rot.reshape(half, 2).T.reshape(-1)
     else:
         raise LayoutError(f"unknown layout '{to}'", f"use {INTERLEAVED} or {HALF_SPLIT}")
-    return torch.cat([rot, torch.arange(rotary_dim, head_dim)])
+    return np.concatenate([rot, np.arange(rotary_dim, head_dim, dtype=np.int64)])
 
 
-def projection_index(n_heads: int, head_dim: int, rotary_dim: int, to: str) -> torch.Tensor:
+def projection_index(n_heads: int, head_dim: int, rotary_dim: int, to: str) -> np.ndarray:
     """For a head-major projection of ``n_heads * head_dim`` rows (q_proj, k_proj, their biases)."""
-    import torch
+    import numpy as np
 
-    offsets = torch.arange(n_heads).unsqueeze(1) * head_dim
+    offsets = np.arange(n_heads, dtype=np.int64)[:, None] * head_dim
     return (offsets + head_index(head_dim, rotary_dim, to)).reshape(-1)
 
 
 def projection_rows(packing: str, role: str, length: int, n_heads: int, n_kv: int,
-                    head_dim: int) -> dict[str, torch.Tensor]:
+                    head_dim: int) -> dict[str, np.ndarray]:
     """Which rows of a stored tensor form the head-major q and k projections ({'q': rows, 'k': rows})."""
-    import torch
+    import numpy as np
 
     if role in ("q", "q_norm"):
-        return {"q": torch.arange(length)}
+        return {"q": np.arange(length, dtype=np.int64)}
     if role in ("k", "k_norm"):
-        return {"k": torch.arange(length)}
+        return {"k": np.arange(length, dtype=np.int64)}
     if packing == NEOX_FUSED:
-        base = (torch.arange(n_heads).unsqueeze(1) * 3 * head_dim + torch.arange(head_dim)).reshape(-1)
+        base = (np.arange(n_heads, dtype=np.int64)[:, None] * 3 * head_dim + np.arange(head_dim)).reshape(-1)
         return {"q": base, "k": base + head_dim}
     if packing == PHI3_FUSED:
         q_rows = n_heads * head_dim
-        return {"q": torch.arange(q_rows), "k": q_rows + torch.arange(n_kv * head_dim)}
+        return {"q": np.arange(q_rows, dtype=np.int64), "k": q_rows + np.arange(n_kv * head_dim, dtype=np.int64)}
     raise LayoutError(f"no fused layout '{packing}' for role '{role}'", "add the packing to ropectl/layout/archs.py")
 
 
 def tensor_index(packing: str, role: str, length: int, n_heads: int, n_kv: int, head_dim: int,
-                 rotary_dim: int, to: str) -> torch.Tensor:
+                 rotary_dim: int, to: str) -> np.ndarray:
     """The full row index of one stored tensor: q/k blocks permuted, everything else (v) in place."""
-    import torch
+    import numpy as np
 
-    index = torch.arange(length)
+    index = np.arange(length, dtype=np.int64)
     for rows in projection_rows(packing, role, length, n_heads, n_kv, head_dim).values():
-        heads = rows.numel() // head_dim
+        heads = rows.size // head_dim
         index[rows] = rows[projection_index(heads, head_dim, rotary_dim, to)]
     return index
 
 
-def permute_rows(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+def permute_rows(tensor: torch.Tensor, index: np.ndarray) -> torch.Tensor:
     """Gather rows (dim 0) of a weight or a 1-D bias; no arithmetic, so bit-exact in any dtype."""
-    if tensor.shape[0] != index.numel():
-        raise LayoutError(f"tensor has {tensor.shape[0]} rows but the permutation has {index.numel()}",
+    import torch
+
+    if tensor.shape[0] != len(index):
+        raise LayoutError(f"tensor has {tensor.shape[0]} rows but the permutation has {len(index)}",
                           "check head counts and head_dim against the weights")
-    return tensor.index_select(0, index).contiguous()
+    return tensor.index_select(0, torch.as_tensor(index, dtype=torch.long)).contiguous()
 
 
 def permute_qk(weight: torch.Tensor, n_heads: int, rotary_dim: int | None, to: str) -> torch.Tensor:

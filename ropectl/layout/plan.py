@@ -14,7 +14,7 @@ from ropectl.schema import ModelRope
 from ropectl.schema.read import text_config
 
 if TYPE_CHECKING:
-    import torch
+    import numpy as np
 
 PROJECTIONS = ("q", "k", "qkv")
 
@@ -33,7 +33,7 @@ class TensorPlan:
     role: str  # q, k, qkv, q_norm, k_norm
     layer: int | None
     length: int  # rows of a weight/bias; elements of a norm weight
-    index: torch.Tensor
+    index: np.ndarray
 
 
 def plan_tensors(arch: Arch, model_type: str, cfg: Mapping[str, Any], mr: ModelRope,
@@ -46,7 +46,7 @@ def plan_tensors(arch: Arch, model_type: str, cfg: Mapping[str, Any], mr: ModelR
                               "check that the weights belong to this config")
     geo = _geometry(arch, cfg, mr, {n: shapes[n] for n, r in roles.items() if r in PROJECTIONS}, roles)
     plans: dict[str, TensorPlan] = {}
-    cache: dict[tuple[str, int], torch.Tensor] = {}
+    cache: dict[tuple[str, int], np.ndarray] = {}
     for name, role in roles.items():
         length = _length(name, role, shapes[name], geo)
         key = (role, length)

@@ -96,7 +96,7 @@ def _projections(store: WeightStore, plans: list[TensorPlan], packing: str, geo:
         tensor = store.get(plan.name).to(torch.float64)
         rows = projection_rows(packing, plan.role, plan.length, geo.n_heads, geo.n_kv_heads, geo.head_dim)
         for which, idx in rows.items():
-            (weights if tensor.ndim == 2 else biases)[which] = tensor[idx]
+            (weights if tensor.ndim == 2 else biases)[which] = tensor[torch.as_tensor(idx)]
     result = {}
     for which, w in weights.items():
         x = torch.randn(w.shape[1], generator=torch.Generator().manual_seed(seed + w.shape[1]), dtype=torch.float64)
@@ -110,7 +110,7 @@ def _check_heads(src: Mapping[str, torch.Tensor], out: Mapping[str, torch.Tensor
     import torch
 
     r = geo.rotary_dim
-    perm = head_index(geo.head_dim, r, to)[:r]
+    perm = torch.as_tensor(head_index(geo.head_dim, r, to)[:r])
     freq = freq[: r // 2]
 
     def embed(v: torch.Tensor, pos: int, layout: str) -> torch.Tensor:
@@ -148,7 +148,7 @@ def _check_norms(src: WeightStore, out: WeightStore, plans: list[TensorPlan]) ->
 
     for plan in plans:
         before, after = src.get(plan.name).reshape(-1), out.get(plan.name).reshape(-1)
-        if not torch.equal(after, before[plan.index]):
+        if not torch.equal(after, before[torch.as_tensor(plan.index)]):
             raise VerificationError(f"norm weight '{plan.name}' is not the permuted original; nothing was written",
                                     "report this as a bug")
     return len(plans)
