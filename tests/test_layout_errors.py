@@ -149,6 +149,14 @@ def test_second_conversion_same_direction_refused(single: Path) -> None:
     _fails(first, LayoutError, "already interleaved .*recorded by ropectl|already interleaved")
 
 
+def test_layout_recorded_only_in_safetensors_metadata(single: Path) -> None:
+    """config.json replaced by the original one: the shard metadata still tells the layout."""
+    first = single.parent / "first"
+    convert_layout(ConvertSpec(str(single), "interleaved", first))
+    shutil.copy(single / "config.json", first / "config.json")
+    _fails(first, LayoutError, "already interleaved .*safetensors metadata")
+
+
 def test_from_contradicting_recorded_layout(single: Path) -> None:
     first = single.parent / "first"
     convert_layout(ConvertSpec(str(single), "interleaved", first))

@@ -35,6 +35,7 @@ class Arch:
     qkv: str | None = None
     q_norm: str | None = None
     k_norm: str | None = None
+    gqa: bool = True  # False: one key head per query head, whatever a stray num_key_value_heads says
     # Vision and audio towers reuse q_proj/k_proj names but apply no (or another) RoPE.
     exclude: str = r"(^|\.)(vision|visual|vision_tower|vision_model|audio|audio_tower|multi_modal_projector)\b"
 
@@ -72,10 +73,10 @@ ARCHS: Mapping[str, Arch] = {
     "phi": _PHI,
     "stablelm": Arch(SEPARATE, _PARTIAL, q_norm=r"\.q_layernorm\.norms\.\d+\.(weight|bias)$",
                      k_norm=r"\.k_layernorm\.norms\.\d+\.(weight|bias)$"),
-    "gptj": Arch(SEPARATE, "rotary_dim"),
-    "gpt_neox": Arch(NEOX_FUSED, "rotary_pct", q=None, k=None, qkv=r"\.query_key_value\.(weight|bias)$"),
+    "gptj": Arch(SEPARATE, "rotary_dim", gqa=False),
+    "gpt_neox": Arch(NEOX_FUSED, "rotary_pct", q=None, k=None, qkv=r"\.query_key_value\.(weight|bias)$", gqa=False),
     "persimmon": Arch(NEOX_FUSED, _PARTIAL, q=None, k=None, qkv=r"\.query_key_value\.(weight|bias)$",
-                      q_norm=r"\.q_layernorm\.(weight|bias)$", k_norm=r"\.k_layernorm\.(weight|bias)$"),
+                      q_norm=r"\.q_layernorm\.(weight|bias)$", k_norm=r"\.k_layernorm\.(weight|bias)$", gqa=False),
     "phi3": Arch(PHI3_FUSED, _PARTIAL, q=None, k=None, qkv=r"\.qkv_proj\.(weight|bias)$"),
 }
 

@@ -97,8 +97,9 @@ def convert_layout(spec: ConvertSpec, progress: ProgressCallback | None = None) 
     cfg = dict(resolved.config)
     model_type, arch = arch_for(cfg)
     mr = read_model_rope(cfg)
-    source, why = check_layouts(spec.to, spec.from_layout, known_layout(cfg), mr.record)
     store = open_weights(folder)
+    known, record = _recorded_layout(cfg, mr.record, store)
+    source, why = check_layouts(spec.to, spec.from_layout, known, record)
     geo, plans = plan_tensors(arch, model_type, cfg, mr, store.shapes(), spec.to)
     copy, skipped = other_files(folder, store.files)
     total = store.nbytes()
@@ -124,6 +125,19 @@ def convert_layout(spec: ConvertSpec, progress: ProgressCallback | None = None) 
         seconds=time.perf_counter() - start, copied=tuple(p.name for p in copy), skipped=tuple(skipped),
         warnings=tuple(layout_warnings(cfg, model_type, spec.to)), verify=report,
     )
+
+
+def _recorded_layout(cfg: Mapping[str, Any], record: Mapping[str, Any],
+                     store: WeightStore) -> tuple[tuple[str, str], Mapping[str, Any]]:
+    """The config's record wins; weights ropectl wrote also carry their layout in the safetensors metadata."""
+    if record.get("layout"):
+        return known_layout(cfg), record
+    tagged = {(h.metadata or {}).get(METADATA_KEY) for h in store.headers.values()} - {None}
+    if len(tagged) == 1:
+        layout = tagged.pop()
+        if layout in LAYOUTS:
+            return (layout, "recorded by ropectl in the safetensors metadata"), {**record, "layout": layout}
+    return known_layout(cfg), record
 
 
 def _readable(path: Path) -> None:

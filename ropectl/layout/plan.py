@@ -60,6 +60,8 @@ def plan_tensors(arch: Arch, model_type: str, cfg: Mapping[str, Any], mr: ModelR
 def _geometry(arch: Arch, cfg: Mapping[str, Any], mr: ModelRope, shapes: Mapping[str, tuple[int, ...]],
               roles: Mapping[str, str]) -> Geometry:
     nh, nkv = mr.num_attention_heads, mr.num_key_value_heads
+    if not arch.gqa:
+        nkv = nh
     found: dict[int, str] = {}
     for name, shape in shapes.items():
         a, b = UNITS[(arch.packing, roles[name])]
