@@ -150,3 +150,28 @@ def test_signal_module_is_restored(tmp_path: Path, llama_src: Path) -> None:
     previous = signal.getsignal(signal.SIGTERM)
     convert_layout(ConvertSpec(str(llama_src), INTERLEAVED, tmp_path / "out"))
     assert signal.getsignal(signal.SIGTERM) == previous
+
+
+def test_sharded_pytorch_bin_becomes_sharded_safetensors(tmp_path: Path) -> None:
+    src = tiny_llama(tmp_path / "st")
+    state = load_file(src / "model.safetensors")
+    binary = tmp_path / "bin"
+    binary.mkdir()
+    names = sorted(state)
+    halves = {"pytorch_model-00001-of-00002.bin": names[: len(names) // 2],
+              "pytorch_model-00002-of-00002.bin": names[len(names) // 2:]}
+    for shard, keys in halves.items():
+        torch.save({k: state[k] for k in keys}, binary / shard)
+    weight_map = {k: shard for shard, keys in halves.items() for k in keys}
+    (binary / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (binary / "config.json").write_text((src / "config.json").read_text())
+    mid, back = tmp_path / "mid", tmp_path / "back"
+    convert_layout(ConvertSpec(str(binary), INTERLEAVED, mid, verify=True))
+    index = json.loads((mid / "model.safetensors.index.json").read_text())
+    assert set(index["weight_map"].values()) == {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}
+    assert index["metadata"]["total_size"] == sum(t.numel() * t.element_size() for t in state.values())
+    assert not list(mid.glob("*.bin"))
+    convert_layout(ConvertSpec(str(mid), HALF_SPLIT, back))
+    for shard in set(index["weight_map"].values()):
+        for name, tensor in load_file(back / shard).items():
+            assert torch.equal(tensor, state[name]), name
