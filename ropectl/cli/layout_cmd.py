@@ -74,7 +74,7 @@ def _print_result(d: dict[str, Any]) -> None:
     mib = d["bytes"] / 2**20
     speed = mib / d["seconds"] if d["seconds"] else 0.0
     console.print(f"  permuted {d['tensors_permuted']} of {d['tensors_total']} tensors in {len(d['weight_files'])} "
-                  f"{d['input_format']} file(s); {mib:,.1f} MiB in {d['seconds']:.2f} s ({speed:,.0f} MiB/s)")
+                  f"{d['input_format']} file(s); {mib:,.1f} MiB written in {d['seconds']:.2f} s ({speed:,.1f} MiB/s)")
     if d["skipped"]:
         console.print(f"  [dim]not copied: {', '.join(d['skipped'])}[/dim]")
     if d["verify"]:

@@ -115,6 +115,7 @@ def convert_layout(spec: ConvertSpec, progress: ProgressCallback | None = None) 
         _write_config(cfg, tmp, source, spec.to)
         for path in tmp.iterdir():
             _readable(path)
+        seconds = time.perf_counter() - start  # writing only; --verify is reported on its own
         if spec.verify:
             report = verify_conversion(store, open_weights(tmp), plans, geo, arch.packing, source, spec.to,
                                        _inv_freq(mr, geo), mr.rope.max_position_embeddings)
@@ -122,7 +123,7 @@ def convert_layout(spec: ConvertSpec, progress: ProgressCallback | None = None) 
         source=str(spec.model), output=str(output), model_type=model_type, from_layout=source, from_reason=why,
         to_layout=spec.to, geometry=geo, input_format=store.kind, weight_files=tuple(names.values()),
         tensors_permuted=tuple(sorted(plans)), tensors_total=len(store.where), bytes_total=total,
-        seconds=time.perf_counter() - start, copied=tuple(p.name for p in copy), skipped=tuple(skipped),
+        seconds=seconds, copied=tuple(p.name for p in copy), skipped=tuple(skipped),
         warnings=tuple(layout_warnings(cfg, model_type, spec.to)), verify=report,
     )
 
