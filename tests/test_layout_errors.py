@@ -178,6 +178,15 @@ def test_unknown_architecture(single: Path) -> None:
     _fails(single, LayoutError, "supported model types: .*llama.*phi3")
 
 
+def test_quantized_qk_is_refused(single: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(single / "model.safetensors")
+    state["model.layers.0.self_attn.q_proj.weight_scale"] = torch.ones(128, 1)
+    save_file(state, single / "model.safetensors", metadata={"format": "pt"})
+    _fails(single, CheckpointError, "weight_scale.*quantized or packed")
+
+
 def test_non_tensor_pickle_is_refused_without_running_it(tmp_path: Path, pristine: tuple[Path, Path]) -> None:
     src = tmp_path / "src"
     src.mkdir()

@@ -44,6 +44,7 @@ def plan_tensors(arch: Arch, model_type: str, cfg: Mapping[str, Any], mr: ModelR
         patterns = ", ".join(p for p in (arch.q, arch.k, arch.qkv) if p)
         raise CheckpointError(f"no q/k projection tensors in this '{model_type}' checkpoint match {patterns}",
                               "check that the weights belong to this config")
+    _refuse_quantized(roles, shapes)
     geo = _geometry(arch, cfg, mr, {n: shapes[n] for n, r in roles.items() if r in PROJECTIONS}, roles)
     plans: dict[str, TensorPlan] = {}
     cache: dict[tuple[str, int], np.ndarray] = {}
@@ -55,6 +56,16 @@ def plan_tensors(arch: Arch, model_type: str, cfg: Mapping[str, Any], mr: ModelR
                                       geo.rotary_dim, to)
         plans[name] = TensorPlan(name, role, layer_of(name), length, cache[key])
     return geo, plans
+
+
+def _refuse_quantized(roles: Mapping[str, str], shapes: Mapping[str, tuple[int, ...]]) -> None:
+    """Scales, zero points or packed parts beside a q/k tensor would need the same permutation; refuse them."""
+    modules = {name.rsplit(".", 1)[0] + "." for name in roles}
+    extra = sorted(n for n in shapes if n not in roles and any(n.startswith(m) for m in modules))
+    if extra:
+        raise CheckpointError(f"q/k projections carry extra tensors such as '{extra[0]}' ({len(extra)} in all): "
+                              "quantized or packed q/k cannot be permuted row by row here",
+                              "convert the unquantized checkpoint, then quantize")
 
 
 def _geometry(arch: Arch, cfg: Mapping[str, Any], mr: ModelRope, shapes: Mapping[str, tuple[int, ...]],
