@@ -110,18 +110,23 @@ def progress_bar(enabled: bool) -> Iterator[Callable[[Any], None] | None]:
         TimeRemainingColumn,
     )
 
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("tok"), TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"),
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
+               TextColumn("tok · {task.fields[rate]} ·"), TimeElapsedColumn(), TextColumn("· ETA"),
                TimeRemainingColumn(), TextColumn("[dim]{task.fields[current]}"))
-    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
-        task = bar.add_task("eval-ppl", total=None, rate="", current="loading model")
+    bar = Progress(*columns, console=Console(stderr=True), transient=False)
+    task = bar.add_task("eval-ppl", total=None, rate="", current="")
 
-        def update(p: Any) -> None:
-            bar.update(task, total=p.total_tokens, completed=p.done_tokens, current=p.current)
-            speed = bar.tasks[0].speed
-            bar.update(task, rate=f"{speed:,.0f} tok/s" if speed else "")
+    def update(p: Any) -> None:
+        if not bar.live.is_started:  # start at the first forward: errors before it print one line only
+            bar.start()
+        bar.update(task, total=p.total_tokens, completed=p.done_tokens, current=p.current)
+        speed = bar.tasks[0].speed
+        bar.update(task, rate=f"{speed:,.0f} tok/s" if speed else "… tok/s")
 
+    try:
         yield update
+    finally:
+        bar.stop()
 
 
 def print_table(result: Any) -> None:

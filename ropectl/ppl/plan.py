@@ -32,7 +32,12 @@ class Job:
 
 
 def windows(n_tokens: int, length: int, stride: int) -> list[tuple[int, int]]:
-    """(start, first scored target) of each full-length window; every target 1..n-1 is scored exactly once."""
+    """(start, first scored target) of each full-length window; every target 1..n-1 is scored exactly once.
+
+    ``stride`` must be below ``length``: a window's first token has no context inside that window.
+    """
+    if not 1 <= stride < length <= n_tokens:
+        raise ValueError(f"need 1 <= stride < length <= n_tokens, got {stride}, {length}, {n_tokens}")
     starts = list(range(0, n_tokens - length + 1, stride))
     if starts[-1] != n_tokens - length:
         starts.append(n_tokens - length)  # a last full window keeps every forward the same length

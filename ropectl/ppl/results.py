@@ -63,6 +63,7 @@ class Cell:
 
 def append_cells(out: Path, cells: Iterable[Cell]) -> None:
     """Append finished cells to results.jsonl: one write per line (O_APPEND), flushed at once."""
+    out.mkdir(parents=True, exist_ok=True)  # other ranks may run where rank 0 made the folder
     fd = os.open(out / LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         for cell in cells:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -96,9 +97,33 @@ def run_eval(spec: EvalSpec, progress: Callable[[Progress], None] | None = None)
 
 def _prepare(spec: EvalSpec, world: dist.World, device: str) -> _Run:
     out = dist.broadcast(world, _output_dir(spec))
+    created = _missing_root(out) if world.is_main else None
     if world.is_main:
         _check_output(out, spec)
-    run = _Run(spec, world, out, device, resolve_dtype(spec.dtype, device))
+    try:
+        return _load(_Run(spec, world, out, device, resolve_dtype(spec.dtype, device)))
+    except BaseException:
+        if created is not None and out.is_dir() and {p.name for p in out.iterdir()} <= {RUN_FILE}:
+            shutil.rmtree(out)  # a run that failed before scoring anything leaves no folder behind
+            for parent in out.parents:
+                if parent == created.parent or any(parent.iterdir()):
+                    break
+                parent.rmdir()
+        raise
+
+
+def _missing_root(path: Path) -> Path | None:
+    """The outermost folder of ``path`` that does not exist yet (what mkdir -p would create)."""
+    root = None
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            break
+        root = candidate
+    return root
+
+
+def _load(run: _Run) -> _Run:
+    spec, world, device = run.spec, run.world, run.device
     if device.startswith("cuda"):
         import torch
 
@@ -203,7 +228,7 @@ def _execute(run: _Run, progress: Callable[[Progress], None] | None) -> list[Cel
         for i, job in enumerate(jobs):
             new_cells += _run_one(run, loaded, job, progress, tracker, total, i, len(jobs))
     except KeyboardInterrupt:
-        raise SweepInterrupted(run.out, len(done) + len(new_cells)) from None
+        raise SweepInterrupted(run.out, len(read_cells(run.out))) from None
     return new_cells
 
 

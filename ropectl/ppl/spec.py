@@ -91,10 +91,10 @@ def validate(spec: EvalSpec) -> None:
     if spec.stride is not None:
         if spec.mode != "sliding":
             raise UsageError("--stride only applies to --mode sliding", "add --mode sliding, or drop --stride")
-        too_big = [n for n in spec.lengths if spec.stride > n]
-        if spec.stride < 1 or too_big:
-            raise UsageError(f"stride {spec.stride} must be between 1 and the window length",
-                             f"pass a stride of at most {min(spec.lengths)}")
+        # A window's first token has no context inside it, so consecutive windows must overlap by one.
+        if spec.stride < 1 or spec.stride >= min(spec.lengths):
+            raise UsageError(f"stride {spec.stride} must be at least 1 and below the shortest window length",
+                             f"pass a stride below {min(spec.lengths)}")
     if spec.device_map not in (None, "auto"):
         raise UsageError(f"unknown device map '{spec.device_map}'", "use --device-map auto, or leave it out")
     labels = [m.label for m in spec.methods]
