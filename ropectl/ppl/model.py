@@ -7,7 +7,9 @@ own float64 ``compute_frequencies`` before any token is scored.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import functools
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,10 +135,35 @@ class LoadedModel:
         return self.model.get_input_embeddings().weight.device
 
 
+def quiet_transformers() -> None:
+    """Our own progress bar is the only one: no per-tensor GGUF / weight-loading bars or advisory warnings."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
 def load_tokenizer(path: str, kwargs: Mapping[str, Any]) -> Any:
     from transformers import AutoTokenizer
 
+    quiet_transformers()
     return AutoTokenizer.from_pretrained(path, **kwargs)
+
+
+@contextlib.contextmanager
+def _no_gguf_bar() -> Iterator[None]:
+    """transformers' GGUF loader draws a plain tqdm bar per tensor, which our progress bar replaces."""
+    try:
+        import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:  # pragma: no cover - transformers without GGUF support
+        yield
+        return
+    original = gguf_utils.tqdm
+    gguf_utils.tqdm = functools.partial(original, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = original
 
 
 def load_model(path: str, kwargs: Mapping[str, Any], tokenizer: Any, device: str, dtype: str,
@@ -144,19 +171,19 @@ def load_model(path: str, kwargs: Mapping[str, Any], tokenizer: Any, device: str
     """Weights loaded once, in ``dtype``, with SDPA attention (eager only where a model has no SDPA)."""
     import torch
     from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
+    quiet_transformers()
     torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
     extra: dict[str, Any] = {"device_map": "auto"} if device_map == "auto" else {}
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, attn_implementation="sdpa",
-                                                     **extra, **kwargs)
-    except ValueError as exc:
-        if "sdpa" not in str(exc).lower():
-            raise
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, attn_implementation="eager",
-                                                     **extra, **kwargs)
+    with _no_gguf_bar():
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, attn_implementation="sdpa",
+                                                         **extra, **kwargs)
+        except ValueError as exc:
+            if "sdpa" not in str(exc).lower():
+                raise
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, attn_implementation="eager",
+                                                         **extra, **kwargs)
     if device_map != "auto":
         model = model.to(device)
     return LoadedModel(model.eval(), tokenizer, device, dtype)

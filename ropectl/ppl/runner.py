@@ -171,8 +171,10 @@ def _model_source(spec: EvalSpec) -> tuple[str, dict[str, Any], str, dict[str, A
     """from_pretrained arguments, a label for results, and the config transformers will build (no weights)."""
     from transformers import AutoConfig
 
+    from ropectl.ppl.model import quiet_transformers
     from ropectl.resolve import resolve_model
 
+    quiet_transformers()
     resolved = resolve_model(spec.model or default_model_path(), weights=True)
     path, kwargs = resolved.from_pretrained_args()
     config = AutoConfig.from_pretrained(path, **kwargs).to_dict()

@@ -1,0 +1,223 @@
+"""Benchmark eval-ppl's chunked evaluator against the naive full-logits loop.
+
+For each (dtype, length, implementation) a fresh subprocess loads the model, warms up, then times one
+scored forward of ``length`` tokens and reports tokens/s and peak memory (ru_maxrss on CPU, the CUDA
+allocator's peak on GPU), so configurations cannot contaminate each other's peaks. MFU divides the
+model's FLOPs (analytic count below) by the measured large-matmul peak of the same dtype.
+
+    .venv/bin/python bench/bench_ppl.py                       # SmolLM2-135M GGUF on CPU, fp32 + bf16
+    python bench/bench_ppl.py --random-init --device cuda     # same architecture, random weights (GPU box)
+
+Implementations:
+  naive:   model(ids, labels=ids) -> full [L, vocab] logits, then transformers' loss (upcast to fp32)
+  chunked: model.model(ids) hidden states -> lm_head + cross-entropy over 1024 positions at a time (eval-ppl)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SMOLLM2 = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+               num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192, rope_theta=100000.0,
+               tie_word_embeddings=True, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2)
+
+
+def load(random_init: bool, dtype: str, device: str):
+    import torch
+
+    torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    if random_init:
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        config = LlamaConfig(**SMOLLM2, attn_implementation="sdpa")
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(config).to(torch_dtype)
+    else:
+        sys.path.insert(0, str(REPO))
+        from ropectl.ppl.model import default_model_path, load_model
+
+        path = default_model_path()
+        model = load_model(str(path.parent), {"gguf_file": path.name}, None, "cpu", dtype).model
+    return model.to(device).eval()
+
+
+def flops_per_forward(cfg, length: int) -> float:
+    """Matmul FLOPs of one scored forward: projections + MLP + lm_head (2 per MAC) + causal attention."""
+    h, layers, heads, kv = cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads
+    hd = getattr(cfg, "head_dim", None) or h // heads
+    proj = h * heads * hd * 2 + h * kv * hd * 2  # q, o and k, v
+    mlp = 3 * h * cfg.intermediate_size
+    dense = 2 * length * (layers * (proj + mlp) + h * cfg.vocab_size)
+    attention = 2 * 2 * layers * heads * hd * length * (length + 1) / 2  # QK^T and PV over the causal triangle
+    return dense + attention
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """One configuration, in this (fresh) process."""
+    import torch
+
+    sys.path.insert(0, str(REPO))
+    from ropectl.ppl.loss import sequence_nll
+
+    model = load(args.random_init, args.dtype, args.device)
+    cuda = args.device.startswith("cuda")
+    ids = (torch.arange(args.length, device=args.device) * 7919 + 13) % model.config.vocab_size
+
+    def step(n: int):
+        x = ids[:n]
+        if args.impl == "naive":
+            return model(input_ids=x[None], labels=x[None]).loss.float() * (n - 1)
+        return sequence_nll(model, x, chunk_size=1024).double().sum()
+
+    with torch.inference_mode():
+        step(min(256, args.length))  # warm-up: kernels, allocator, thread pools
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        base_mib = reset_peak_rss()
+        times = []
+        for _ in range(args.repeats):
+            start = time.perf_counter()
+            step(args.length)
+            if cuda:
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+    seconds = min(times)
+    peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else peak_rss_mib()
+    return {"impl": args.impl, "dtype": args.dtype, "length": args.length, "seconds": seconds,
+            "tok_s": args.length / seconds, "peak_mib": peak, "base_mib": None if cuda else base_mib,
+            "flops": flops_per_forward(model.config, args.length)}
+
+
+def reset_peak_rss() -> float:
+    """Reset the kernel's peak-RSS mark (VmHWM) so loading the model does not count; returns RSS now, MiB."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass  # not Linux, or not allowed: the peak then includes loading (ru_maxrss)
+    return _status("VmRSS") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def peak_rss_mib() -> float:
+    return _status("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _status(key: str) -> float | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def matmul_peak(dtype: str, device: str, n: int = 2048) -> float:
+    """Large square matmul GFLOP/s: the machine's practical peak for this dtype."""
+    import torch
+
+    torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    n = 8192 if device.startswith("cuda") else n
+    a = torch.randn(n, n, dtype=torch_dtype, device=device)
+    b = torch.randn(n, n, dtype=torch_dtype, device=device)
+    a @ b
+    reps = 10 if device.startswith("cuda") else (3 if dtype == "fp32" else 1)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return 2 * n**3 * reps / (time.perf_counter() - start) / 1e9
+
+
+def run_child(args: argparse.Namespace, impl: str, dtype: str, length: int) -> dict:
+    cmd = [sys.executable, __file__, "--child", "--impl", impl, "--dtype", dtype, "--length", str(length),
+           "--device", args.device, "--repeats", str(args.repeats)] + (["--random-init"] if args.random_init else [])
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return {"impl": impl, "dtype": dtype, "length": length, "error": f"timeout after {args.timeout} s"}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return {"impl": impl, "dtype": dtype, "length": length, "error": tail[:200]}
+    return json.loads(lines[-1])
+
+
+def table(rows: list[dict], peaks: dict[str, float], device: str) -> str:
+    ref = {r["length"]: r for r in rows if r["impl"] == "naive" and r["dtype"] == "fp32" and "error" not in r}
+    out = [f"device: {device}; matmul peak: " + ", ".join(f"{k} {v:,.0f} GFLOP/s" for k, v in peaks.items()), "",
+           "| dtype | length | impl | tokens/s | × naive fp32 | peak MiB | peak ÷ naive | MFU |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['dtype']} | {r['length']} | {r['impl']} | {r['error']} | | | | |")
+            continue
+        base = ref.get(r["length"])
+        same = next((x for x in rows if x["impl"] == "naive" and x["dtype"] == r["dtype"]
+                     and x["length"] == r["length"] and "error" not in x), None)
+        speedup = f"{r['tok_s'] / base['tok_s']:.2f}×" if base else "–"
+        mem = f"{r['peak_mib'] / same['peak_mib']:.2f}" if same else "–"
+        mfu = r["flops"] / r["seconds"] / 1e9 / peaks[r["dtype"]]
+        out.append(f"| {r['dtype']} | {r['length']} | {r['impl']} | {r['tok_s']:,.0f} | {speedup} | "
+                   f"{r['peak_mib']:,.0f} | {mem} | {mfu:.1%} |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--lengths", default="2048,8192,16384")
+    p.add_argument("--dtypes", default="fp32,bf16")
+    p.add_argument("--impls", default="naive,chunked")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--random-init", action="store_true", help="random weights of the same architecture (no GGUF)")
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--timeout", type=int, default=1200, help="seconds per configuration")
+    p.add_argument("--json-out", type=Path)
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--impl", help=argparse.SUPPRESS)
+    p.add_argument("--dtype", help=argparse.SUPPRESS)
+    p.add_argument("--length", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        print(json.dumps(measure(args)), flush=True)
+        return
+    dtypes = args.dtypes.split(",")
+    peaks = {d: matmul_peak(d, args.device) for d in dtypes}
+    rows = []
+    for dtype in dtypes:
+        for length in [int(x) for x in args.lengths.split(",")]:
+            for impl in args.impls.split(","):
+                rows.append(run_child(args, impl, dtype, length))
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    device = args.device if not args.device.startswith("cuda") else _gpu_name()
+    text = table(rows, peaks, f"{device}, {os.cpu_count()} CPU cores, torch threads {_threads()}")
+    print(text)
+    if args.json_out:
+        args.json_out.write_text(json.dumps({"peaks": peaks, "rows": rows}, indent=1))
+
+
+def _gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name()
+
+
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+if __name__ == "__main__":
+    main()
