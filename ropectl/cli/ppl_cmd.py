@@ -147,7 +147,7 @@ def print_table(result: Any) -> None:
         row = []
         for n in result.lengths:
             agg = result.cell(method, n)
-            row.append("-" if agg is None else f"{agg.ppl:.3f}" + (f" ± {agg.ppl_se:.3f}" if agg.ppl_se else ""))
+            row.append("-" if agg is None else f"{agg.ppl:.2f}" + (f"±{agg.ppl_se:.2f}" if agg.ppl_se else ""))
         table.add_row(method, *row)
     console = Console()
     console.print(table)
