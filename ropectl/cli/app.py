@@ -30,10 +30,7 @@ def _root(
 
 
 def _register() -> None:
-    from ropectl.cli import inspect_cmd
-
-    app.command("inspect")(inspect_cmd.inspect)
-    for name in ("patch_cmd", "layout_cmd", "ppl_cmd"):
+    for name in ("inspect_cmd", "patch_cmd", "layout_cmd", "ppl_cmd"):
         try:
             module = __import__(f"ropectl.cli.{name}", fromlist=["register"])
         except ModuleNotFoundError as exc:

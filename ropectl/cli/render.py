@@ -1,0 +1,67 @@
+"""Rich rendering of core results (kept out of core so it never imports rich)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.6g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def print_inspect(d: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold cyan", no_wrap=True)
+    table.add_column()
+    rotary = f"{d['rotary_dim']} of head_dim {d['head_dim']}" + (
+        f" (partial {d['partial_rotary_factor']:g})" if d["partial_rotary_factor"] < 1 else "")
+    heads = f"{d['num_attention_heads']} query / {d['num_key_value_heads']} key-value"
+    scaling = d["rope_type"] if not d["scaling"] else d["rope_type"] + "  " + ", ".join(
+        f"{k}={_fmt(v)}" for k, v in d["scaling"].items() if not isinstance(v, list))
+    rows = [
+        ("model", f"{d['source']}  [dim]({d['kind']}, {d['model_type']})[/dim]"),
+        ("heads", heads),
+        ("rotary dims", rotary),
+        ("rope_theta", _fmt(d["rope_theta"]) + (f"  (effective {_fmt(d['effective_theta'])} at {d['seq_len']:,} tokens)"
+                                                 if d["effective_theta"] != d["rope_theta"] else "")),
+        ("scaling", scaling),
+        ("attention factor", _fmt(d["attention_factor"])),
+        ("trained context", _fmt(d["trained_context"])),
+        ("max positions", _fmt(d["max_position_embeddings"])),
+        ("layout", f"{d['layout']}  [dim]({d['layout_reason']})[/dim]"),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    console.print(table)
+    _print_pairs(d, console)
+    for label, layer in d["layers"].items():
+        console.print(f"  [dim]{label}: {layer['rope_type']}, θ={_fmt(layer['rope_theta'])}[/dim]")
+    for warning in d["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    if d.get("plot"):
+        console.print(f"plot written to {d['plot']}")
+
+
+def _print_pairs(d: dict[str, Any], console: Console) -> None:
+    n = d["rotary_dim"] // 2
+    never = d["pairs_never_rotating_in_trained_context"]
+    first = d["first_non_rotating_pair"]
+    waves = d["wavelengths"]
+    console.print(
+        f"\n{n} dimension pairs: wavelengths {_fmt(waves[0])} → {_fmt(waves[-1])} tokens. "
+        f"[green]{n - never}[/green] turn fully within the trained context; "
+        f"[yellow]{never}[/yellow] never do" + (f" (pairs {first}–{n - 1})" if first is not None else "") + "."
+    )
+    if never:
+        console.print("[dim]Those low-frequency pairs never saw a full turn in training: extension methods "
+                      "interpolate them (linear, yarn, llama3) or stretch them (ntk, dynamic).[/dim]")

@@ -1,0 +1,132 @@
+"""``inspect``: explain a checkpoint's RoPE, with the values the model will actually use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ropectl.errors import UsageError
+from ropectl.layout.detect import known_layout
+from ropectl.resolve import resolve_model
+from ropectl.rope.analysis import PairReport, first_non_rotating, pair_reports
+from ropectl.rope.frequencies import base_inv_freq, compute_frequencies
+from ropectl.rope.params import RopeParams
+from ropectl.schema import ModelRope, read_model_rope
+
+
+@dataclass(frozen=True)
+class InspectSpec:
+    model: str
+    seq_len: int | None = None
+    plot: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.seq_len is not None and self.seq_len < 1:
+            raise UsageError(f"--seq-len must be a positive integer, got {self.seq_len}", "pass e.g. --seq-len 16384")
+        if self.plot is not None and Path(self.plot).suffix.lower() != ".png":
+            raise UsageError(f"--plot '{self.plot}' is not a .png path", "pass a file name ending in .png")
+
+
+@dataclass(frozen=True)
+class InspectReport:
+    source: str
+    kind: str
+    model: ModelRope
+    layout: str
+    layout_reason: str
+    seq_len: int | None
+    inv_freq: tuple[float, ...]
+    attention_factor: float
+    effective_theta: float
+    base_theta: float
+    trained_context: int | None
+    target_context: int | None
+    pairs: tuple[PairReport, ...]
+    layers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    plot: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        m, rope = self.model, self.model.rope
+        non_rotating = first_non_rotating(self.pairs)
+        return {
+            "source": self.source,
+            "kind": self.kind,
+            "model_type": m.model_type,
+            "architectures": list(m.architectures),
+            "head_dim": m.head_dim,
+            "rotary_dim": m.rotary_dim,
+            "partial_rotary_factor": m.partial_rotary_factor,
+            "num_attention_heads": m.num_attention_heads,
+            "num_key_value_heads": m.num_key_value_heads,
+            "rope_theta": rope.rope_theta,
+            "rope_type": rope.rope_type,
+            "factor": rope.factor,
+            "original_max_position_embeddings": rope.original_max_position_embeddings,
+            "max_position_embeddings": rope.max_position_embeddings,
+            "trained_context": self.trained_context,
+            "target_context": self.target_context,
+            "scaling": dict(rope.scaling),
+            "seq_len": self.seq_len,
+            "effective_theta": self.effective_theta,
+            "attention_factor": self.attention_factor,
+            "inv_freq": list(self.inv_freq),
+            "wavelengths": [p.wavelength for p in self.pairs],
+            "pairs_rotating_in_trained_context": sum(p.rotates_in_trained for p in self.pairs),
+            "pairs_never_rotating_in_trained_context": sum(not p.rotates_in_trained for p in self.pairs),
+            "first_non_rotating_pair": non_rotating,
+            "layout": self.layout,
+            "layout_reason": self.layout_reason,
+            "schema": m.schema,
+            "layers": self.layers,
+            "warnings": list(m.warnings),
+            "plot": str(self.plot) if self.plot else None,
+        }
+
+
+def _base_theta(model: ModelRope) -> float:
+    """The unscaled base: what ropectl recorded before patching, else the current theta."""
+    base = model.record.get("base") or {}
+    return float(base.get("rope_theta") or model.rope.rope_theta)
+
+
+def _contexts(rope: RopeParams, record: dict[str, Any]) -> tuple[int | None, int | None]:
+    base = record.get("base") or {}
+    trained = base.get("trained_context") or base.get("max_position_embeddings") or rope.trained_context
+    if rope.rope_type == "dynamic":
+        # Dynamic scales past max_position_embeddings, up to factor times it.
+        target = int(rope.max_position_embeddings * rope.factor) if rope.max_position_embeddings and rope.factor else None
+    else:
+        target = rope.max_position_embeddings
+    return (int(trained) if trained else None), (target if target and trained and target > int(trained) else None)
+
+
+def _layer_summary(model: ModelRope, seq_len: int | None) -> dict[str, dict[str, Any]]:
+    out = {}
+    for label, params in model.layer_ropes.items():
+        freqs = compute_frequencies(params, seq_len)
+        out[label] = {"rope_type": params.rope_type, "rope_theta": params.rope_theta, "factor": params.factor,
+                      "attention_factor": freqs.attention_factor, "inv_freq": list(freqs.inv_freq)}
+    return out
+
+
+def inspect_model(spec: InspectSpec) -> InspectReport:
+    resolved = resolve_model(spec.model)
+    model = read_model_rope(resolved.config)
+    rope = model.rope
+    freqs = compute_frequencies(rope, spec.seq_len)
+    trained, target = _contexts(rope, dict(model.record))
+    base_inv = base_inv_freq(_base_theta(model), model.rotary_dim)
+    pairs = tuple(pair_reports(base_inv, freqs.inv_freq, trained or rope.max_position_embeddings or 1))
+    layout, reason = known_layout(resolved.config)
+    report = InspectReport(
+        source=resolved.source, kind=resolved.kind, model=model, layout=layout, layout_reason=reason,
+        seq_len=spec.seq_len, inv_freq=freqs.inv_freq, attention_factor=freqs.attention_factor,
+        effective_theta=freqs.effective_theta, base_theta=_base_theta(model), trained_context=trained,
+        target_context=target, pairs=pairs, layers=_layer_summary(model, spec.seq_len), plot=spec.plot,
+    )
+    if spec.plot is not None:
+        from ropectl.plotting import plot_wavelengths
+
+        plot_wavelengths(report, Path(spec.plot))
+    return report

@@ -1,0 +1,63 @@
+"""Wavelength plot for ``inspect``: which dimension pairs ever complete a turn in the trained context."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ropectl.errors import OutputError
+from ropectl.fsutil import atomic_write_bytes
+
+if TYPE_CHECKING:
+    from ropectl.inspection import InspectReport
+
+
+def plot_wavelengths(report: "InspectReport", path: Path) -> None:
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pairs = report.pairs
+    xs = [p.index for p in pairs]
+    fig, ax = plt.subplots(figsize=(9, 5.2), dpi=120)
+    ax.plot(xs, [p.base_wavelength for p in pairs], "o-", ms=3, color="#1f77b4", label=f"base RoPE (θ={report.base_theta:g})")
+    scaled = [p.wavelength for p in pairs]
+    if any(abs(a - p.base_wavelength) > 1e-9 * p.base_wavelength for a, p in zip(scaled, pairs)):
+        label = f"{report.model.rope.rope_type} (as the model will run" + (f" at {report.seq_len} tokens)" if report.seq_len else ")")
+        ax.plot(xs, scaled, "s-", ms=3, color="#d62728", label=label)
+    ax.set_yscale("log")
+    _mark_contexts(ax, report, len(pairs))
+    ax.set_xlabel("dimension pair (0 = fastest-turning, highest frequency)")
+    ax.set_ylabel("wavelength 2π / inv_freq  (tokens, log scale)")
+    name = Path(report.source).name or report.source
+    ax.set_title(f"{name}: RoPE wavelength per dimension pair\n"
+                 "pairs above the trained-context line never made a full turn in training")
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(loc="upper left", fontsize=9)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    try:
+        atomic_write_bytes(path, buffer.getvalue())
+    except OSError as exc:
+        raise OutputError(f"cannot write plot '{path}' ({exc.strerror})", "choose a writable path for --plot") from None
+
+
+def _mark_contexts(ax: object, report: "InspectReport", n: int) -> None:
+    trained, target = report.trained_context, report.target_context
+    if trained:
+        ax.axhline(trained, color="black", ls="--", lw=1.2)
+        ax.text(n - 1, trained, f"trained context {trained:,}", ha="right", va="bottom", fontsize=9)
+        top = max(max(p.wavelength for p in report.pairs), max(p.base_wavelength for p in report.pairs), trained) * 2
+        ax.axhspan(trained, top, color="orange", alpha=0.08)
+        ax.text(0, trained * 1.6, "never completes a turn within the trained context:\n"
+                "positions beyond it look new here, so these pairs must be interpolated",
+                fontsize=8, va="bottom", color="#8a5a00")
+        ax.set_ylim(top=top)
+    if target:
+        ax.axhline(target, color="#2ca02c", ls=":", lw=1.2)
+        ax.text(n - 1, target, f"target context {target:,}", ha="right", va="bottom", fontsize=9, color="#2ca02c")
