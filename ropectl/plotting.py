@@ -26,7 +26,11 @@ def plot_wavelengths(report: "InspectReport", path: Path) -> None:
     ax.plot(xs, [p.base_wavelength for p in pairs], "o-", ms=3, color="#1f77b4", label=f"base RoPE (θ={report.base_theta:g})")
     scaled = [p.wavelength for p in pairs]
     if any(abs(a - p.base_wavelength) > 1e-9 * p.base_wavelength for a, p in zip(scaled, pairs)):
-        label = f"{report.model.rope.rope_type} (as the model will run" + (f" at {report.seq_len} tokens)" if report.seq_len else ")")
+        rope = report.model.rope
+        kind = rope.rope_type + (f" ×{rope.factor:g}" if rope.factor else "")
+        if rope.rope_type == "default":
+            kind = f"θ={rope.rope_theta:g}"
+        label = f"{kind} (as the model will run" + (f" at {report.seq_len} tokens)" if report.seq_len else ")")
         ax.plot(xs, scaled, "s-", ms=3, color="#d62728", label=label)
     ax.set_yscale("log")
     _mark_contexts(ax, report, len(pairs))
@@ -36,7 +40,7 @@ def plot_wavelengths(report: "InspectReport", path: Path) -> None:
     ax.set_title(f"{name}: RoPE wavelength per dimension pair\n"
                  "pairs above the trained-context line never made a full turn in training")
     ax.grid(True, which="both", alpha=0.25)
-    ax.legend(loc="upper left", fontsize=9)
+    ax.legend(loc="lower right", fontsize=9)
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
@@ -54,9 +58,9 @@ def _mark_contexts(ax: object, report: "InspectReport", n: int) -> None:
         ax.text(n - 1, trained, f"trained context {trained:,}", ha="right", va="bottom", fontsize=9)
         top = max(max(p.wavelength for p in report.pairs), max(p.base_wavelength for p in report.pairs), trained) * 2
         ax.axhspan(trained, top, color="orange", alpha=0.08)
-        ax.text(0, trained * 1.6, "never completes a turn within the trained context:\n"
+        ax.text(0, top / 1.3, "never completes a turn within the trained context:\n"
                 "positions beyond it look new here, so these pairs must be interpolated",
-                fontsize=8, va="bottom", color="#8a5a00")
+                fontsize=8, va="top", color="#8a5a00")
         ax.set_ylim(top=top)
     if target:
         ax.axhline(target, color="#2ca02c", ls=":", lw=1.2)

