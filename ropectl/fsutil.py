@@ -7,17 +7,29 @@ import os
 import shutil
 import signal
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from ropectl.errors import OutputError
 
 
+def default_mode(mode: int) -> int:
+    """``mode`` as a plain create would leave it under the current umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return mode & ~umask
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temp file beside ``path``, fsync, then rename: readers never see half a file."""
+    """Write to a temp file beside ``path``, fsync, then rename: readers never see half a file.
+
+    The result keeps the mode of the file it replaces, or gets the umask default: temp files start private.
+    """
     path = Path(path)
+    mode = path.stat().st_mode & 0o777 if path.exists() else default_mode(0o666)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, mode)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -88,6 +100,7 @@ def staged_dir(output: Path, force: bool = False) -> Iterator[Path]:
         tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".ropectl-tmp", dir=output.parent))
     except OSError as exc:
         raise OutputError(f"cannot create a folder in '{output.parent}' ({exc.strerror})", "choose a writable location") from None
+    os.chmod(tmp, default_mode(0o777))  # mkdtemp makes it private; the output should not be
     try:
         with _sigterm_as_interrupt():
             yield tmp

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from ropectl.inspection import InspectReport
 
 
-def plot_wavelengths(report: "InspectReport", path: Path) -> None:
+def plot_wavelengths(report: InspectReport, path: Path) -> None:
     import io
 
     import matplotlib
@@ -51,7 +51,7 @@ def plot_wavelengths(report: "InspectReport", path: Path) -> None:
         raise OutputError(f"cannot write plot '{path}' ({exc.strerror})", "choose a writable path for --plot") from None
 
 
-def _mark_contexts(ax: object, report: "InspectReport", n: int) -> None:
+def _mark_contexts(ax: object, report: InspectReport, n: int) -> None:
     trained, target = report.trained_context, report.target_context
     if trained:
         ax.axhline(trained, color="black", ls="--", lw=1.2)

@@ -22,6 +22,7 @@ def hf_config(params: RopeParams, head_dim: int, heads: int = 4) -> Any:
 def hf_frequencies(params: RopeParams, head_dim: int, seq_len: int | None = None) -> tuple[list[float], float]:
     """inv_freq and attention factor exactly as transformers builds them (float32)."""
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
     # GPT-NeoX's default honours partial_rotary_factor; Llama's ignores it.
     from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding
 

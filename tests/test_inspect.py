@@ -94,9 +94,9 @@ def test_v4_config_is_read(tmp_path: Path) -> None:
         "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})
     report = inspect_json(folder)
+    from hf_reference import hf_frequencies
     from transformers import AutoConfig
 
-    from hf_reference import hf_frequencies
     from ropectl.schema import read_model_rope
 
     assert AutoConfig.from_pretrained(folder).rope_parameters["rope_type"] == "llama3"

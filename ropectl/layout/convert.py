@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -107,14 +106,11 @@ def convert_layout(spec: ConvertSpec, progress: ProgressCallback | None = None) 
     start = time.perf_counter()
     report = None
     with staged_dir(output, spec.force) as tmp:
-        _readable(tmp)
         names = _write_weights(store, tmp, plans, spec.to, tick)
         _write_index(store, tmp, names, spec.to)
         for path in copy:
             shutil.copy2(path, tmp / path.name)
         _write_config(cfg, tmp, source, spec.to)
-        for path in tmp.iterdir():
-            _readable(path)
         seconds = time.perf_counter() - start  # writing only; --verify is reported on its own
         if spec.verify:
             report = verify_conversion(store, open_weights(tmp), plans, geo, arch.packing, source, spec.to,
@@ -139,13 +135,6 @@ def _recorded_layout(cfg: Mapping[str, Any], record: Mapping[str, Any],
         if layout in LAYOUTS:
             return (layout, "recorded by ropectl in the safetensors metadata"), {**record, "layout": layout}
     return known_layout(cfg), record
-
-
-def _readable(path: Path) -> None:
-    """Temp files and folders are created private (0600/0700); the output should get the usual umask modes."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
 
 
 def _ticker(progress: ProgressCallback | None, total: int) -> Callable[[int], None]:

@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import OutputError, UsageError
-from ropectl.fsutil import atomic_write_bytes, atomic_write_text, check_output_dir, link_or_copy, staged_dir
+from ropectl.fsutil import (
+    atomic_write_bytes,
+    atomic_write_text,
+    check_output_dir,
+    default_mode,
+    link_or_copy,
+    staged_dir,
+)
 from ropectl.patch import gguf as gguf_out
 from ropectl.patch.config import ConfigPlan, plan_config
 from ropectl.patch.emit import emit_llama_cpp, emit_vllm
@@ -98,21 +105,12 @@ def _link_tree(source: Path, staging: Path, copy: bool) -> list[tuple[str, str]]
     return files
 
 
-def _default_mode(mode: int) -> int:
-    """``mode`` as a normal create would leave it under the current umask (temp files start at 0600)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return mode & ~umask
-
-
 def _write_folder(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> dict[str, Any]:
     assert spec.output is not None
     text = _dump(plan.config)
     with staged_dir(spec.output, force=spec.force) as staging:
         files = _link_tree(model.folder, staging, spec.copy)
         atomic_write_text(staging / CONFIG, text)
-        os.chmod(staging / CONFIG, _default_mode(0o666))
-        os.chmod(staging, _default_mode(0o777))
         verification = verify_folder(staging, expected_ropes(plan.rope, plan.layer_ropes))
     return {"output": str(spec.output), "files": [(CONFIG, "written"), *files], "verification": verification}
 
@@ -128,11 +126,9 @@ def _write_in_place(model: ResolvedModel, plan: ConfigPlan) -> dict[str, Any]:
     path = model.folder / CONFIG
     verification = verify_config(plan.config, expected_ropes(plan.rope, plan.layer_ropes))
     backup = _backup_path(path)
-    mode = path.stat().st_mode & 0o777
     atomic_write_bytes(backup, path.read_bytes())
-    os.chmod(backup, mode)
-    atomic_write_text(path, _dump(plan.config))
-    os.chmod(path, mode)
+    os.chmod(backup, path.stat().st_mode & 0o777)
+    atomic_write_text(path, _dump(plan.config))  # keeps the replaced file's mode
     return {"output": str(model.folder), "files": [(CONFIG, "rewritten")], "backup": str(backup),
             "verification": verification}
 
@@ -145,7 +141,7 @@ def _gguf(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> dict[str, 
     if spec.dry_run or spec.output is None:
         return {"diff": _gguf_diff(model.gguf, updates, remove, model.path.name)}
     written = gguf_out.rewrite_gguf(model.path, spec.output, arch, updates, remove)
-    os.chmod(spec.output, _default_mode(0o666))
+    os.chmod(spec.output, default_mode(0o666))  # the GGUF writer's temp file starts private
     how = f"new file, {written.tensors} tensors copied unchanged"
     verification = {"engine": "GGUF re-read", "keys": sorted(written.changed), "removed": list(written.removed),
                     "tensors_identical": written.tensors}

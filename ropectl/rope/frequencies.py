@@ -7,7 +7,7 @@ Written from the published formulas and transformers' ``modeling_rope_utils`` se
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ropectl.errors import MethodError
 from ropectl.rope.params import Frequencies, RopeParams

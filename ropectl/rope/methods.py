@@ -7,8 +7,9 @@ and options into the :class:`RopeParams` the scaled model should use, in transfo
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ropectl.errors import MethodError
 from ropectl.rope.frequencies import ntk_theta

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class RopeParams:
         """The context length the model was pretrained at, as far as the config says."""
         return self.original_max_position_embeddings or self.max_position_embeddings
 
-    def with_(self, **changes: Any) -> "RopeParams":
+    def with_(self, **changes: Any) -> RopeParams:
         return replace(self, **changes)
 
 

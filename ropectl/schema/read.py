@@ -10,8 +10,9 @@ report is what the installed transformers builds.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from ropectl.errors import ConfigError, NoRopeError
 from ropectl.rope.params import RopeParams
@@ -210,9 +211,9 @@ def read_model_rope(raw: Mapping[str, Any]) -> ModelRope:
                 layer_ropes[label] = _params(sub, theta, rotary_dim, cfg)
     elif model_type.startswith("gemma3") or cfg.get("rope_local_base_freq") is not None:
         # Gemma3: legacy scaling and rope_theta apply to full attention; sliding layers keep their own base.
-        layer_ropes["full_attention"] = _params(section, theta, rotary_dim, cfg)
+        full = layer_ropes["full_attention"] = _params(section, theta, rotary_dim, cfg)
         local = float(cfg.get("rope_local_base_freq") or GEMMA_LOCAL_THETA)
-        layer_ropes["sliding_attention"] = RopeParams("default", local, rotary_dim, layer_ropes["full_attention"].max_position_embeddings)
+        layer_ropes["sliding_attention"] = RopeParams("default", local, rotary_dim, full.max_position_embeddings)
     main = layer_ropes.get("full_attention") or next(iter(layer_ropes.values()), None) or _params(section, theta, rotary_dim, cfg)
     return ModelRope(
         model_type=model_type,
