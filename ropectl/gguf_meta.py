@@ -26,12 +26,11 @@ GGUF_ARCHS: dict[str, tuple[str, str]] = {
     "falcon": ("falcon", "half-split"),
     "starcoder2": ("starcoder2", "half-split"),
 }
-_SCALING_KEYS = {
-    "yarn_beta_fast": "beta_fast",
-    "yarn_beta_slow": "beta_slow",
-    "yarn_attn_factor": "attention_factor",
-    "attn_factor": "attention_factor",
-}
+_SCALING_KEYS = {"yarn_beta_fast": "beta_fast", "yarn_beta_slow": "beta_slow"}
+# ropectl's own record of the unscaled base; llama.cpp ignores keys outside its namespace.
+BASE_THETA_KEY = "ropectl.base.rope_theta"
+BASE_CONTEXT_KEY = "ropectl.base.context_length"
+METHOD_KEY = "ropectl.method"
 
 
 def read_gguf_metadata(path: Path) -> dict[str, Any]:
@@ -90,7 +89,7 @@ def gguf_config(meta: Mapping[str, Any], path: Path) -> dict[str, Any]:
         "head_dim": head_dim,
         "max_position_embeddings": int(get("context_length")),
         "rope_theta": float(get("rope.freq_base", 10000.0)),
-        "ropectl": {"layout": layout, "layout_source": f"GGUF arch '{arch}'"},
+        "ropectl": _record(meta, layout, arch),
     }
     if n_rot != head_dim:
         cfg["partial_rotary_factor"] = n_rot / head_dim
@@ -98,6 +97,16 @@ def gguf_config(meta: Mapping[str, Any], path: Path) -> dict[str, Any]:
     if scaling:
         cfg["rope_scaling"] = scaling
     return cfg
+
+
+def _record(meta: Mapping[str, Any], layout: str, arch: str) -> dict[str, Any]:
+    record: dict[str, Any] = {"layout": layout, "layout_source": f"GGUF arch '{arch}'"}
+    if meta.get(BASE_THETA_KEY) is not None:
+        record["base"] = {"rope_theta": float(meta[BASE_THETA_KEY]),
+                          "trained_context": int(meta.get(BASE_CONTEXT_KEY) or 0) or None}
+    if meta.get(METHOD_KEY):
+        record["method"] = str(meta[METHOD_KEY])
+    return record
 
 
 def gguf_scaling(meta: Mapping[str, Any], arch: str) -> dict[str, Any] | None:
@@ -115,4 +124,9 @@ def gguf_scaling(meta: Mapping[str, Any], arch: str) -> dict[str, Any] | None:
     for key, name in _SCALING_KEYS.items():
         if meta.get(prefix + key) is not None:
             out[name] = float(meta[prefix + key])
+    if rope_type == "yarn" and meta.get(prefix + "attn_factor") is not None:
+        from ropectl.rope.frequencies import yarn_mscale
+
+        # llama.cpp multiplies attn_factor by its own 0.1 ln(s) + 1; transformers' attention_factor is the product.
+        out["attention_factor"] = float(meta[prefix + "attn_factor"]) * yarn_mscale(float(factor or 1.0))
     return out

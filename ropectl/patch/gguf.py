@@ -18,12 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import GGUFError, MethodError, OutputError, VerificationError
+from ropectl.gguf_meta import BASE_CONTEXT_KEY, BASE_THETA_KEY, METHOD_KEY
 from ropectl.rope.frequencies import compute_frequencies, yarn_mscale
 from ropectl.rope.params import RopeParams
 
-BASE_THETA_KEY = "ropectl.base.rope_theta"
-BASE_CONTEXT_KEY = "ropectl.base.context_length"
-METHOD_KEY = "ropectl.method"
 # Keys that describe scaling; whatever of them the new RoPE does not set is removed.
 SCALING_SUFFIXES = ("rope.scaling.type", "rope.scaling.factor", "rope.scaling.original_context_length",
                     "rope.scaling.attn_factor", "rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow",
