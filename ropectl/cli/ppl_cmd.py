@@ -110,9 +110,8 @@ def progress_bar(enabled: bool) -> Iterator[Callable[[Any], None] | None]:
         TimeRemainingColumn,
     )
 
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
-               TextColumn("tok · {task.fields[rate]} ·"), TimeElapsedColumn(), TextColumn("· ETA"),
-               TimeRemainingColumn(), TextColumn("[dim]{task.fields[current]}"))
+    columns = (BarColumn(bar_width=20), MofNCompleteColumn(), TextColumn("tok · {task.fields[rate]} ·"),
+               TimeElapsedColumn(), TextColumn("· ETA"), TimeRemainingColumn(), TextColumn("[dim]{task.fields[current]}"))
     bar = Progress(*columns, console=Console(stderr=True), transient=False)
     task = bar.add_task("eval-ppl", total=None, rate="", current="")
 
@@ -142,7 +141,8 @@ def print_table(result: Any) -> None:
     table.add_column("method", style="bold")
     for n in result.lengths:
         mark = " *" if trained and n > trained else ""
-        table.add_column(f"{length_label(n)}{mark}\n({meta['docs_used'][str(n)]} docs)", justify="right")
+        used = meta["docs_used"][str(n)]
+        table.add_column(f"{length_label(n)}{mark}\n({used} doc{'s' if used != 1 else ''})", justify="right")
     for method in result.methods:
         row = []
         for n in result.lengths:

@@ -65,13 +65,15 @@ def _ppl_panel(ax: Any, series: dict[str, list[Aggregate]], colors: dict[str, st
         ax.errorbar(xs, [a.ppl for a in rows], yerr=[a.ppl_se or 0.0 for a in rows], color=colors[method],
                     marker="o", markersize=4, linewidth=1.8, capsize=2, elinewidth=0.8, label=method)
     ax.set_yscale("log")
-    ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1, 1.5, 2, 3, 5, 7)))
+    ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8)))
     ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.yaxis.set_minor_locator(ticker.NullLocator())
     ax.set_ylabel("perplexity (log scale)")
     ax.grid(True, alpha=0.3)
     _mark_trained(ax, trained, label=True)
-    ax.legend(title="method (± s.e. across documents)", fontsize=8, title_fontsize=8, loc="best")
+    has_se = any(a.ppl_se for rows in series.values() for a in rows)
+    ax.legend(title="method (± s.e. across documents)" if has_se else "method", fontsize=8, title_fontsize=8,
+              loc="best")
 
 
 def _ratio_panel(ax: Any, series: dict[str, list[Aggregate]], colors: dict[str, str], reference: str,
@@ -104,5 +106,5 @@ def _mark_trained(ax: Any, trained: int | None, label: bool) -> None:
         return
     ax.axvline(trained, color="0.3", linestyle="--", linewidth=1)
     if label:
-        ax.text(trained, 0.98, f" trained context {length_label(trained)}", transform=ax.get_xaxis_transform(),
-                va="top", ha="left", fontsize=8, color="0.3")
+        ax.text(trained, 0.02, f" trained context {length_label(trained)}", transform=ax.get_xaxis_transform(),
+                va="bottom", ha="left", fontsize=8, color="0.3")
