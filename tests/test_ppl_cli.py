@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import test_ppl_fixtures as fx
 from typer.testing import CliRunner
 
@@ -50,6 +51,7 @@ def test_checkpoint_as_is_without_methods(isolated, tiny_model, tiny_corpus) -> 
     assert json.loads(result.stdout)["meta"]["methods"] == ["as-is"]
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_finished_cells_and_says_how_to_resume(tiny_model, tiny_corpus, tmp_path) -> None:
     out = tmp_path / "out"
     args = [sys.executable, "-m", "ropectl", "eval-ppl", str(tiny_model), "-d", str(tiny_corpus), "--mode",
