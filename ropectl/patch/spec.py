@@ -7,13 +7,12 @@ validated here, so Python callers get the same errors as the CLI.
 from __future__ import annotations
 
 import json
-import os
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ropectl import presets
 from ropectl.errors import MethodError, UsageError
 from ropectl.rope.methods import MethodSpec, Param, get_method, parse_value
 from ropectl.schema.write import check_schema
@@ -62,42 +61,20 @@ class PatchSpec:
         return self.emit == "config" and not self.dry_run
 
 
-def _load_toml(path: Path) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        import tomli as tomllib
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"cannot read config file '{path}' ({exc.strerror})", "check the path") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"config file '{path}' is not valid TOML ({exc})", "fix the TOML syntax") from None
-    table = data.get("patch", data)
-    if not isinstance(table, dict):
-        raise UsageError(f"'[patch]' in '{path}' is not a table", "write [patch] followed by key = value lines")
-    return table
-
-
-def presets_dir() -> Path:
-    return Path(os.environ.get("ROPECTL_CONFIG_DIR") or Path(__file__).resolve().parents[2] / "configs")
-
-
 def list_presets() -> list[str]:
-    folder = presets_dir()
-    return sorted(p.stem[len(PRESET_PREFIX):] for p in folder.glob(f"{PRESET_PREFIX}*.toml")) if folder.is_dir() else []
+    return presets.list_presets(PRESET_PREFIX)
 
 
 def load_preset(name: str) -> dict[str, Any]:
-    path = presets_dir() / f"{PRESET_PREFIX}{name.removeprefix(PRESET_PREFIX).removesuffix('.toml')}.toml"
+    path = presets.preset_path(name, PRESET_PREFIX)
     if not path.is_file():
         known = ", ".join(list_presets()) or "none installed"
         raise UsageError(f"unknown preset '{name}'", f"use one of: {known}; or pass --config FILE.toml")
-    return _load_toml(path)
+    return presets.load_toml_table(path, "patch", "preset")
 
 
 def load_config_file(path: Path) -> dict[str, Any]:
-    return _load_toml(Path(path))
+    return presets.load_toml_table(path, "patch")
 
 
 def read_longrope_file(path: Path) -> dict[str, list[float]]:

@@ -7,14 +7,13 @@ Validation lives here so Python callers get the same checks as the CLI.
 from __future__ import annotations
 
 import math
-import os
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ropectl import presets
 from ropectl.errors import UsageError
 from ropectl.rope.methods import MethodSpec, parse_spec
 
@@ -146,40 +145,17 @@ def parse_methods(values: list[str] | tuple[str, ...] | None) -> tuple[MethodSpe
     return tuple(out)
 
 
-def presets_dir() -> Path:
-    return Path(os.environ.get("ROPECTL_CONFIG_DIR") or Path(__file__).resolve().parents[2] / "configs")
-
-
 def load_preset(name: str) -> dict[str, Any]:
     """``default`` (embedded), ``NAME`` (configs/eval-NAME.toml) or a path to a TOML file."""
     path = Path(name)
     if not (path.suffix == ".toml" and path.is_file()):
-        stem = name.removeprefix(PRESET_PREFIX).removesuffix(".toml")
-        path = presets_dir() / f"{PRESET_PREFIX}{stem}.toml"
+        path = presets.preset_path(name, PRESET_PREFIX)
         if not path.is_file():
-            if stem == "default":
+            if name.removeprefix(PRESET_PREFIX).removesuffix(".toml") == "default":
                 return dict(DEFAULTS)
-            known = sorted(p.stem[len(PRESET_PREFIX):] for p in presets_dir().glob(f"{PRESET_PREFIX}*.toml"))
-            raise UsageError(f"unknown preset '{name}'",
-                             f"use one of: {', '.join(known) or 'default'}, or a .toml path")
-    return _load_toml(path)
-
-
-def _load_toml(path: Path) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        import tomli as tomllib
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"cannot read preset '{path}' ({exc.strerror})", "check the path") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"preset '{path}' is not valid TOML ({exc})", "fix the TOML syntax") from None
-    table = data.get("eval", data)
-    if not isinstance(table, dict):
-        raise UsageError(f"'[eval]' in '{path}' is not a table", "write [eval] followed by key = value lines")
-    return table
+            known = ", ".join(presets.list_presets(PRESET_PREFIX)) or "default"
+            raise UsageError(f"unknown preset '{name}'", f"use one of: {known}, or a .toml path")
+    return presets.load_toml_table(path, "eval", "preset")
 
 
 _KEYS = {f.name for f in fields(EvalSpec)} - {"extra"}

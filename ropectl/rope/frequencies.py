@@ -70,12 +70,18 @@ def _dynamic(p: RopeParams, seq_len: int | None) -> Frequencies:
     return Frequencies(tuple(base_inv_freq(theta, p.rotary_dim)), 1.0, theta)
 
 
-def _yarn(p: RopeParams, seq_len: int | None) -> Frequencies:
-    sc, dim = p.scaling, p.rotary_dim
-    original = _require(p.original_max_position_embeddings, "original_max_position_embeddings", "yarn")
+def _original_and_factor(p: RopeParams, method: str) -> tuple[int, float]:
+    """yarn and longrope: with no factor, transformers takes max_position_embeddings / original."""
+    original = _require(p.original_max_position_embeddings, "original_max_position_embeddings", method)
     s = p.factor
     if s is None:
-        s = _require(p.max_position_embeddings, "max_position_embeddings", "yarn") / original
+        s = _require(p.max_position_embeddings, "max_position_embeddings", method) / original
+    return original, s
+
+
+def _yarn(p: RopeParams, seq_len: int | None) -> Frequencies:
+    sc, dim = p.scaling, p.rotary_dim
+    original, s = _original_and_factor(p, "yarn")
     attention = sc.get("attention_factor")
     if attention is None:
         mscale, mscale_all = sc.get("mscale"), sc.get("mscale_all_dim")
@@ -114,10 +120,7 @@ def _llama3(p: RopeParams, seq_len: int | None) -> Frequencies:
 
 def _longrope(p: RopeParams, seq_len: int | None) -> Frequencies:
     sc = p.scaling
-    original = _require(p.original_max_position_embeddings, "original_max_position_embeddings", "longrope")
-    s = p.factor
-    if s is None:
-        s = _require(p.max_position_embeddings, "max_position_embeddings", "longrope") / original
+    original, s = _original_and_factor(p, "longrope")
     attention = sc.get("attention_factor")
     if attention is None:
         attention = 1.0 if s <= 1 else math.sqrt(1 + math.log(s) / math.log(original))
