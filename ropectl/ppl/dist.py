@@ -73,8 +73,12 @@ def all_gather(world: World, items: list[Any]) -> list[Any]:
     return [item for box in boxes for item in box]
 
 
-def finish(world: World) -> None:
+def finish(world: World, clean: bool = True) -> None:
+    """Leave the group. After a clean run every rank first waits for the others: a rank that tears gloo
+    down while a peer is still inside the final gather makes that peer's process abort."""
     if world.owns_group:
         import torch.distributed as dist
 
+        if clean:
+            dist.barrier()
         dist.destroy_process_group()

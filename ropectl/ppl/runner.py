@@ -86,13 +86,16 @@ def run_eval(spec: EvalSpec, progress: Callable[[Progress], None] | None = None)
     world = dist.world_from_env()
     device = resolve_device(spec.device, world.local_rank)
     world = dist.init(world, device)
+    clean = False
     try:
         run = _prepare(spec, world, device)
         cells = _execute(run, progress)
-        return finish_run(run.out, spec, run.model_label, run.states, run.corpus, run.trained, cells, world,
-                          time.time() - started, run.device, run.dtype)
+        result = finish_run(run.out, spec, run.model_label, run.states, run.corpus, run.trained, cells, world,
+                            time.time() - started, run.device, run.dtype)
+        clean = True
+        return result
     finally:
-        dist.finish(world)
+        dist.finish(world, clean)
 
 
 def _prepare(spec: EvalSpec, world: dist.World, device: str) -> _Run:
