@@ -1,4 +1,4 @@
-"""Two CPU processes (torchrun, gloo) split the documents and gather exactly what one process computes."""
+"""Two CPU processes (torchrun or accelerate launch, gloo) split the documents and gather exactly what one process computes."""
 
 from __future__ import annotations
 
@@ -25,15 +25,23 @@ def ropectl(launcher: list[str], model: Path, corpus: Path, out: Path, cache: Pa
     return json.loads((out / "results.json").read_text())
 
 
+LAUNCHERS = {
+    "torchrun": ["torchrun", "--standalone", "--nproc_per_node", "2"],
+    # accelerate's multi-process launcher is torch.distributed.run underneath; --cpu would select its MPI path.
+    "accelerate": ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                   "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0"],
+}
+
+
 @pytest.mark.slow
 @pytest.mark.dist
-def test_two_processes_equal_one(tiny_model, tiny_corpus, tmp_path) -> None:
-    torchrun = Path(sys.executable).parent / "torchrun"
-    if not torchrun.exists():
-        pytest.skip("torchrun is not installed beside this Python")
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_two_processes_equal_one(launcher, tiny_model, tiny_corpus, tmp_path) -> None:
+    exe = Path(sys.executable).parent / LAUNCHERS[launcher][0]
+    if not exe.exists():
+        pytest.skip(f"{exe.name} is not installed beside this Python")
     one = ropectl([sys.executable], tiny_model, tiny_corpus, tmp_path / "one", tmp_path / "c1")
-    two = ropectl([str(torchrun), "--standalone", "--nproc_per_node", "2"], tiny_model, tiny_corpus,
-                  tmp_path / "two", tmp_path / "c2")
+    two = ropectl([str(exe), *LAUNCHERS[launcher][1:]], tiny_model, tiny_corpus, tmp_path / "two", tmp_path / "c2")
     key = ("method", "length", "doc", "tokens")
     assert [tuple(r[k] for k in key) for r in two["results"]] == [tuple(r[k] for k in key) for r in one["results"]]
     for a, b in zip(one["results"], two["results"], strict=True):
