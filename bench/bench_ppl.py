@@ -12,6 +12,9 @@ is higher (bf16 on CPUs without bf16 units is emulated, and SDPA runs it near fp
 Implementations:
   naive:   model(ids, labels=ids) -> full [L, vocab] logits, then transformers' loss (upcast to fp32)
   chunked: model.model(ids) hidden states -> lm_head + cross-entropy over 1024 positions at a time (eval-ppl)
+  naive-sweep / chunked-sweep (--impls): every --lengths value scored on one document, as a sweep does:
+           naive runs one forward per length; eval-ppl's truncate plan runs one forward at the longest
+           length and reads each shorter length off the cumulative NLL. tokens/s counts every scored length.
 """
 
 from __future__ import annotations
@@ -72,11 +75,20 @@ def measure(args: argparse.Namespace) -> dict:
     cuda = args.device.startswith("cuda")
     ids = (torch.arange(args.length, device=args.device) * 7919 + 13) % model.config.vocab_size
 
-    def step(n: int):
+    def one(impl: str, n: int):
         x = ids[:n]
-        if args.impl == "naive":
+        if impl == "naive":
             return model(input_ids=x[None], labels=x[None]).loss.float() * (n - 1)
         return sequence_nll(model, x, chunk_size=1024).double().sum()
+
+    def step(n: int):
+        if n != args.length or not args.impl.endswith("-sweep"):
+            return one(args.impl.removesuffix("-sweep"), n)
+        if args.impl == "naive-sweep":  # the usual loop: one scored forward per length
+            return [one("naive", length) for length in args.sweep]
+        # eval-ppl's truncate plan: one forward at the longest length scores every prefix
+        csum = torch.cumsum(sequence_nll(model, ids, chunk_size=1024).double(), 0)
+        return [csum[length - 2] for length in args.sweep]
 
     with torch.inference_mode():
         step(min(256, args.length))  # warm-up: kernels, allocator, thread pools
@@ -93,9 +105,11 @@ def measure(args: argparse.Namespace) -> dict:
             times.append(time.perf_counter() - start)
     seconds = min(times)
     peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else peak_rss_mib()
+    scored = sum(args.sweep) if args.impl.endswith("-sweep") else args.length
+    forwards = args.sweep if args.impl == "naive-sweep" else [args.length]
     return {"impl": args.impl, "dtype": args.dtype, "length": args.length, "seconds": seconds,
-            "tok_s": args.length / seconds, "peak_mib": peak, "base_mib": None if cuda else base_mib,
-            "flops": flops_per_forward(model.config, args.length)}
+            "tok_s": scored / seconds, "peak_mib": peak, "base_mib": None if cuda else base_mib,
+            "flops": sum(flops_per_forward(model.config, n) for n in forwards)}
 
 
 def reset_peak_rss() -> float:
@@ -149,7 +163,8 @@ def matmul_peak(dtype: str, device: str) -> float:
 
 def run_child(args: argparse.Namespace, impl: str, dtype: str, length: int) -> dict:
     cmd = [sys.executable, __file__, "--child", "--impl", impl, "--dtype", dtype, "--length", str(length),
-           "--device", args.device, "--repeats", str(args.repeats)] + (["--random-init"] if args.random_init else [])
+           "--device", args.device, "--repeats", str(args.repeats), "--sweep", ",".join(map(str, args.sweep))]
+    cmd += ["--random-init"] if args.random_init else []
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -162,7 +177,11 @@ def run_child(args: argparse.Namespace, impl: str, dtype: str, length: int) -> d
 
 
 def table(rows: list[dict], peaks: dict[str, float], device: str) -> str:
-    ref = {r["length"]: r for r in rows if r["impl"] == "naive" and r["dtype"] == "fp32" and "error" not in r}
+    def naive_of(r: dict) -> str:
+        return "naive-sweep" if r["impl"].endswith("-sweep") else "naive"
+
+    ref = {(naive_of(r), r["length"]): r for r in rows if r["impl"] in ("naive", "naive-sweep")
+           and r["dtype"] == "fp32" and "error" not in r}
     out = [f"device: {device}; matmul peak: " + ", ".join(f"{k} {v:,.0f} GFLOP/s" for k, v in peaks.items()), "",
            "| dtype | length | impl | tokens/s | × naive fp32 | peak MiB | peak ÷ naive | MFU |",
            "|---|---|---|---|---|---|---|---|"]
@@ -170,8 +189,8 @@ def table(rows: list[dict], peaks: dict[str, float], device: str) -> str:
         if "error" in r:
             out.append(f"| {r['dtype']} | {r['length']} | {r['impl']} | {r['error']} | | | | |")
             continue
-        base = ref.get(r["length"])
-        same = next((x for x in rows if x["impl"] == "naive" and x["dtype"] == r["dtype"]
+        base = ref.get((naive_of(r), r["length"]))
+        same = next((x for x in rows if x["impl"] == naive_of(r) and x["dtype"] == r["dtype"]
                      and x["length"] == r["length"] and "error" not in x), None)
         speedup = f"{r['tok_s'] / base['tok_s']:.2f}×" if base else "–"
         mem = f"{r['peak_mib'] / same['peak_mib']:.2f}" if same else "–"
@@ -197,7 +216,9 @@ def main() -> None:
     p.add_argument("--impl", help=argparse.SUPPRESS)
     p.add_argument("--dtype", help=argparse.SUPPRESS)
     p.add_argument("--length", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--sweep", default="", help=argparse.SUPPRESS)
     args = p.parse_args()
+    args.sweep = [int(x) for x in (args.sweep or args.lengths).split(",")]
     if args.child:
         print(json.dumps(measure(args)), flush=True)
         return
@@ -208,8 +229,9 @@ def main() -> None:
         return
     rows = []
     for dtype in dtypes:
-        for length in [int(x) for x in args.lengths.split(",")]:
-            for impl in args.impls.split(","):
+        for impl in args.impls.split(","):
+            # A sweep scores every length from one document: it is timed once, at the longest length.
+            for length in [max(args.sweep)] if impl.endswith("-sweep") else args.sweep:
                 rows.append(run_child(args, impl, dtype, length))
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     device = args.device if not args.device.startswith("cuda") else _gpu_name()
