@@ -1,5 +1,5 @@
 # Two commands set up everything on a fresh machine: `make demo` and `make test`.
-# Each creates its own virtualenv, installs torch first (a CPU build unless TORCH says otherwise),
+# Each creates its own virtualenv, installs torch first (TORCH, default torch==2.13.0: set it for another build),
 # then the project, then the offline default model and corpus.
 PYTHON ?= python3
 VENV ?= .venv
