@@ -3,9 +3,10 @@
     .venv/bin/python bench/bench_layout.py [--gb 3] [--dir /tmp/ropectl-bench] [--keep]
 
 Builds the checkpoint (random-looking bf16 bytes; content does not matter for a row permutation), then times
-``shutil.copyfile`` of the same files on the same disk (with and without fsync, since the conversion fsyncs its
-output before renaming it into place) and the conversion itself in a subprocess, whose peak RSS comes from
-``os.wait4``. Prints a markdown table. Removes everything it wrote unless --keep.
+``shutil.copyfile`` of the same files on the same disk, with and without fsync, and the conversion itself in a
+subprocess, as by default (no fsync, like the plain copy) and with --fsync (flushed before the rename, like the
+fsynced copy). Peak RSS comes from the child's VmHWM and ``os.wait4``.
+Prints a markdown table. Removes everything it wrote unless --keep.
 """
 
 from __future__ import annotations
@@ -144,7 +145,7 @@ import time
 from pathlib import Path
 start = time.perf_counter()
 from ropectl.layout.convert import ConvertSpec, convert_layout
-r = convert_layout(ConvertSpec({src!r}, "interleaved", Path({out!r}), verify={verify}))
+r = convert_layout(ConvertSpec({src!r}, "interleaved", Path({out!r}), verify={verify}, durable={durable}))
 print(len(r.tensors_permuted), time.perf_counter() - start)
 """
 
@@ -155,20 +156,26 @@ def median(values: list[float]) -> float:
 
 def measure(src: Path, root: Path, repeats: int) -> dict[str, float]:
     out = root / "out"
-    keys = ("copy", "copy_sync", "wall", "call", "rss", "maxrss", "vwall", "vrss")
+    keys = ("copy", "copy_sync", "wall", "call", "rss", "maxrss", "vwall", "vrss", "nwall", "ncall")
     m: dict[str, list[float]] = {k: [] for k in keys}
     time_copy(src, root / "warm", fsync=False)  # warm the page cache for both contenders alike
     for _ in range(repeats):
         m["copy"].append(time_copy(src, root / "copy", fsync=False))
         m["copy_sync"].append(time_copy(src, root / "copy", fsync=True))
-        wall, maxrss, rss, text = run_child(CONVERT.format(src=str(src), out=str(out), verify=False))
+        wall, maxrss, rss, text = run_child(CONVERT.format(src=str(src), out=str(out), verify=False, durable=True))
         shutil.rmtree(out)
         m["wall"].append(wall)
         m["rss"].append(rss)
         m["maxrss"].append(maxrss)
         permuted, call = text.split()
         m["call"].append(float(call))
-    wall, _, rss, _ = run_child(CONVERT.format(src=str(src), out=str(out), verify=True))
+        wall, maxrss, rss, text = run_child(CONVERT.format(src=str(src), out=str(out), verify=False, durable=False))
+        shutil.rmtree(out)
+        m["nwall"].append(wall)
+        m["rss"].append(rss)
+        m["maxrss"].append(maxrss)
+        m["ncall"].append(float(text.split()[1]))
+    wall, _, rss, _ = run_child(CONVERT.format(src=str(src), out=str(out), verify=True, durable=False))
     shutil.rmtree(out)
     m["vwall"].append(wall)
     m["vrss"].append(rss)
@@ -211,7 +218,8 @@ def report(total: int, n_shards: int, largest: int, m: dict[str, float], repeats
     print("| run | wall time | throughput | vs copy (no fsync / fsync) |\n|---|---|---|---|")
     print(row("shutil.copyfile, no fsync", m["copy"]))
     print(row("shutil.copyfile + fsync", m["copy_sync"]))
-    for name, key in (("convert_layout() call (fsyncs)", "call"), ("whole `convert` process", "wall")):
+    for name, key in (("convert_layout() call (default, no fsync)", "ncall"), ("whole `convert` process", "nwall"),
+                      ("convert_layout() call, --fsync", "call"), ("whole `convert --fsync` process", "wall")):
         print(row(name, m[key], f"{m['copy'] / m[key]:.2f}× / {m['copy_sync'] / m[key]:.2f}×"))
     print(row("whole `convert --verify` process", m["vwall"]))
     print("\n| peak RSS | value | budget: 2 × largest tensor + 300 MiB |\n|---|---|---|")

@@ -69,6 +69,24 @@ def test_force_replaces_existing_output(llama: Path, tmp_path: Path) -> None:
     assert not (out / "stale.txt").exists() and (out / "model.safetensors").is_file()
 
 
+def test_no_fsync_writes_the_same_bytes_without_flushing(llama: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import ropectl.layout.convert as convert
+
+    synced: list[Path] = []
+    real = convert.fsync_file
+    monkeypatch.setattr(convert, "fsync_file", lambda path: (synced.append(path), real(path)))
+    outputs = {}
+    for flag in ("--fsync", "--no-fsync"):
+        synced.clear()
+        out = outputs[flag] = tmp_path / flag
+        assert runner.invoke(app, ["convert-layout", str(llama), "--to", "interleaved", "-o", str(out), flag]).exit_code == 0
+        expected = {p.name for p in out.iterdir()} if flag == "--fsync" else set()
+        assert {p.name for p in synced} == expected
+    for path in sorted(outputs["--fsync"].iterdir()):
+        assert (outputs["--no-fsync"] / path.name).read_bytes() == path.read_bytes(), path.name
+
+
 def test_inspect_reports_converted_layout(llama: Path, tmp_path: Path) -> None:
     pytest.importorskip("ropectl.cli.inspect_cmd")
     out = tmp_path / "o"
@@ -81,5 +99,5 @@ def test_inspect_reports_converted_layout(llama: Path, tmp_path: Path) -> None:
 def test_help_lists_options() -> None:
     result = runner.invoke(app, ["convert-layout", "--help"])
     assert result.exit_code == 0
-    for flag in ("--to", "--from", "--output", "--verify", "--force", "--json"):
+    for flag in ("--to", "--from", "--output", "--verify", "--force", "--no-fsync", "--json"):
         assert flag in result.output

@@ -20,15 +20,23 @@ VerifyOpt = Annotated[
     bool, typer.Option("--verify", help="Check numerically on the real weights that both layouts give the same RoPE."),
 ]
 
+DurableOpt = Annotated[
+    bool, typer.Option("--fsync/--no-fsync", help="Flush the output to disk before renaming it into place, so "
+                       "that not even a power loss can leave truncated shards (slower). Interrupts are safe "
+                       "either way."),
+]
+
 
 @handle_errors
 def convert_layout(model: ModelArg, to: ToOpt, output: OutputOpt = None, from_layout: FromOpt = None,
-                   verify: VerifyOpt = False, force: ForceOpt = False, json_out: JsonOpt = False) -> None:
+                   verify: VerifyOpt = False, force: ForceOpt = False, durable: DurableOpt = False,
+                   json_out: JsonOpt = False) -> None:
     """Permute q/k projection rows between the interleaved (2i, 2i+1) and half-split (i, i+d/2) RoPE layouts."""
     from ropectl.layout.convert import ConvertSpec
     from ropectl.layout.convert import convert_layout as run
 
-    spec = ConvertSpec(model=model, to=to, output=output, from_layout=from_layout, verify=verify, force=force)
+    spec = ConvertSpec(model=model, to=to, output=output, from_layout=from_layout, verify=verify, force=force,
+                       durable=durable)
     with _progress(enabled=not json_out) as progress:
         result = run(spec, progress=progress)
     if json_out:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import LayoutError, UsageError
-from ropectl.fsutil import atomic_write_text, check_output_dir, staged_dir
+from ropectl.fsutil import check_output_dir, staged_dir
 from ropectl.layout.archs import arch_for
 from ropectl.layout.detect import HALF_SPLIT, INTERLEAVED, LAYOUTS, known_layout
 from ropectl.layout.io import fsync_file, write_streaming, write_tensors
@@ -37,6 +37,9 @@ class ConvertSpec:
     from_layout: str | None = None
     verify: bool = False
     force: bool = False
+    # fsync the output before renaming it into place. Off by default, like a plain copy or save_pretrained:
+    # the rename already makes interrupts safe, and the source is never touched, so a power loss costs a rerun.
+    durable: bool = False
 
     def __post_init__(self) -> None:
         for flag, value in (("--to", self.to), ("--from", self.from_layout)):
@@ -106,11 +109,13 @@ def convert_layout(spec: ConvertSpec, progress: ProgressCallback | None = None) 
     start = time.perf_counter()
     report = None
     with staged_dir(output, spec.force) as tmp:
-        names = _write_weights(store, tmp, plans, spec.to, tick)
-        _write_index(store, tmp, names, spec.to)
+        names = _write_weights(store, tmp, plans, spec.to, tick, spec.durable)
+        _write_index(store, tmp, names, spec.to, spec.durable)
         for path in copy:
             shutil.copy2(path, tmp / path.name)
-        _write_config(cfg, tmp, source, spec.to)
+            if spec.durable:
+                fsync_file(tmp / path.name)
+        _write_config(cfg, tmp, source, spec.to, spec.durable)
         seconds = time.perf_counter() - start  # writing only; --verify is reported on its own
         if spec.verify:
             report = verify_conversion(store, open_weights(tmp), plans, geo, arch.packing, source, spec.to,
@@ -152,8 +157,9 @@ def _ticker(progress: ProgressCallback | None, total: int) -> Callable[[int], No
 
 
 def _write_weights(store: WeightStore, tmp: Path, plans: Mapping[str, TensorPlan], to: str,
-                   tick: Callable[[int], None]) -> dict[Path, str]:
-    """Write shard after shard; each finished shard is fsynced in the background while the next one is written."""
+                   tick: Callable[[int], None], durable: bool) -> dict[Path, str]:
+    """Write shard after shard; if durable, each finished shard is fsynced in the background while the next one
+    is written."""
     names: dict[Path, str] = {}
     syncer = ThreadPoolExecutor(max_workers=1)
     try:
@@ -164,12 +170,13 @@ def _write_weights(store: WeightStore, tmp: Path, plans: Mapping[str, TensorPlan
                 sf = store.headers[path]
                 metadata = {"format": "pt", **(sf.metadata or {}), METADATA_KEY: to}
                 indexes = {n: plans[n].index for n in sf.tensors if n in plans}
-                write_streaming(sf, tmp / names[path], metadata, indexes, tick)
+                write_streaming(sf, tmp / names[path], metadata, indexes, tick, writeback=durable)
             else:
                 tensors = store.torch_files[path]
                 indexes = {n: plans[n].index for n in tensors if n in plans}
                 write_tensors(tensors, tmp / names[path], {"format": "pt", METADATA_KEY: to}, indexes, tick)
-            pending.append(syncer.submit(fsync_file, tmp / names[path]))
+            if durable:
+                pending.append(syncer.submit(fsync_file, tmp / names[path]))
         for future in pending:
             future.result()  # the staged folder is renamed into place only once its bytes are on disk
     finally:
@@ -177,7 +184,7 @@ def _write_weights(store: WeightStore, tmp: Path, plans: Mapping[str, TensorPlan
     return names
 
 
-def _write_index(store: WeightStore, tmp: Path, names: Mapping[Path, str], to: str) -> None:
+def _write_index(store: WeightStore, tmp: Path, names: Mapping[Path, str], to: str, durable: bool) -> None:
     if store.index is None:
         return
     index = json.loads(json.dumps(store.index))  # deep copy; names and sizes do not change for safetensors
@@ -186,13 +193,21 @@ def _write_index(store: WeightStore, tmp: Path, names: Mapping[Path, str], to: s
         index["weight_map"] = {n: names[store.where[n]] for n in index["weight_map"]}
         index["metadata"]["total_size"] = store.nbytes()
     index["metadata"][METADATA_KEY] = to
-    atomic_write_text(tmp / ST_INDEX, json.dumps(index, indent=2) + "\n")
+    _write_staged(tmp / ST_INDEX, json.dumps(index, indent=2) + "\n", durable)
 
 
-def _write_config(cfg: dict[str, Any], tmp: Path, source: str, to: str) -> None:
+def _write_config(cfg: dict[str, Any], tmp: Path, source: str, to: str, durable: bool) -> None:
     record = dict(cfg.get("ropectl") or {})
     record.update(layout=to, layout_source=f"converted from {source} by ropectl convert-layout")
-    atomic_write_text(tmp / "config.json", json.dumps({**cfg, "ropectl": record}, indent=2) + "\n")
+    _write_staged(tmp / "config.json", json.dumps({**cfg, "ropectl": record}, indent=2) + "\n", durable)
+
+
+def _write_staged(path: Path, text: str, durable: bool) -> None:
+    # The staged folder's rename is what makes the output atomic. An fsync here would also commit the
+    # filesystem journal, which flushes every shard written so far, so --no-fsync must skip it too.
+    path.write_text(text, encoding="utf-8")
+    if durable:
+        fsync_file(path)
 
 
 def _inv_freq(mr: Any, geo: Geometry) -> tuple[float, ...]:

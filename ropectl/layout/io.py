@@ -147,8 +147,11 @@ def gather_bytes(raw: Any, index: np.ndarray) -> np.ndarray:
 
 
 def write_streaming(sf: SafetensorsFile, dst: Path, metadata: Mapping[str, str] | None,
-                    indexes: Mapping[str, np.ndarray], progress: ProgressFn) -> None:
-    """Write ``sf`` to ``dst`` with the rows of the tensors in ``indexes`` permuted; all else byte-identical."""
+                    indexes: Mapping[str, np.ndarray], progress: ProgressFn, writeback: bool = True) -> None:
+    """Write ``sf`` to ``dst`` with the rows of the tensors in ``indexes`` permuted; all else byte-identical.
+
+    ``writeback`` starts writing copied ranges to disk at once, for a caller that will fsync the file.
+    """
     entries = {n: {"dtype": i.dtype, "shape": list(i.shape), "data_offsets": [i.begin, i.end]}
                for n, i in sf.tensors.items()}
     todo = sorted((sf.tensors[n] for n in indexes), key=lambda i: i.begin)
@@ -158,12 +161,12 @@ def write_streaming(sf: SafetensorsFile, dst: Path, metadata: Mapping[str, str] 
             _write_all(out, encode_header(entries, metadata))
             cursor = 0
             for info in todo:
-                _copy_range(src, out, sf.data_start + cursor, info.begin - cursor, progress)
+                _copy_range(src, out, sf.data_start + cursor, info.begin - cursor, progress, writeback)
                 raw = os.pread(src, info.nbytes, sf.data_start + info.begin)
                 _write_all(out, gather_bytes(raw, indexes[info.name]))
                 progress(info.nbytes)
                 cursor = info.end
-            _copy_range(src, out, sf.data_start + cursor, sf.data_len - cursor, progress)
+            _copy_range(src, out, sf.data_start + cursor, sf.data_len - cursor, progress, writeback)
     finally:
         os.close(src)
 
@@ -206,7 +209,7 @@ def _write_all(out: Any, data: Any) -> None:
         view = view[out.write(view):]
 
 
-def _copy_range(src: int, out: Any, offset: int, length: int, progress: ProgressFn) -> None:
+def _copy_range(src: int, out: Any, offset: int, length: int, progress: ProgressFn, writeback: bool) -> None:
     dst = out.fileno()
     while length > 0:
         written_at = os.lseek(dst, 0, os.SEEK_CUR)
@@ -224,7 +227,8 @@ def _copy_range(src: int, out: Any, offset: int, length: int, progress: Progress
             done = len(data)
         offset += done
         length -= done
-        _start_writeback(dst, written_at, done)
+        if writeback:
+            _start_writeback(dst, written_at, done)
         progress(done)
 
 
