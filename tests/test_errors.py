@@ -119,6 +119,30 @@ def test_debug_shows_traceback(tmp_path: Path) -> None:
     assert proc.returncode == 1 and "Traceback" in proc.stderr and "ModelNotFoundError" in proc.stderr
 
 
+@pytest.mark.parametrize(("args", "needle"), [
+    (["patch"], "Missing argument 'MODEL'"),
+    (["patch", "x", "--foo"], "No such option '--foo'"),
+    (["no-such-command"], "No such command"),
+])
+def test_command_lines_that_do_not_parse_are_one_line_too(args: list[str], needle: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "ropectl", *args], capture_output=True, text=True)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: ") and needle in lines[0] and "Fix: see '" in lines[0] and "--help'" in lines[0]
+
+
+def test_entry_point_keeps_help_version_and_exit_codes(tmp_path: Path) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "ropectl", *args], capture_output=True, text=True)
+
+    assert run("--version").returncode == 0 and "ropectl" in run("--version").stdout
+    assert run("inspect", "--help").returncode == 0 and "--json" in run("inspect", "--help").stdout
+    bare = run()
+    assert bare.returncode == 2 and "Commands" in bare.stdout + bare.stderr
+    missing = run("inspect", str(tmp_path / "nope"))
+    assert missing.returncode == 1 and missing.stderr.count("\n") == 1
+
+
 def test_help_imports_no_heavy_libraries() -> None:
     code = ("import sys; from typer.testing import CliRunner; from ropectl.cli.app import app; r = CliRunner();"
             "[r.invoke(app, a) for a in (['--help'], ['inspect', '--help'], ['patch', '--help'],"

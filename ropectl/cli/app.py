@@ -43,4 +43,6 @@ _register()
 
 
 def main() -> None:
-    app()
+    from ropectl.cli.errors import run_app
+
+    run_app(app)

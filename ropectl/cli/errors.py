@@ -54,3 +54,30 @@ def handle_errors(func: F) -> F:
 
 def stdout_is_terminal() -> bool:
     return sys.stdout.isatty()
+
+
+def run_app(app: typer.Typer) -> None:
+    """Run the app so that a command line that does not parse also ends as one line and exit code 2.
+
+    Click's own parse errors (unknown flag, missing argument) print a usage block; this catches them
+    instead of letting click print, through click's public exception types, which typer re-exports.
+    """
+    import click
+
+    no_args_help = getattr(click.exceptions, "NoArgsIsHelpError", ())
+    try:
+        code = app(standalone_mode=False)
+    except no_args_help as exc:  # bare `ropectl`: the help is the answer
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        if debug():
+            raise
+        ctx = getattr(exc, "ctx", None)
+        where = ctx.command_path if ctx is not None else "ropectl"
+        typer.echo(f"error: {exc.format_message()} Fix: see '{where} --help'.", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        typer.echo("interrupted.", err=True)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
