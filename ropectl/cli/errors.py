@@ -60,7 +60,7 @@ def run_app(app: typer.Typer) -> None:
     """Run the app so that a command line that does not parse also ends as one line and exit code 2.
 
     Click's own parse errors (unknown flag, missing argument) print a usage block; this catches them
-    instead of letting click print, through click's public exception types, which typer re-exports.
+    instead of letting click print them, through click's public exception types (typer is built on click).
     """
     import click
 

@@ -147,7 +147,7 @@ def gather_bytes(raw: Any, index: np.ndarray) -> np.ndarray:
 
 
 def write_streaming(sf: SafetensorsFile, dst: Path, metadata: Mapping[str, str] | None,
-                    indexes: Mapping[str, np.ndarray], progress: ProgressFn, writeback: bool = True) -> None:
+                    indexes: Mapping[str, np.ndarray], progress: ProgressFn, writeback: bool = False) -> None:
     """Write ``sf`` to ``dst`` with the rows of the tensors in ``indexes`` permuted; all else byte-identical.
 
     ``writeback`` starts writing copied ranges to disk at once, for a caller that will fsync the file.
