@@ -110,12 +110,13 @@ def convert_layout(spec: ConvertSpec, progress: ProgressCallback | None = None) 
     report = None
     with staged_dir(output, spec.force) as tmp:
         names = _write_weights(store, tmp, plans, spec.to, tick, spec.durable)
-        _write_index(store, tmp, names, spec.to, spec.durable)
+        _write_index(store, tmp, names, spec.to)
         for path in copy:
             shutil.copy2(path, tmp / path.name)
-            if spec.durable:
-                fsync_file(tmp / path.name)
-        _write_config(cfg, tmp, source, spec.to, spec.durable)
+        _write_config(cfg, tmp, source, spec.to)
+        if spec.durable:  # the shards are already on disk (synced while writing); this flushes the rest
+            for path in tmp.iterdir():
+                fsync_file(path)
         seconds = time.perf_counter() - start  # writing only; --verify is reported on its own
         if spec.verify:
             report = verify_conversion(store, open_weights(tmp), plans, geo, arch.packing, source, spec.to,
@@ -184,7 +185,7 @@ def _write_weights(store: WeightStore, tmp: Path, plans: Mapping[str, TensorPlan
     return names
 
 
-def _write_index(store: WeightStore, tmp: Path, names: Mapping[Path, str], to: str, durable: bool) -> None:
+def _write_index(store: WeightStore, tmp: Path, names: Mapping[Path, str], to: str) -> None:
     if store.index is None:
         return
     index = json.loads(json.dumps(store.index))  # deep copy; names and sizes do not change for safetensors
@@ -193,21 +194,15 @@ def _write_index(store: WeightStore, tmp: Path, names: Mapping[Path, str], to: s
         index["weight_map"] = {n: names[store.where[n]] for n in index["weight_map"]}
         index["metadata"]["total_size"] = store.nbytes()
     index["metadata"][METADATA_KEY] = to
-    _write_staged(tmp / ST_INDEX, json.dumps(index, indent=2) + "\n", durable)
+    # Plain writes: the staged folder's rename makes the output atomic, and an fsync of any file here would
+    # commit the filesystem journal and so flush every shard written so far, durable or not.
+    (tmp / ST_INDEX).write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
 
 
-def _write_config(cfg: dict[str, Any], tmp: Path, source: str, to: str, durable: bool) -> None:
+def _write_config(cfg: dict[str, Any], tmp: Path, source: str, to: str) -> None:
     record = dict(cfg.get("ropectl") or {})
     record.update(layout=to, layout_source=f"converted from {source} by ropectl convert-layout")
-    _write_staged(tmp / "config.json", json.dumps({**cfg, "ropectl": record}, indent=2) + "\n", durable)
-
-
-def _write_staged(path: Path, text: str, durable: bool) -> None:
-    # The staged folder's rename is what makes the output atomic. An fsync here would also commit the
-    # filesystem journal, which flushes every shard written so far, so --no-fsync must skip it too.
-    path.write_text(text, encoding="utf-8")
-    if durable:
-        fsync_file(path)
+    (tmp / "config.json").write_text(json.dumps({**cfg, "ropectl": record}, indent=2) + "\n", encoding="utf-8")
 
 
 def _inv_freq(mr: Any, geo: Geometry) -> tuple[float, ...]:

@@ -151,7 +151,7 @@ def load_preset(name: str) -> dict[str, Any]:
     if not (path.suffix == ".toml" and path.is_file()):
         path = presets.preset_path(name, PRESET_PREFIX)
         if not path.is_file():
-            if name.removeprefix(PRESET_PREFIX).removesuffix(".toml") == "default":
+            if path.name == f"{PRESET_PREFIX}default.toml":
                 return dict(DEFAULTS)
             known = ", ".join(presets.list_presets(PRESET_PREFIX)) or "default"
             raise UsageError(f"unknown preset '{name}'", f"use one of: {known}, or a .toml path")
