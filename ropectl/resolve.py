@@ -81,6 +81,8 @@ def read_config(folder: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read '{config}': {exc.strerror}", "check the file's permissions") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"'{config}' is not valid JSON ({exc})", "repair or re-download config.json") from None
+    except RecursionError:  # a nesting bomb: no real config nests more than a few levels
+        raise ConfigError(f"'{config}' nests too deeply to be a model config", "repair or re-download config.json") from None
     if not isinstance(data, dict):
         raise ConfigError(f"'{config}' is not a JSON object", "repair or re-download config.json")
     return data

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import sys
@@ -10,7 +11,33 @@ from typing import Any, TypeVar
 
 import typer
 
-from ropectl.errors import RopectlError
+from ropectl.errors import OutputError, RopectlError
+
+# What the operating system said, as a problem and a fix: the one place OSError numbers are explained.
+OS_ERRORS: dict[int, tuple[str, str]] = {
+    errno.ENOSPC: ("no space left on the device", "free disk space or write to another location; nothing "
+                   "half-written was kept"),
+    errno.EDQUOT: ("disk quota exceeded", "free space within your quota or write to another location"),
+    errno.EFBIG: ("file too large for this file system or the file-size limit", "write to another file system "
+                  "or raise the limit (ulimit -f)"),
+    errno.EACCES: ("permission denied", "choose a location you can read and write, or fix its permissions"),
+    errno.EPERM: ("operation not permitted", "choose a location you own, or fix its permissions"),
+    errno.EROFS: ("read-only file system", "write to a writable location"),
+    errno.ENOTDIR: ("a part of the path is a file, not a folder", "choose a path whose parent folders are folders"),
+    errno.EISDIR: ("a folder is in the way of a file", "choose another path"),
+    errno.ENAMETOOLONG: ("the file name is too long", "choose a shorter path"),
+    errno.EEXIST: ("a file is in the way of a folder", "choose a path whose parent folders are folders, not files"),
+    errno.ENOENT: ("no such file or folder", "check the path"),
+    errno.EMFILE: ("too many open files", "raise the limit (ulimit -n)"),
+}
+
+
+def os_error(exc: OSError) -> RopectlError:
+    """An OSError that reached the CLI as one line: what failed, where, and the fix for its errno."""
+    problem, fix = OS_ERRORS.get(exc.errno or 0, (exc.strerror or str(exc) or "an input/output error",
+                                                  "check the path, its permissions and the free disk space"))
+    where = " ".join(f"'{name}'" for name in (exc.filename, exc.filename2) if name)
+    return OutputError(f"{problem}{' at ' + where if where else ''}", fix)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -28,9 +55,10 @@ def handle_errors(func: F) -> F:
             return func(*args, **kwargs)
         except typer.Exit:
             raise
-        except RopectlError as exc:
+        except (RopectlError, OSError) as caught:
             if debug():
                 raise
+            exc = os_error(caught) if isinstance(caught, OSError) else caught
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,6 +9,7 @@ import typer
 
 from ropectl.cli.errors import handle_errors
 from ropectl.cli.options import JsonOpt, ModelArg, SeqLenOpt
+from ropectl.jsonio import dumps
 
 PlotOpt = Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG of wavelength per dimension pair.")]
 
@@ -21,7 +21,7 @@ def inspect(model: ModelArg, json_out: JsonOpt = False, plot: PlotOpt = None, se
 
     report = inspect_model(InspectSpec(model=model, seq_len=seq_len, plot=plot))
     if json_out:
-        typer.echo(json.dumps(report.to_dict(), indent=2))
+        typer.echo(dumps(report.to_dict(), indent=2))
         return
     from ropectl.cli.render import print_inspect
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Annotated, Any, Optional
 
@@ -10,6 +9,7 @@ import typer
 
 from ropectl.cli.errors import handle_errors
 from ropectl.cli.options import ForceOpt, JsonOpt, ModelArg, OutputOpt
+from ropectl.jsonio import dumps
 
 ToOpt = Annotated[str, typer.Option("--to", help="Target q/k layout: interleaved or half-split.", show_default=False)]
 FromOpt = Annotated[
@@ -40,7 +40,7 @@ def convert_layout(model: ModelArg, to: ToOpt, output: OutputOpt = None, from_la
     with _progress(enabled=not json_out) as progress:
         result = run(spec, progress=progress)
     if json_out:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        typer.echo(dumps(result.to_dict(), indent=2))
         return
     _print_result(result.to_dict())
 

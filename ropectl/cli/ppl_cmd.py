@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import shlex
 import sys
 from collections.abc import Callable, Iterator
@@ -14,6 +13,7 @@ import typer
 
 from ropectl.cli.errors import handle_errors
 from ropectl.cli.options import ForceOpt, JsonOpt
+from ropectl.jsonio import dumps
 
 DATA, RUN, OUT = "Data", "Run", "Output"
 
@@ -83,13 +83,16 @@ def eval_ppl(
             result = run_eval(spec, on_progress)
     except SweepInterrupted as exc:
         if main:
-            typer.echo(f"interrupted: {exc.kept} finished cells kept in {exc.out}; resume with: "
+            what = "terminated" if exc.terminated else "interrupted"
+            typer.echo(f"{what}: {exc.kept} finished cells kept in {exc.out}; resume with: "
                        f"{_resume_command(exc.out)}", err=True)
-        raise typer.Exit(130) from None
+        raise typer.Exit(exc.exit_code) from None
     if not main:
         return
+    for warning in result.meta.get("warnings", ()):
+        typer.echo(f"warning: {warning}", err=True)
     if json_out:
-        typer.echo(json.dumps(result.to_dict()))
+        typer.echo(dumps(result.to_dict()))
         return
     print_table(result)
 

@@ -80,6 +80,8 @@ def read_header(path: Path) -> SafetensorsFile:
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise _bad(path, f"the JSON header does not parse ({exc.__class__.__name__}: {exc})") from None
+    except RecursionError:  # a nesting bomb: a real header is two levels deep
+        raise _bad(path, "the JSON header nests too deeply") from None
     if not isinstance(header, dict):
         raise _bad(path, "the header is not a JSON object")
     metadata = header.pop("__metadata__", None)

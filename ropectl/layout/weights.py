@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ropectl.errors import CheckpointError
 from ropectl.fsutil import is_inside
-from ropectl.layout.io import SafetensorsFile, read_header, read_tensor
+from ropectl.layout.io import ITEMSIZE, SafetensorsFile, read_header, read_tensor
 
 if TYPE_CHECKING:
     import torch
@@ -55,7 +55,7 @@ def open_weights(folder: Path) -> WeightStore:
     store = _locate(Path(folder))
     for path in store.files:
         if store.kind == "safetensors":
-            store.headers[path] = read_header(path)
+            store.headers[path] = _known_dtypes(read_header(path))
             names = list(store.headers[path].tensors)
         else:
             store.torch_files[path] = load_torch(path)
@@ -66,6 +66,16 @@ def open_weights(folder: Path) -> WeightStore:
                                       "repair the checkpoint so each tensor is in one shard")
             store.where[name] = path
     return store
+
+
+def _known_dtypes(header: SafetensorsFile) -> SafetensorsFile:
+    """Refuse a dtype safetensors does not define: its bytes cannot be checked, so they are never copied on."""
+    for info in header.tensors.values():
+        if info.dtype not in ITEMSIZE:
+            raise CheckpointError(
+                f"tensor '{info.name}' in '{header.path}' has dtype '{info.dtype}', which safetensors does not define "
+                f"(known: {', '.join(ITEMSIZE)})", "re-save the checkpoint with a standard dtype; nothing was written")
+    return header
 
 
 def _locate(folder: Path) -> WeightStore:
@@ -89,8 +99,8 @@ def _locate(folder: Path) -> WeightStore:
 def _read_index(path: Path) -> dict[str, Any]:
     try:
         index = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"cannot read '{path}' ({exc})", "repair or re-download the index") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise CheckpointError(f"cannot read '{path}' ({type(exc).__name__})", "repair or re-download the index") from None
     if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
         raise CheckpointError(f"'{path}' has no weight_map object", "repair or re-download the index")
     return index

@@ -12,24 +12,29 @@ import io
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ropectl.fsutil import atomic_write_text
+from ropectl.jsonio import dumps
+from ropectl.limits import MAX_LINE_BYTES
 
 LOG = "results.jsonl"
 JSON = "results.json"
 CSV = "results.csv"
 SUMMARY = "summary.json"
 PLOT = "ppl.png"
-COLUMNS = ("model", "method", "params", "length", "doc", "tokens", "nll_sum", "ppl", "mode", "stride")
+INVALID = "log rows that are not valid cells (unreadable, tokens 0, NaN or negative loss)"
+FOREIGN = "log rows of another run (another model, dataset, mode, stride or dtype)"
+COLUMNS = ("model", "method", "params", "length", "doc", "tokens", "nll_sum", "ppl", "mode", "stride", "run")
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One finished (method, length, document) measurement."""
+    """One finished (method, length, document) measurement of one run (``run``: its identity hash)."""
 
     model: str
     method: str
@@ -40,6 +45,7 @@ class Cell:
     mode: str = "truncate"
     stride: int | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
+    run: str = ""
 
     @property
     def ppl(self) -> float:
@@ -49,6 +55,10 @@ class Cell:
     def key(self) -> tuple[str, int, str]:
         return (self.method, self.length, self.doc)
 
+    @property
+    def finite(self) -> bool:
+        return self.tokens > 0 and math.isfinite(self.nll_sum) and self.nll_sum >= 0 and math.isfinite(self.ppl)
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["params"] = dict(self.params)
@@ -57,8 +67,20 @@ class Cell:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Cell:
-        return cls(str(d["model"]), str(d["method"]), int(d["length"]), str(d["doc"]), int(d["tokens"]),
-                   float(d["nll_sum"]), str(d.get("mode", "truncate")), d.get("stride"), dict(d.get("params") or {}))
+        """A cell from a log row; raises ValueError on anything a measurement cannot be."""
+        tokens, length, nll, stride = d["tokens"], d["length"], d["nll_sum"], d.get("stride")
+        ints = (tokens, length) + (() if stride is None else (stride,))
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in ints):
+            raise ValueError("tokens, length and stride must be positive integers")
+        if isinstance(nll, bool) or not isinstance(nll, (int, float)):
+            raise ValueError("nll_sum is not a number")
+        if not all(isinstance(d[k], str) for k in ("model", "method", "doc", "run")):
+            raise ValueError("model, method, doc and run must be strings")
+        cell = cls(d["model"], d["method"], length, d["doc"], tokens, float(nll), str(d.get("mode", "truncate")),
+                   stride, dict(d.get("params") or {}), d["run"])
+        if not cell.finite:
+            raise ValueError(f"nll_sum {nll} over {tokens} tokens is not a finite loss")
+        return cell
 
 
 def append_cells(out: Path, cells: Iterable[Cell]) -> None:
@@ -67,32 +89,66 @@ def append_cells(out: Path, cells: Iterable[Cell]) -> None:
     fd = os.open(out / LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         for cell in cells:
-            os.write(fd, (json.dumps(cell.to_dict()) + "\n").encode("utf-8"))
+            os.write(fd, (dumps(cell.to_dict()) + "\n").encode("utf-8"))
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def read_cells(out: Path) -> list[Cell]:
-    """Everything finished so far: results.json (a completed run) and the log; a torn last line is ignored."""
+@dataclass(frozen=True)
+class LogRead:
+    """The cells of one run found in --out, and what was skipped and why (reason -> count)."""
+
+    cells: tuple[Cell, ...]
+    skipped: Mapping[str, int]
+
+    def warnings(self) -> list[str]:
+        then = {INVALID: "those cells are measured again", FOREIGN: "they are not used"}
+        return [f"--resume skipped {n} {why}; {then[why]}" for why, n in self.skipped.items()]
+
+
+def read_cells(out: Path, run: str) -> LogRead:
+    """Cells of run ``run`` in results.json (a completed run) and the log; nothing else is trusted.
+
+    A row of another run, a line that is not UTF-8 JSON, or a cell whose loss is not finite is skipped and
+    counted; a torn last line (an interrupted write) is skipped silently.
+    """
     cells: dict[tuple[str, int, str], Cell] = {}
+    skipped: Counter[str] = Counter()
+    for row, torn in _rows(out):
+        try:
+            cell = Cell.from_dict(row)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            skipped[INVALID] += not torn
+            continue
+        if cell.run != run:
+            skipped[FOREIGN] += 1
+            continue
+        cells[cell.key] = cell
+    return LogRead(tuple(cells.values()), {k: n for k, n in skipped.items() if n})
+
+
+def _rows(out: Path) -> Iterator[tuple[Any, bool]]:
+    """(parsed JSON or None, is-torn-last-line) for results.json rows, then each results.jsonl line."""
     final = out / JSON
     if final.is_file():
         try:
-            for row in json.loads(final.read_text(encoding="utf-8")).get("results", []):
-                cell = Cell.from_dict(row)
-                cells[cell.key] = cell
-        except (ValueError, KeyError, TypeError):
-            pass
+            data = json.loads(final.read_bytes()[:MAX_LINE_BYTES].decode("utf-8"))
+            yield from ((row, False) for row in data.get("results", []))
+        except (ValueError, AttributeError, RecursionError):
+            yield None, False
     log = out / LOG
-    if log.is_file():
-        for line in log.read_text(encoding="utf-8").splitlines():
+    if not log.is_file():
+        return
+    with log.open("rb") as fh:
+        while line := fh.readline(MAX_LINE_BYTES):
+            torn = not line.endswith(b"\n")
+            if not line.strip():
+                continue
             try:
-                cell = Cell.from_dict(json.loads(line))
-            except (ValueError, KeyError, TypeError):
-                continue  # an interrupted write leaves at most one partial line
-            cells[cell.key] = cell
-    return list(cells.values())
+                yield json.loads(line.decode("utf-8")), torn and not fh.peek(1)
+            except (ValueError, RecursionError):
+                yield None, torn and not fh.peek(1)
 
 
 @dataclass(frozen=True)
@@ -143,11 +199,11 @@ def order_cells(cells: list[Cell], methods: list[str], lengths: list[int], docs:
 def write_outputs(out: Path, cells: list[Cell], summary: Mapping[str, Any]) -> None:
     """results.json, results.csv and summary.json, each written atomically."""
     rows = [c.to_dict() for c in cells]
-    atomic_write_text(out / JSON, json.dumps({"meta": summary.get("meta", {}), "results": rows}, indent=1) + "\n")
+    atomic_write_text(out / JSON, dumps({"meta": summary.get("meta", {}), "results": rows}, indent=1) + "\n")
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(COLUMNS)
     for row in rows:
-        writer.writerow([json.dumps(row[k], sort_keys=True) if k == "params" else row[k] for k in COLUMNS])
+        writer.writerow([dumps(row[k], sort_keys=True) if k == "params" else row[k] for k in COLUMNS])
     atomic_write_text(out / CSV, buf.getvalue())
-    atomic_write_text(out / SUMMARY, json.dumps(summary, indent=2) + "\n")
+    atomic_write_text(out / SUMMARY, dumps(summary, indent=2) + "\n")

@@ -7,7 +7,6 @@ so an interrupted sweep keeps its work and ``--resume`` skips it.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -17,10 +16,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ropectl.errors import DataError, OutputError, RopectlError, UsageError
+from ropectl.errors import CheckpointError, DataError, OutputError, UsageError
 from ropectl.fsutil import atomic_write_text, check_output_dir
-from ropectl.ppl import dist
-from ropectl.ppl.data import Corpus, load_corpus, make_source
+from ropectl.jsonio import dumps
+from ropectl.ppl import dist, identity, lock
+from ropectl.ppl.data import Corpus, load_corpus, make_source, tokenizer_identity
+from ropectl.ppl.interrupt import SweepInterrupted, Terminated, pause_for_tests, sigterm_as_interrupt
+from ropectl.ppl.lock import OutLock
 from ropectl.ppl.model import (
     DEFAULT_MODEL_LABEL,
     LoadedModel,
@@ -40,19 +42,6 @@ from ropectl.ppl.spec import DEFAULT_OUT_ROOT, EvalSpec
 from ropectl.ppl.summary import EvalResult, finish_run
 
 RUN_FILE = "run.json"
-# What must match for --resume to mix old and new cells in one table.
-RUN_IDENTITY = ("model", "dataset", "mode", "stride", "dtype", "docs")
-
-
-class SweepInterrupted(RopectlError):
-    """Ctrl-C: finished cells are on disk; exit 130 like any interrupted shell command."""
-
-    exit_code = 130
-
-    def __init__(self, out: Path, kept: int) -> None:
-        self.out, self.kept = out, kept
-        super().__init__(f"interrupted; {kept} finished cells are kept in {out / 'results.jsonl'}",
-                         f"rerun the same command with --resume --out {out}")
 
 
 @dataclass(frozen=True)
@@ -78,6 +67,9 @@ class _Run:
     corpus: Corpus | None = None
     trained: int | None = None
     loaded: LoadedModel | None = None
+    run_id: str = ""
+    lock: OutLock | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 def run_eval(spec: EvalSpec, progress: Callable[[Progress], None] | None = None) -> EvalResult:
@@ -86,26 +78,33 @@ def run_eval(spec: EvalSpec, progress: Callable[[Progress], None] | None = None)
     world = dist.world_from_env()
     device = resolve_device(spec.device, world.local_rank)
     world = dist.init(world, device)
-    clean = False
+    clean, run = False, None
     try:
-        run = _prepare(spec, world, device)
-        cells = _execute(run, progress)
-        result = finish_run(run.out, spec, run.model_label, run.states, run.corpus, run.trained, cells, world,
-                            time.time() - started, run.device, run.dtype)
+        with sigterm_as_interrupt():
+            run = _prepare(spec, world, device)
+            cells = _execute(run, progress)
+            result = finish_run(run, cells, world, time.time() - started)
         clean = True
         return result
     finally:
+        if run is not None and run.lock is not None:
+            run.lock.release()
         dist.finish(world, clean)
 
 
 def _prepare(spec: EvalSpec, world: dist.World, device: str) -> _Run:
     out = dist.broadcast(world, _output_dir(spec))
     created = _missing_root(out) if world.is_main else None
+    run = _Run(spec, world, out, device, resolve_dtype(spec.dtype, device))
     if world.is_main:
         _check_output(out, spec)
+        run.lock = lock.acquire(out)
     try:
-        return _load(_Run(spec, world, out, device, resolve_dtype(spec.dtype, device)))
+        return _load(run)
     except BaseException:
+        if run.lock is not None:
+            run.lock.release()
+            run.lock = None
         if created is not None and out.is_dir() and {p.name for p in out.iterdir()} <= {RUN_FILE}:
             shutil.rmtree(out)  # a run that failed before scoring anything leaves no folder behind
             for parent in out.parents:
@@ -131,17 +130,40 @@ def _load(run: _Run) -> _Run:
         import torch
 
         torch.cuda.set_device(device)
-    path, kwargs, run.model_label, config = _model_source(spec)
+    resolved, path, kwargs, run.model_label, config = _model_source(spec)
     run.states = method_states(config, spec.methods, spec.replace_existing)
     run.trained = _trained_context(config)
-    tokenizer = load_tokenizer(path, kwargs)
-    run.corpus = load_corpus(make_source(spec.dataset, spec.split, spec.text_field), tokenizer, spec.docs,
-                             spec.cache_dir)
+    tokenizer = _tokenizer(path, kwargs)
+    source = make_source(spec.dataset, spec.split, spec.text_field)
+    run.corpus = load_corpus(source, tokenizer, spec.docs, spec.cache_dir)
     _check_corpus(run.corpus, spec.lengths)
+    ident = identity.run_identity(identity.model_identity(resolved), tokenizer_identity(tokenizer), source.identity,
+                                  spec.docs, spec.mode, spec.stride, run.dtype)
+    run.run_id = identity.run_id(ident)
     if world.is_main:
-        _write_run_file(run)
-    run.loaded = load_model(path, kwargs, tokenizer, device, run.dtype, spec.device_map)
+        _write_run_file(run, ident)
+    run.loaded = _weights(path, kwargs, tokenizer, device, run.dtype, spec.device_map)
     return run
+
+
+def _tokenizer(path: str, kwargs: dict[str, Any]) -> Any:
+    try:
+        return load_tokenizer(path, kwargs)
+    except (OSError, ValueError, TypeError, KeyError) as exc:  # transformers' "no tokenizer here" varies by version
+        raise CheckpointError(f"cannot load a tokenizer from '{path}' ({type(exc).__name__})",
+                              "eval-ppl needs the model's tokenizer files (tokenizer.json or tokenizer.model) "
+                              "beside config.json; copy them from the base model") from None
+
+
+def _weights(path: str, kwargs: dict[str, Any], tokenizer: Any, device: str, dtype: str,
+             device_map: str | None) -> LoadedModel:
+    import pickle
+
+    try:
+        return load_model(path, kwargs, tokenizer, device, dtype, device_map)
+    except pickle.UnpicklingError:
+        raise CheckpointError(f"the weights in '{path}' are a pickle that would run code when loaded; refused, "
+                              "nothing was run", "use a safetensors copy of the weights") from None
 
 
 def _output_dir(spec: EvalSpec) -> Path:
@@ -156,6 +178,8 @@ def _output_dir(spec: EvalSpec) -> Path:
 
 
 def _check_output(out: Path, spec: EvalSpec) -> None:
+    if out.is_dir():
+        lock.check_free(out)  # a live writer is the problem to name, not a folder that is not empty
     if spec.resume and out.is_dir():
         if not os.access(out, os.W_OK | os.X_OK):
             raise OutputError(f"cannot write to '{out}' (permission denied)", "choose a writable output folder")
@@ -170,7 +194,7 @@ def _check_output(out: Path, spec: EvalSpec) -> None:
         raise OutputError(f"cannot write to '{out}' ({exc.strerror})", "choose a writable output folder") from None
 
 
-def _model_source(spec: EvalSpec) -> tuple[str, dict[str, Any], str, dict[str, Any]]:
+def _model_source(spec: EvalSpec) -> tuple[Any, str, dict[str, Any], str, dict[str, Any]]:
     """from_pretrained arguments, a label for results, and the config transformers will build (no weights)."""
     from transformers import AutoConfig
 
@@ -181,7 +205,7 @@ def _model_source(spec: EvalSpec) -> tuple[str, dict[str, Any], str, dict[str, A
     resolved = resolve_model(spec.model or default_model_path(), weights=True)
     path, kwargs = resolved.from_pretrained_args()
     config = AutoConfig.from_pretrained(path, **kwargs).to_dict()
-    return path, kwargs, spec.model or DEFAULT_MODEL_LABEL, config
+    return resolved, path, kwargs, spec.model or DEFAULT_MODEL_LABEL, config
 
 
 def _trained_context(config: dict[str, Any]) -> int | None:
@@ -205,25 +229,22 @@ def _check_corpus(corpus: Corpus, lengths: tuple[int, ...]) -> None:
         )
 
 
-def _write_run_file(run: _Run) -> None:
-    spec = run.spec
-    ident = {"model": run.model_label, "dataset": run.corpus.name if run.corpus else None, "mode": spec.mode,
-             "stride": spec.stride, "dtype": run.dtype, "docs": spec.docs}
+def _write_run_file(run: _Run, ident: dict[str, Any]) -> None:
     path = run.out / RUN_FILE
-    if spec.resume and path.is_file():
-        old = json.loads(path.read_text(encoding="utf-8"))
-        diff = [k for k in RUN_IDENTITY if old.get(k) != ident.get(k)]
-        if diff:
-            raise UsageError(f"--resume: '{run.out}' holds results of a different run ({diff[0]}: "
-                             f"{old.get(diff[0])!r} there, {ident.get(diff[0])!r} now)",
-                             "resume with the same model, dataset, mode, stride, dtype and --docs, or use a new --out")
-    atomic_write_text(path, json.dumps(ident, indent=2) + "\n")
+    if run.spec.resume:
+        run.warnings += identity.check_resume(path, ident)
+    atomic_write_text(path, dumps({"run": run.run_id, "model": run.model_label, "identity": ident}, indent=2) + "\n")
 
 
 def _execute(run: _Run, progress: Callable[[Progress], None] | None) -> list[Cell]:
     spec, loaded = run.spec, run.loaded
     assert loaded is not None and run.corpus is not None
-    done = {c.key for c in read_cells(run.out)} if spec.resume else set()
+    if spec.resume:
+        found = read_cells(run.out, run.run_id)
+        run.warnings += found.warnings()
+        done = {c.key for c in found.cells}
+    else:
+        done = set()
     docs = run.world.shard(list(run.corpus.documents))
     jobs = plan_jobs(run.states, list(spec.lengths), docs, spec.mode, done)
     total = sum(job_tokens(j, spec.mode, spec.stride_for(j.length)) for j in jobs)
@@ -232,8 +253,9 @@ def _execute(run: _Run, progress: Callable[[Progress], None] | None) -> list[Cel
     try:
         for i, job in enumerate(jobs):
             new_cells += _run_one(run, loaded, job, progress, tracker, total, i, len(jobs))
-    except KeyboardInterrupt:
-        raise SweepInterrupted(run.out, len(read_cells(run.out))) from None
+    except KeyboardInterrupt as exc:
+        raise SweepInterrupted(run.out, len(read_cells(run.out, run.run_id).cells),
+                               isinstance(exc, Terminated)) from None
     return new_cells
 
 
@@ -255,9 +277,14 @@ def _run_one(run: _Run, loaded: LoadedModel, job: Job, progress: Callable[[Progr
     verify_after_forward(loaded, job.state, job.length)
     by_label = {s.label: s for s in run.states}
     cells = [Cell(run.model_label, label, length, job.doc.doc_id, tokens, nll, spec.mode,
-                  stride if spec.mode == "sliding" else None, by_label[label].params())
+                  stride if spec.mode == "sliding" else None, by_label[label].params(), run.run_id)
              for (label, length), (tokens, nll) in scores.items()]
+    for bad in [c for c in cells if not c.finite]:  # a diverged forward is reported, never averaged in
+        run.warnings.append(f"{bad.method} at {bad.length} tokens on '{bad.doc}' gave a non-finite loss; "
+                            "left out of the table (try --dtype fp32)")
+    cells = [c for c in cells if c.finite]
     append_cells(run.out, cells)
+    pause_for_tests(len(cells))
     if progress:
         progress(Progress(tracker["tokens"], total, index + 1, n_jobs, job.label))
     return cells

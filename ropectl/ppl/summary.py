@@ -38,25 +38,28 @@ class EvalResult:
                 "plot": str(self.plot) if self.plot else None}
 
 
-def finish_run(out: Path, spec: EvalSpec, model_label: str, states: list[MethodState], corpus: Corpus | None,
-               trained: int | None, new_cells: list[Cell], world: dist.World, wall_s: float, device: str,
-               dtype: str) -> EvalResult:
+def finish_run(run: Any, new_cells: list[Cell], world: dist.World, wall_s: float) -> EvalResult:
+    """``run`` is the runner's state (out, spec, model_label, states, corpus, trained, device, dtype, run_id)."""
+    out, spec, model_label, states, corpus = run.out, run.spec, run.model_label, run.states, run.corpus
     assert corpus is not None
     gathered = dist.all_gather(world, new_cells)
-    by_key = {c.key: c for c in read_cells(out)} if spec.resume else {}
-    by_key.update({c.key: c for c in gathered})  # this run's numbers win over an older log line
+    # Only cells of this run, each with a finite loss, reach the table: read_cells checks both.
+    by_key = {c.key: c for c in read_cells(out, run.run_id).cells} if spec.resume else {}
+    by_key.update({c.key: c for c in gathered if c.finite})  # this run's numbers win over an older log line
     methods = [s.label for s in states]
     lengths = list(spec.lengths)
     cells = order_cells(list(by_key.values()), methods, lengths, [d.doc_id for d in corpus.documents])
     aggregates = tuple(summarize(cells, methods, lengths))
-    meta = _meta(spec, model_label, states, corpus, trained, wall_s, device, dtype, world, len(gathered))
+    meta = _meta(spec, model_label, states, corpus, run.trained, wall_s, run.device, run.dtype, world, len(gathered))
+    meta["run"] = run.run_id
+    meta["warnings"] = list(dict.fromkeys(run.warnings))
     plot = out / PLOT if aggregates else None
     if world.is_main:
         write_outputs(out, cells, {"meta": meta, "table": [a.to_dict() for a in aggregates]})
         if plot is not None:
             from ropectl.ppl.plot import plot_ppl
 
-            plot_ppl(list(aggregates), methods, trained, plot, title=f"{model_label} · {corpus.name} · {spec.mode}")
+            plot_ppl(list(aggregates), methods, run.trained, plot, title=f"{model_label} · {corpus.name} · {spec.mode}")
     return EvalResult(out, meta, aggregates, tuple(cells), plot)
 
 

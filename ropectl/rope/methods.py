@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ropectl.errors import MethodError
+from ropectl.limits import MAX_FACTOR
 from ropectl.rope.frequencies import ntk_theta
 from ropectl.rope.params import RopeParams
 
@@ -208,6 +209,8 @@ def check_factor(method: Method, factor: float | None) -> float:
     if factor is None:
         raise MethodError(f"method '{method.name}' needs a factor", "pass --factor F or --target-length N")
     value = _finite("factor", factor)
+    if value > MAX_FACTOR:  # beyond it, target lengths and NTK bases overflow
+        raise MethodError(f"factor {factor:g} is above the limit of {MAX_FACTOR:g}", "pass a realistic factor, e.g. 4")
     if value <= 1:
         raise MethodError(
             f"factor {factor} does not extend the context (it must be > 1)",

@@ -9,13 +9,13 @@ report is what the installed transformers builds.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ropectl.errors import ConfigError, NoRopeError
 from ropectl.rope.params import RopeParams
+from ropectl.schema import validate
 
 # Model types whose position encoding is learned, absolute, relative or ALiBi: never RoPE.
 NO_ROPE_TYPES = frozenset({
@@ -91,28 +91,30 @@ def check_uses_rope(cfg: Mapping[str, Any]) -> str:
 def _shapes(cfg: Mapping[str, Any]) -> tuple[int, int, int | None, int]:
     heads = _first(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads")
     hidden = _first(cfg, "hidden_size", "n_embd", "d_model", "dim")
-    if not heads:
+    if heads is None:
         raise ConfigError("config.json gives no number of attention heads", "add num_attention_heads")
+    heads = validate.heads("num_attention_heads", heads)
+    hidden = None if hidden is None else validate.config_int("hidden_size", hidden, "4096")
     kv = _first(cfg, "num_key_value_heads", "num_kv_heads", "n_head_kv", "n_kv_heads")
-    if kv is None:
-        kv = 1 if cfg.get("multi_query") else heads
-    head_dim = cfg.get("head_dim") or (hidden // heads if hidden else None)
-    if not head_dim:
+    kv = validate.heads("num_key_value_heads", kv) if kv is not None else 1 if cfg.get("multi_query") else heads
+    head_dim = cfg.get("head_dim")
+    if head_dim is None and hidden is None:
         raise ConfigError("config.json gives neither head_dim nor hidden_size", "add head_dim or hidden_size")
-    return int(heads), int(kv), int(hidden) if hidden else None, int(head_dim)
+    head_dim = validate.head_dim(head_dim if head_dim is not None else max(hidden // heads, 1))
+    return heads, kv, hidden, head_dim
 
 
 def _partial(cfg: Mapping[str, Any], section: Mapping[str, Any], head_dim: int, model_type: str) -> float:
     value = _first(section, "partial_rotary_factor")
     if value is None:
         value = _first(cfg, "partial_rotary_factor", "rotary_pct")
-    if value is None and cfg.get("rotary_dim"):
-        value = int(cfg["rotary_dim"]) / head_dim
+    if value is None and cfg.get("rotary_dim") is not None:
+        value = validate.config_int("rotary_dim", cfg["rotary_dim"], "64", head_dim) / head_dim
     if value is None and model_type == "gptj":
         value = 64 / head_dim
     if value is None:
         value = DEFAULT_PARTIAL.get(model_type, 1.0)
-    value = float(value)
+    value = validate._number("partial_rotary_factor", value, "0.5")
     if not 0 < value <= 1:
         raise ConfigError(f"partial rotary factor {value} is outside (0, 1]", "fix partial_rotary_factor / rotary_pct")
     return value
@@ -150,19 +152,23 @@ def _rope_type(section: Mapping[str, Any]) -> str:
 
 def _params(section: Mapping[str, Any], theta: float, rotary_dim: int, cfg: Mapping[str, Any]) -> RopeParams:
     rope_type = _rope_type(section)
-    theta = float(section.get("rope_theta") or theta)
+    if section.get("rope_theta") is not None:
+        theta = validate.rope_theta("rope_theta", section["rope_theta"])
     scaling = {k: v for k, v in section.items() if k not in ("rope_type", "type", "rope_theta", "partial_rotary_factor")}
     max_pos = _first(cfg, "max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
     if rope_type in SCALED_TYPES_WITH_ORIGINAL:
         # transformers 5: a top-level value silently overrides the dict's.
-        original = cfg.get("original_max_position_embeddings") or scaling.get("original_max_position_embeddings") or max_pos
+        original = _first(cfg, "original_max_position_embeddings") or _first(
+            scaling, "original_max_position_embeddings") or max_pos
         if original is None:
             raise ConfigError(
                 f"rope type '{rope_type}' needs original_max_position_embeddings and none can be inferred",
                 "add original_max_position_embeddings (the pretraining context) to the rope section",
             )
-        scaling["original_max_position_embeddings"] = int(original)
-    params = RopeParams(rope_type, theta, rotary_dim, int(max_pos) if max_pos else None, scaling)
+        scaling["original_max_position_embeddings"] = validate.config_int("original_max_position_embeddings",
+                                                                          original, "4096")
+    max_pos = None if max_pos is None else validate.config_int("max_position_embeddings", max_pos, "4096")
+    params = RopeParams(rope_type, theta, rotary_dim, max_pos, scaling)
     _validate(params)
     return params
 
@@ -183,10 +189,9 @@ def _validate(params: RopeParams) -> None:
     )
     if factor is None and needs_factor:
         raise ConfigError(f"rope type '{params.rope_type}' has no factor", "add a factor above 1 to the rope section")
-    if factor is not None and (not isinstance(factor, (int, float)) or not math.isfinite(factor) or factor <= 0):
-        raise ConfigError(f"rope scaling factor {factor!r} is not a positive finite number", "set factor to a number > 1")
-    if not math.isfinite(params.rope_theta) or params.rope_theta <= 1:
-        raise ConfigError(f"rope_theta {params.rope_theta} is not a valid base", "set rope_theta to e.g. 10000")
+    if factor is not None:
+        validate.factor(factor)
+    validate.rope_theta("rope_theta", params.rope_theta)
     try:
         compute_frequencies(params)
     except (KeyError, TypeError, ValueError) as exc:
@@ -202,8 +207,10 @@ def read_model_rope(raw: Mapping[str, Any]) -> ModelRope:
     nested = _is_nested(section, cfg)
     partial_source = section.get("full_attention") or {} if nested else section
     partial = _partial(cfg, partial_source, head_dim, model_type)
-    rotary_dim = int(head_dim * partial)
-    theta = float(_first(cfg, "rope_theta", "rotary_emb_base") or DEFAULT_THETA.get(model_type, 1e4))
+    rotary_dim = validate.rotary_dim(int(head_dim * partial), head_dim)
+    given = _first(cfg, "rope_theta", "rotary_emb_base")
+    # 0 is a value to refuse, not a missing key: never fall back to the default for it.
+    theta = validate.rope_theta("rope_theta", given) if given is not None else DEFAULT_THETA.get(model_type, 1e4)
     layer_ropes: dict[str, RopeParams] = {}
     if nested:
         for label, sub in section.items():
@@ -212,7 +219,8 @@ def read_model_rope(raw: Mapping[str, Any]) -> ModelRope:
     elif model_type.startswith("gemma3") or cfg.get("rope_local_base_freq") is not None:
         # Gemma3: legacy scaling and rope_theta apply to full attention; sliding layers keep their own base.
         full = layer_ropes["full_attention"] = _params(section, theta, rotary_dim, cfg)
-        local = float(cfg.get("rope_local_base_freq") or GEMMA_LOCAL_THETA)
+        local_given = cfg.get("rope_local_base_freq")
+        local = GEMMA_LOCAL_THETA if local_given is None else validate.rope_theta("rope_local_base_freq", local_given)
         layer_ropes["sliding_attention"] = RopeParams("default", local, rotary_dim, full.max_position_embeddings)
     main = layer_ropes.get("full_attention") or next(iter(layer_ropes.values()), None) or _params(section, theta, rotary_dim, cfg)
     return ModelRope(
@@ -229,7 +237,7 @@ def read_model_rope(raw: Mapping[str, Any]) -> ModelRope:
         schema=schema,
         rope_interleave=cfg.get("rope_interleave"),
         record=dict(cfg.get("ropectl") or {}),
-        warnings=tuple(_warnings(cfg, section, schema, main)),
+        warnings=tuple(_warnings(cfg, section, schema, main) + validate.warnings_for(cfg, main.factor)),
     )
 
 

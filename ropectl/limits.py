@@ -1,0 +1,16 @@
+"""Upper bounds on what untrusted input (config.json, flags, datasets) may make ropectl compute or allocate.
+
+Each bound sits far above every released model, so it only ever stops a corrupt or hostile input before it
+exhausts memory or overflows a float. The README's Errors section lists them.
+"""
+
+from __future__ import annotations
+
+MAX_HEAD_DIM = 65_536  # largest released head_dim is in the hundreds; inv_freq holds head_dim / 2 floats
+MIN_ROTARY_DIM = 4  # two frequency pairs: NTK's exponent d / (d - 2) is undefined below that
+MAX_HEADS = 1 << 20
+MAX_POSITIONS = 1 << 40  # positions (max_position_embeddings, target lengths)
+MAX_THETA = 1e15  # rope_theta; long-context releases stay below 1e10
+MAX_FACTOR = 1e6  # scaling factor; beyond this, target lengths exceed MAX_POSITIONS for any real context
+MAX_DATASET_BYTES = 1 << 30  # bytes read from one local dataset file
+MAX_LINE_BYTES = 64 << 20  # one JSONL line / one results.jsonl line

@@ -1,0 +1,62 @@
+"""Interrupts of a sweep: Ctrl-C and SIGTERM keep finished cells and say how to resume.
+
+SIGTERM (what schedulers and ``kill`` send) is unwound like Ctrl-C, so the finished cells stay logged, the
+lock is released, and the user gets the resume command instead of a silent death.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+from ropectl.errors import RopectlError
+
+# Test hook: block after this many logged cells until a signal arrives, so an interrupt lands at a known point.
+PAUSE_ENV = "ROPECTL_TEST_PAUSE_AFTER_CELLS"
+
+
+class SweepInterrupted(RopectlError):
+    """Ctrl-C or SIGTERM: finished cells are on disk; exit 130 (143 for SIGTERM) like any shell command."""
+
+    exit_code = 130
+
+    def __init__(self, out: Path, kept: int, terminated: bool = False) -> None:
+        self.out, self.kept, self.terminated = out, kept, terminated
+        self.exit_code = 143 if terminated else 130
+        super().__init__(f"{'terminated' if terminated else 'interrupted'}; {kept} finished cells are kept in "
+                         f"{out / 'results.jsonl'}", f"rerun the same command with --resume --out {out}")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, unwound like Ctrl-C so finished cells are kept and the lock released."""
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    def terminate(signum: int, frame: object) -> None:
+        raise Terminated
+
+    try:
+        previous = signal.signal(signal.SIGTERM, terminate)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+_logged = [0]
+
+
+def pause_for_tests(new: int) -> None:
+    """With ROPECTL_TEST_PAUSE_AFTER_CELLS=N, wait for a signal once N cells are logged (tests only)."""
+    _logged[0] += new
+    limit = os.environ.get(PAUSE_ENV)
+    if limit and _logged[0] >= int(limit):
+        while True:
+            signal.pause()

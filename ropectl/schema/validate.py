@@ -1,0 +1,77 @@
+"""Type and range checks for the numbers config.json gives: one line naming the key and the fix.
+
+config.json is untrusted input: a string where a number belongs, a negative head count, or a head_dim
+of 1e12 must be refused here, before any arithmetic or allocation uses it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ropectl.errors import ConfigError
+from ropectl.limits import MAX_FACTOR, MAX_HEAD_DIM, MAX_HEADS, MAX_POSITIONS, MAX_THETA, MIN_ROTARY_DIM
+
+
+def _number(key: str, value: Any, example: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"config.json '{key}' is {value!r}, not a number", f"set {key} to a number, e.g. {example}")
+    number = float(value) if not isinstance(value, int) or abs(value) < 1 << 1000 else math.inf
+    if not math.isfinite(number):
+        raise ConfigError(f"config.json '{key}' is {value!r}, not a finite number",
+                          f"set {key} to a finite number, e.g. {example}")
+    return number
+
+
+def config_int(key: str, value: Any, example: str, upper: int = MAX_POSITIONS) -> int:
+    """A positive whole number no larger than ``upper``."""
+    number = _number(key, value, example)
+    if number != int(number) or number < 1:
+        raise ConfigError(f"config.json '{key}' is {value!r}, not a positive whole number",
+                          f"set {key} to a positive whole number, e.g. {example}")
+    if number > upper:
+        raise ConfigError(f"config.json '{key}' is {value!r}, above the limit of {upper:,}",
+                          f"set {key} to the model's real value, e.g. {example}")
+    return int(number)
+
+
+def head_dim(value: Any) -> int:
+    return config_int("head_dim", value, "128", MAX_HEAD_DIM)
+
+
+def heads(key: str, value: Any) -> int:
+    return config_int(key, value, "32", MAX_HEADS)
+
+
+def rope_theta(key: str, value: Any) -> float:
+    theta = _number(key, value, "10000")
+    if not 1 < theta <= MAX_THETA:
+        raise ConfigError(f"config.json '{key}' is {value!r}; a RoPE base must be above 1 and at most {MAX_THETA:g}",
+                          f"set {key} to the model's base, e.g. 10000")
+    return theta
+
+
+def factor(value: Any) -> float:
+    number = _number("factor", value, "4")
+    if not 0 < number <= MAX_FACTOR:
+        raise ConfigError(f"rope scaling factor {value!r} is outside (0, {MAX_FACTOR:g}]",
+                          "set factor to the context extension, a number above 1 such as 4")
+    return number
+
+
+def rotary_dim(value: int, head: int) -> int:
+    if value < MIN_ROTARY_DIM:
+        raise ConfigError(f"the rotary dimension is {value} (head_dim {head}); RoPE scaling needs at least "
+                          f"{MIN_ROTARY_DIM // 2} frequency pairs", "check head_dim and partial_rotary_factor / rotary_dim")
+    return value
+
+
+def warnings_for(cfg: dict[str, Any] | Any, factor_value: float | None) -> list[str]:
+    """What is legal but almost certainly not what the author meant."""
+    out = []
+    if not cfg.get("model_type"):
+        out.append("config.json has no model_type: transformers cannot load this checkpoint (AutoConfig needs it); "
+                   "add model_type, e.g. \"llama\"")
+    if factor_value is not None and factor_value < 1:
+        out.append(f"rope scaling factor {factor_value:g} is below 1: it shortens the context instead of extending it")
+    return out
