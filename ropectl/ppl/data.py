@@ -264,11 +264,11 @@ def _encode(tokenizer: Any, text: str) -> Any:
 
 
 def _read_cache(path: Path) -> tuple[Document, ...] | None:
-    if not path.is_file():
-        return None
     import numpy as np
 
-    try:
+    try:  # an unreadable cache folder is a miss, like a missing one
+        if not path.is_file():
+            return None
         with np.load(path, allow_pickle=False) as data:
             ids, offsets, names = data["ids"], data["offsets"], data["doc_ids"]
             return tuple(Document(str(n), ids[offsets[i]:offsets[i + 1]].astype(np.int64))
