@@ -17,6 +17,8 @@ import factories
 import pytest
 import test_ppl_fixtures as fx
 
+pytestmark = pytest.mark.slow  # subprocesses under a tmpfs or another user
+
 ROOT = Path(__file__).resolve().parents[1]
 NOBODY = 65534
 
