@@ -94,14 +94,22 @@ def test_v4_config_is_read(tmp_path: Path) -> None:
         "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})
     report = inspect_json(folder)
-    from hf_reference import hf_frequencies
+    import rope_reference
     from transformers import AutoConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-    from ropectl.schema import read_model_rope
-
-    assert AutoConfig.from_pretrained(folder).rope_parameters["rope_type"] == "llama3"
-    inv, _ = hf_frequencies(read_model_rope(json.loads((folder / "config.json").read_text())).rope, 128)
+    # Two oracles that never see ropectl's reading of the config: transformers from the folder, and the formula.
+    config = AutoConfig.from_pretrained(folder)
+    assert config.rope_parameters["rope_type"] == "llama3"
+    inv = LlamaRotaryEmbedding(config).inv_freq.double().tolist()
     assert max_rel_error(report["inv_freq"], inv) <= 1e-6
+    want = rope_reference.llama3(500000.0, 128, 8.0, 8192, 1.0, 4.0)
+    assert rope_reference.max_rel_error(report["inv_freq"], want) <= 1e-12
+    # Negative control: the same folder with high_freq_factor 2 must not match the formula for 4.
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["rope_scaling"]["high_freq_factor"] = 2.0
+    (folder / "config.json").write_text(json.dumps(cfg))
+    assert rope_reference.max_rel_error(inspect_json(folder)["inv_freq"], want) > 1e-3
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ import copy
 import math
 
 import pytest
+import rope_reference
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -144,5 +145,27 @@ def test_round_trip(method: str, data: st.DataObject, factor: float, theta: floa
     assert dict(back.scaling) == dict(rope.scaling)
     assert back.max_position_embeddings == rope.max_position_embeddings
     assert compare(built(new), {"main": rope}) <= 1e-5
+    # Independent oracle: what transformers builds equals the formula written apart from ropectl (float32 there).
+    inv, attention = built(new)["main"]
+    want, want_attention = rope_reference.expected(method, theta, 16, factor, 4096, dict(options))
+    assert rope_reference.max_rel_error(inv, want) <= 1e-5 and math.isclose(attention, want_attention, rel_tol=1e-6)
     again, rope2 = apply_to_config(new, MethodSpec(method, factor, options), schema=schema)
     assert rope2 == rope  # re-applying composes from the recorded base: no stacking
+
+
+def test_reference_formulas_match_the_worked_example() -> None:
+    """The reference itself, checked against the documented YaRN example (theta 5e5, d 128, L 8192, s 4)."""
+    inv, attention = rope_reference.yarn(5e5, 128, 4.0, 8192)
+    base = rope_reference.default(5e5, 128)
+    ramped = [j for j, (a, b) in enumerate(zip(inv, base, strict=True)) if not math.isclose(a, b) and not
+              math.isclose(a, b / 4)]
+    assert (ramped[0], ramped[-1]) == (19, 34) and math.isclose(attention, 1.138629, rel_tol=1e-6)  # dims 18-35 ramp
+    assert inv[17] == base[17] and math.isclose(inv[35], base[35] / 4)
+
+
+def test_round_trip_oracle_catches_a_wrong_factor() -> None:
+    """Negative control: a config written with the factor off by 1% fails the independent oracle."""
+    new, _ = apply_to_config({**LLAMA}, MethodSpec("linear", 4.0, ()), schema="v4")
+    new["rope_scaling"] = {**new["rope_scaling"], "factor": 4.04}
+    inv, _ = built(new)["main"]
+    assert rope_reference.max_rel_error(inv, rope_reference.linear(5e5, 16, 4.0)) > 1e-3
