@@ -27,30 +27,47 @@ def sweep(tiny_model: Path, tiny_corpus: Path, tmp_path_factory: pytest.TempPath
     return spec, run_eval(spec)
 
 
+def hand_written(method: str, theta: float, d: int, trained: int) -> dict:
+    """Each method as transformers 5 reads it, written by hand from the formulas, so the reference model
+    never passes through ropectl's own config writer."""
+    return {
+        "none": {"rope_type": "default", "rope_theta": theta},
+        "yarn:2": {"rope_type": "yarn", "rope_theta": theta, "factor": 2.0, "original_max_position_embeddings": trained},
+        "ntk:2": {"rope_type": "default", "rope_theta": theta * 2.0 ** (d / (d - 2))},
+        "dynamic:2": {"rope_type": "dynamic", "rope_theta": theta, "factor": 2.0},
+        "linear:2": {"rope_type": "linear", "rope_theta": theta, "factor": 2.0},
+    }[method]
+
+
 def patched_model(model: Path, method: str, folder: Path):
-    """The method applied by writing a patched config and loading it from scratch (no switching)."""
+    """The method applied by a hand-written config loaded from scratch by transformers (no switching).
+
+    Gemma3 nests its rope per layer type: the method goes to full attention, sliding layers keep their base.
+    """
     import torch
     from transformers import AutoModelForCausalLM
 
-    from ropectl.patch import apply_to_config
-    from ropectl.rope.methods import parse_spec
-
     shutil.copytree(model, folder)
     config = json.loads((model / "config.json").read_text())
-    new, _ = apply_to_config(config, parse_spec(method))
-    (folder / "config.json").write_text(json.dumps(new))
+    config.pop("rope_scaling", None)
+    rope = config["rope_parameters"]
+    nested = "full_attention" in rope
+    d = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    theta = (rope["full_attention"] if nested else rope)["rope_theta"]
+    new = hand_written(method, theta, d, config["max_position_embeddings"])
+    config["rope_parameters"] = {**rope, "full_attention": new} if nested else new
+    (folder / "config.json").write_text(json.dumps(config))
     return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
 
 
 def doc_tokens(result, doc: str, cache_spec: EvalSpec):
+    """The document's tokens straight from its file and the tokenizer: not through ropectl's corpus loader."""
     import torch
     from transformers import AutoTokenizer
 
-    from ropectl.ppl.data import load_corpus, make_source
-
     tok = AutoTokenizer.from_pretrained(cache_spec.model)
-    corpus = load_corpus(make_source(cache_spec.dataset), tok, cache_spec.docs, cache_spec.cache_dir)
-    return torch.as_tensor(next(d.tokens for d in corpus.documents if d.doc_id == doc))
+    text = (Path(cache_spec.dataset) / doc).read_text(encoding="utf-8")
+    return torch.as_tensor(tok(text)["input_ids"])
 
 
 @pytest.mark.parametrize("method", ["none", "yarn:2", "ntk:2", "dynamic:2"])
@@ -153,37 +170,52 @@ def test_interrupt_keeps_finished_cells(sweep, tmp_path) -> None:
     assert err.value.kept == len(kept) > 0
 
 
+def hf_sliding_nll(model, ids, length: int, stride: int) -> float:
+    """The HF "perplexity of fixed-length models" loop, written from its description: full windows every
+    ``stride`` tokens plus one ending at the last token; each scores only targets no earlier window scored,
+    the rest masked with -100; transformers' own loss over the unmasked labels."""
+    import torch
+
+    starts = list(range(0, len(ids) - length + 1, stride))
+    if starts[-1] != len(ids) - length:
+        starts.append(len(ids) - length)
+    total, scored = 0.0, 1  # target 0 has no context: the first prediction is token 1
+    with torch.inference_mode():
+        for start in starts:
+            window = ids[start:start + length]
+            labels = window.clone()
+            labels[: max(scored - start, 0)] = -100
+            n = int((labels[1:] != -100).sum())
+            total += float(model(input_ids=window[None], labels=labels[None]).loss.double()) * n
+            scored = start + length
+    return total
+
+
 def test_sliding_mode_scores_every_token_once(tiny_model, tiny_corpus, tmp_path) -> None:
     spec = build_spec(model=str(tiny_model), dataset=str(tiny_corpus), methods=["none"], lengths="128",
                       mode="sliding", stride=50, out=tmp_path / "s", cache_dir=tmp_path / "c")
     result = run_eval(spec)
-    import torch
-
-    from ropectl.ppl.loss import sequence_nll
-    from ropectl.ppl.plan import windows
-
     model = patched_model(tiny_model, "none", tmp_path / "m")
     for cell in result.cells:
         ids = doc_tokens(result, cell.doc, spec)
         assert cell.tokens == len(ids) - 1  # every prediction of the document, once
-        want = 0.0
-        with torch.inference_mode():
-            for start, first in windows(len(ids), 128, 50):
-                window = ids[start:start + 128]
-                want += float(sequence_nll(model, window).double()[first - start - 1:].sum())
-        assert cell.nll_sum == pytest.approx(want, rel=1e-5)
+        assert cell.nll_sum == pytest.approx(hf_sliding_nll(model, ids, 128, 50), rel=1e-5)
     assert result.cell("none", 128).tokens == sum(c.tokens for c in result.cells)
 
 
 def test_standard_error_is_delta_method() -> None:
-    cells = [Cell("m", "x", 10, f"d{i}", n, y) for i, (n, y) in enumerate([(9, 18.0), (9, 27.0), (9, 9.0)])]
+    """Unequal documents, where the ratio estimator's s.e. differs from the s.e. of per-document means."""
+    # (tokens, nll_sum) of three documents; per-document mean NLLs 2, 3 and 1.
+    cells = [Cell("m", "x", 10, f"d{i}", n, y) for i, (n, y) in enumerate([(10, 20.0), (30, 90.0), (20, 20.0)])]
     agg = aggregate_cells(cells)
-    per_doc = [2.0, 3.0, 1.0]  # equal sizes: the s.e. of the mean of per-document mean NLLs
-    mean = sum(per_doc) / 3
-    se = math.sqrt(sum((x - mean) ** 2 for x in per_doc) / (3 * 2))
-    assert agg.nll_se == pytest.approx(se)
-    assert agg.ppl == pytest.approx(math.exp(2.0))
-    assert agg.ppl_se == pytest.approx(math.exp(2.0) * se)
+    # By hand: R = 130/60 = 13/6; residuals y - R*n = -5/3, 25, -70/3; over mean size 20: -1/12, 5/4, -7/6;
+    # squares sum to 1/144 + 225/144 + 196/144 = 211/72; divided by k(k-1) = 6 gives 211/432.
+    se = math.sqrt(211 / 432)
+    assert agg.ppl == pytest.approx(math.exp(13 / 6))
+    assert agg.nll_se == pytest.approx(se, rel=1e-12)
+    assert agg.ppl_se == pytest.approx(math.exp(13 / 6) * se, rel=1e-12)
+    plain = math.sqrt(((2 - 2) ** 2 + (3 - 2) ** 2 + (1 - 2) ** 2) / 6)  # s.e. of per-document means: 1/sqrt(3)
+    assert abs(agg.nll_se - plain) > 0.1  # negative control: the naive estimate would be caught
     assert aggregate_cells(cells[:1]).ppl_se is None
 
 
