@@ -78,3 +78,10 @@ def expected(method: str, theta: float, d: int, s: float, trained: int, options:
 def max_rel_error(got: list[float], want: list[float]) -> float:
     assert len(got) == len(want), (len(got), len(want))
     return max(abs(g - w) / abs(w) for g, w in zip(got, want, strict=True))
+
+
+def longrope_short(theta: float, d: int, short: list[float], s: float, original: int) -> tuple[list[float], float]:
+    """LongRoPE below the original context: each frequency divided by its short factor; attention
+    sqrt(1 + ln s / ln L) when s > 1."""
+    attention = math.sqrt(1 + math.log(s) / math.log(original)) if s > 1 else 1.0
+    return [x / f for x, f in zip(default(theta, d), short, strict=True)], attention

@@ -146,7 +146,8 @@ def test_already_in_target_layout(single: Path) -> None:
 def test_second_conversion_same_direction_refused(single: Path) -> None:
     first = single.parent / "first"
     convert_layout(ConvertSpec(str(single), "interleaved", first))
-    _fails(first, LayoutError, "already interleaved .*recorded by ropectl|already interleaved")
+    # The reason given is the config's record; the metadata-only case below must give another one.
+    _fails(first, LayoutError, r"already interleaved \(converted from half-split by ropectl convert-layout\)")
 
 
 def test_layout_recorded_only_in_safetensors_metadata(single: Path) -> None:
@@ -155,6 +156,9 @@ def test_layout_recorded_only_in_safetensors_metadata(single: Path) -> None:
     convert_layout(ConvertSpec(str(single), "interleaved", first))
     shutil.copy(single / "config.json", first / "config.json")
     _fails(first, LayoutError, "already interleaved .*safetensors metadata")
+    with pytest.raises(LayoutError) as info:  # negative control: the config no longer records the layout
+        convert_layout(ConvertSpec(str(first), "interleaved", single.parent / "out2"))
+    assert "converted from half-split by ropectl convert-layout" not in str(info.value)
 
 
 def test_from_contradicting_recorded_layout(single: Path) -> None:

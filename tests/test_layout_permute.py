@@ -42,24 +42,61 @@ def test_directions_are_inverse_and_match_reference_converters(geo: tuple[int, i
         assert torch.equal(hf_permute(to_i, heads), w)
 
 
+def rotate(y: torch.Tensor, pos: int, inv: torch.Tensor, pairs: list[tuple[int, int]]) -> torch.Tensor:
+    """RoPE from its definition: pair k = (a, b) turns by angle pos * inv[k]; written apart from ropectl."""
+    out = y.clone()
+    for k, (a, b) in enumerate(pairs):
+        c, s = torch.cos(pos * inv[k]), torch.sin(pos * inv[k])
+        out[a], out[b] = y[a] * c - y[b] * s, y[a] * s + y[b] * c
+    return out
+
+
+def interleaved_pairs(rotary: int) -> list[tuple[int, int]]:
+    return [(2 * k, 2 * k + 1) for k in range(rotary // 2)]  # GPT-J / llama.cpp: neighbours
+
+
+def half_split_pairs(rotary: int) -> list[tuple[int, int]]:
+    return [(k, k + rotary // 2) for k in range(rotary // 2)]  # GPT-NeoX / transformers: halves
+
+
+def equivariant(perm: torch.Tensor, head_dim: int, rotary: int, pos: int) -> bool:
+    """rope_interleaved(P·y) == P·rope_half_split(y) for a random y, with the reference rotation."""
+    y = torch.randn(head_dim, dtype=torch.float64)
+    inv = 1.0 / (10000.0 ** (torch.arange(0, rotary, 2, dtype=torch.float64) / rotary))
+    lhs = rotate(y[perm], pos, inv, interleaved_pairs(rotary))
+    rhs = rotate(y, pos, inv, half_split_pairs(rotary))[perm]
+    return torch.allclose(lhs, rhs, rtol=0, atol=1e-12)
+
+
 @settings(max_examples=40, deadline=None)
 @given(geometry, st.integers(0, 5000))
 def test_rope_equivariance_per_head(geo: tuple[int, int, int], pos: int) -> None:
-    """rope_interleaved(P·y) == P·rope_half_split(y) on the rotary part; pass-through rows stay put."""
+    """ropectl's permutation carries half-split RoPE into interleaved RoPE; pass-through rows stay put."""
     _, head_dim, rotary = geo
-    y = torch.randn(head_dim, dtype=torch.float64)
-    inv = 1.0 / (10000.0 ** (torch.arange(0, rotary, 2, dtype=torch.float64) / rotary))
     perm = head_index(head_dim, rotary, INTERLEAVED)
     assert perm[rotary:].tolist() == list(range(rotary, head_dim))
-    lhs = rope(y[perm][:rotary], pos, inv, INTERLEAVED)
-    rhs = rope(y[:rotary], pos, inv, HALF_SPLIT)[perm[:rotary]]
-    torch.testing.assert_close(lhs, rhs, rtol=0, atol=1e-12)
+    assert equivariant(perm, head_dim, rotary, pos)
 
 
-def test_rope_equivariance_fails_for_identity() -> None:
-    y = torch.randn(8, dtype=torch.float64)
-    inv = 1.0 / (10000.0 ** (torch.arange(0, 8, 2, dtype=torch.float64) / 8))
-    assert not torch.allclose(rope(y, 5, inv, INTERLEAVED), rope(y, 5, inv, HALF_SPLIT))
+@pytest.mark.parametrize("wrong", ["identity", "other direction", "reversed pairs"])
+def test_rope_equivariance_fails_for_a_wrong_permutation(wrong: str) -> None:
+    """Negative control: the same check rejects permutations that are not the conversion."""
+    head_dim = rotary = 8
+    right = torch.as_tensor(head_index(head_dim, rotary, INTERLEAVED))
+    perm = {"identity": torch.arange(head_dim), "other direction": torch.as_tensor(head_index(head_dim, rotary, HALF_SPLIT)),
+            "reversed pairs": right.view(-1, 2).flip(1).reshape(-1)}[wrong]
+    assert not torch.equal(perm, right)
+    assert not equivariant(perm, head_dim, rotary, pos=5)
+
+
+@pytest.mark.parametrize(("layout", "pairs"), [(INTERLEAVED, interleaved_pairs), (HALF_SPLIT, half_split_pairs)])
+def test_verify_rotation_matches_the_reference(layout: str, pairs) -> None:
+    """The rotation --verify uses (ropectl.layout.verify.rope) against the definition, in each pairing."""
+    y = torch.randn(12, dtype=torch.float64)
+    inv = 1.0 / (10000.0 ** (torch.arange(0, 12, 2, dtype=torch.float64) / 12))
+    torch.testing.assert_close(rope(y, 7, inv, layout), rotate(y, 7, inv, pairs(12)), rtol=0, atol=1e-12)
+    other = half_split_pairs if layout == INTERLEAVED else interleaved_pairs
+    assert not torch.allclose(rope(y, 7, inv, layout), rotate(y, 7, inv, other(12)))  # negative control
 
 
 def test_gqa_k_uses_kv_heads_not_query_heads() -> None:

@@ -156,9 +156,40 @@ def test_patched_model_loads_and_runs(ckpts: dict[str, Path], tmp_path: Path, ar
     inv = getattr(rotary, "inv_freq", None)
     inv = inv if inv is not None else rotary.full_attention_inv_freq
     assert_close(inv.double().tolist(), compute_frequencies(expected_rope(method, theta, dim, trained, args)).inv_freq)
+    ids = torch.arange(12).unsqueeze(0)
     with torch.no_grad():
-        logits = model(torch.arange(12).unsqueeze(0)).logits
-    assert torch.isfinite(logits).all()
+        logits = model(ids).logits
+        source = AutoModelForCausalLM.from_pretrained(src).eval()
+        unpatched = source(ids).logits
+        # Oracle: the untouched source model with the formula's frequencies put into its rotary module.
+        want_inv, want_attention = reference_rope(method, theta, dim, trained, args)
+        reference = with_rotary(source, want_inv, want_attention)(ids).logits
+    torch.testing.assert_close(logits, reference, rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(logits, unpatched, rtol=1e-4, atol=1e-5)  # negative control: patching changed it
+
+
+def reference_rope(method: str, theta: float, dim: int, trained: int, args: list[str]) -> tuple[list[float], float]:
+    import rope_reference
+
+    if method == "longrope":
+        short = [float(v) for v in args[args.index("--short-factor") + 1].split(",")]
+        return rope_reference.longrope_short(theta, dim, short, 4.0, trained)
+    return rope_reference.expected(method, theta, dim, 4.0, trained, {})
+
+
+def with_rotary(model, inv: list[float], attention: float):
+    """``model`` with every rotary module's (full-attention) frequencies and scaling replaced."""
+    import torch
+
+    for module in model.modules():
+        if not type(module).__name__.endswith("RotaryEmbedding"):
+            continue
+        prefix = "full_attention_" if hasattr(module, "full_attention_inv_freq") else ""
+        for name in ("inv_freq", "original_inv_freq"):
+            if hasattr(module, prefix + name):
+                getattr(module, prefix + name).copy_(torch.tensor(inv, dtype=torch.float64))
+        setattr(module, prefix + "attention_scaling", attention)
+    return model
 
 
 def test_patch_twice_replaces_instead_of_stacking(ckpts: dict[str, Path], tmp_path: Path) -> None:

@@ -157,9 +157,37 @@ def test_output_inside_source(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "inside the source" in result.stderr and not (src / "sub").exists()
 
 
-def test_verification_mismatch_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ropectl.patch import verify
+def _writer_bug(monkeypatch: pytest.MonkeyPatch, scale: float) -> None:
+    """Simulate a config-writer bug: the factor (or, for ntk, the base) written is ``scale`` times the one
+    ropectl computed with."""
+    from ropectl.patch import core
 
-    monkeypatch.setattr(verify, "REL_TOL", -1.0)  # any difference at all now counts as a mismatch
-    line = fails(tmp_path, None, "-m", "yarn", "-f", "2", code=1)
+    real = core.plan_config
+
+    def plan(*args, **kwargs):
+        planned = real(*args, **kwargs)
+        config = planned.config
+        sections = [v for v in (config.get("rope_scaling"), config.get("rope_parameters")) if isinstance(v, dict)]
+        key = "factor" if any("factor" in v for v in sections) else "rope_theta"
+        for holder in [config, *sections]:
+            if key in holder:
+                holder[key] = holder[key] * scale
+        return planned
+
+    monkeypatch.setattr(core, "plan_config", plan)
+
+
+@pytest.mark.parametrize("method", ["linear", "llama3", "ntk"])
+def test_verification_mismatch_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str) -> None:
+    """A real disagreement (the written factor 1% off) is caught by transformers at the shipped tolerance."""
+    _writer_bug(monkeypatch, 1.01)
+    line = fails(tmp_path, None, "-m", method, "-f", "2", code=1)
     assert "different RoPE" in line
+
+
+def test_verification_passes_without_the_bug(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Negative control: the same hook with no change lets the patch through."""
+    _writer_bug(monkeypatch, 1.0)
+    src = write_config(tmp_path / "src", LLAMA)
+    result = runner.invoke(app, ["patch", str(src), "-m", "yarn", "-f", "2", "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
