@@ -8,6 +8,7 @@ from typing import Any
 
 from ropectl.errors import UsageError
 from ropectl.layout.detect import known_layout
+from ropectl.limits import MAX_POSITIONS
 from ropectl.resolve import resolve_model
 from ropectl.rope.analysis import PairReport, first_non_rotating, pair_reports
 from ropectl.rope.frequencies import base_inv_freq, compute_frequencies
@@ -22,8 +23,9 @@ class InspectSpec:
     plot: Path | None = None
 
     def __post_init__(self) -> None:
-        if self.seq_len is not None and self.seq_len < 1:
-            raise UsageError(f"--seq-len must be a positive integer, got {self.seq_len}", "pass e.g. --seq-len 16384")
+        if self.seq_len is not None and not 1 <= self.seq_len <= MAX_POSITIONS:
+            raise UsageError(f"--seq-len must be a positive integer up to {MAX_POSITIONS:,}, got {self.seq_len}",
+                             "pass e.g. --seq-len 16384")
         if self.plot is not None and Path(self.plot).suffix.lower() != ".png":
             raise UsageError(f"--plot '{self.plot}' is not a .png path", "pass a file name ending in .png")
 

@@ -235,3 +235,9 @@ def test_limits_sit_above_real_models() -> None:
     assert limits.MAX_HEAD_DIM >= 100 * 576  # DeepSeek-V3's 576-dim MLA heads
     assert limits.MAX_THETA >= 1e3 * 3.6e9  # Gradient's 1M-context Llama 3 base
     assert limits.MAX_POSITIONS >= 1e4 * 2**20 and math.isfinite(limits.MAX_FACTOR * limits.MAX_POSITIONS)
+
+
+def test_seq_len_is_bounded(tmp_path: Path) -> None:
+    folder = config_dir(tmp_path, rope_scaling={"rope_type": "dynamic", "factor": 4.0})
+    one_line(["inspect", str(folder), "--seq-len", str(10**30)], "--seq-len", code=2)
+    assert runner.invoke(app, ["inspect", str(folder), "--seq-len", "100000"]).exit_code == 0
