@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ropectl.errors import OutputError
+from ropectl.ownership import OLD, clean_stale, describe, foreign_entries, temp_affixes, write_manifest
 
 
 def default_mode(mode: int) -> int:
@@ -50,20 +51,61 @@ def is_inside(child: Path, parent: Path) -> bool:
     return child == parent or parent in child.parents
 
 
-def check_output_dir(output: Path, source: Path | None = None, force: bool = False) -> None:
-    """Refuse outputs that would lose data or cannot be written, before any work starts."""
+def real_output(output: Path) -> Path:
+    """A symlinked output stands for the folder it points to: that folder is checked and replaced, the link kept."""
     output = Path(output)
+    return output.resolve() if output.is_symlink() else output
+
+
+def check_output_dir(output: Path, source: Path | None = None, force: bool = False, *, replaces: bool = True) -> None:
+    """Refuse outputs that would lose data or cannot be written, before any work starts.
+
+    ``replaces``: the output is built beside and renamed into place (patch, convert-layout), so ``--force``
+    replaces a folder, and may do so only for a folder ropectl wrote. Without it (eval-ppl) files are added
+    to the folder and ``--force`` only allows a non-empty one; nothing is deleted either way.
+    """
+    output = real_output(output)
     if source is not None and is_inside(output, source):
-        raise OutputError(f"output '{output}' is inside the source '{source}'", "choose an output folder outside the source")
-    if source is not None and is_inside(source, output):
-        raise OutputError(f"output '{output}' contains the source '{source}'", "choose another output folder")
-    if output.exists() and not output.is_dir():
+        raise OutputError(f"output '{output}' is inside the source model folder '{source}'",
+                          "choose an output folder outside the model folder")
+    if replaces:
+        _check_replaceable(output, source, force)
+    elif output.exists() and not output.is_dir():
         raise OutputError(f"output '{output}' exists and is not a folder", "choose a new folder name")
-    if output.is_dir() and any(output.iterdir()) and not force:
+    elif output.is_dir() and any(output.iterdir()) and not force:
         raise OutputError(f"output folder '{output}' exists and is not empty", "choose a new folder, or pass --force")
     parent = _existing_parent(output)
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OutputError(f"cannot write to '{parent}' (permission denied)", "choose a writable output location")
+
+
+def _check_replaceable(output: Path, source: Path | None, force: bool) -> None:
+    if is_inside(Path.cwd(), output):
+        what = "is the current folder" if output.resolve() == Path.cwd().resolve() else "holds the current folder"
+        raise OutputError(f"output '{output}' {what}, which would be replaced as a whole",
+                          "name a new folder for the output, e.g. -o ./patched")
+    if source is not None and is_inside(source, output):
+        raise OutputError(f"output '{output}' contains the source '{source}'", "choose another output folder")
+    if output.exists() and not output.is_dir():
+        raise OutputError(f"output '{output}' exists and is not a folder", "choose a new folder name")
+    if output.is_dir():
+        _check_existing(output, force)
+
+
+def _check_existing(output: Path, force: bool) -> None:
+    """An existing output folder: empty, or ropectl's own (with --force); anything else is in the way."""
+    if not any(output.iterdir()):
+        return
+    foreign = foreign_entries(output)
+    if foreign and force:
+        raise OutputError(f"output folder '{output}' holds files ropectl did not write ({describe(foreign)}); "
+                          "--force replaces only a folder ropectl wrote", "move them away, or choose a new folder")
+    if foreign:
+        raise OutputError(f"output folder '{output}' exists and is not empty ({describe(foreign)})",
+                          "choose a new folder (--force replaces only a folder ropectl wrote)")
+    if not force:
+        raise OutputError(f"output folder '{output}' holds an earlier ropectl output",
+                          "pass --force to replace it, or choose a new folder")
 
 
 def _existing_parent(path: Path) -> Path:
@@ -74,7 +116,7 @@ def _existing_parent(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
+def sigterm_as_interrupt() -> Iterator[None]:
     """Let SIGTERM unwind like Ctrl-C so staged output is cleaned up."""
 
     def raise_interrupt(signum: int, frame: object) -> None:
@@ -92,18 +134,24 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def staged_dir(output: Path, force: bool = False) -> Iterator[Path]:
-    """Yield a temp folder beside ``output``; rename it into place only if the block succeeds."""
-    output = Path(output)
+def staged_dir(output: Path, force: bool = False, command: str = "ropectl") -> Iterator[Path]:
+    """Yield a temp folder beside ``output``; rename it into place only if the block succeeds.
+
+    The folder gets a manifest of what ropectl wrote, so a later ``--force`` knows what it may replace.
+    """
+    output = real_output(output)
     output.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale(output)
+    prefix, suffix = temp_affixes(output)
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".ropectl-tmp", dir=output.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=prefix, suffix=suffix, dir=output.parent))
     except OSError as exc:
         raise OutputError(f"cannot create a folder in '{output.parent}' ({exc.strerror})", "choose a writable location") from None
     os.chmod(tmp, default_mode(0o777))  # mkdtemp makes it private; the output should not be
     try:
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             yield tmp
+            write_manifest(tmp, command)
             _replace_dir(tmp, output, force)
     finally:
         if tmp.exists():
@@ -111,15 +159,19 @@ def staged_dir(output: Path, force: bool = False) -> Iterator[Path]:
 
 
 def _replace_dir(tmp: Path, output: Path, force: bool) -> None:
-    if output.exists():
-        if any(output.iterdir()) and not force:
-            raise OutputError(f"output folder '{output}' appeared while writing", "choose a new folder, or pass --force")
-        old = output.with_name(f".{output.name}.ropectl-old")
-        os.replace(output, old)
+    if not output.exists():
         os.replace(tmp, output)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
+        return
+    _check_existing(output, force)  # again: something may have appeared while we were writing
+    prefix, suffix = temp_affixes(output, OLD)
+    old = tempfile.mkdtemp(prefix=prefix, suffix=suffix, dir=output.parent)
+    os.replace(output, old)  # over the empty placeholder: POSIX rename replaces an empty folder
+    try:
         os.replace(tmp, output)
+    except OSError:
+        os.replace(old, output)  # put the old output back rather than leave nothing
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def link_or_copy(src: Path, dst: Path, copy: bool = False) -> str:

@@ -156,11 +156,14 @@ def _output_dir(spec: EvalSpec) -> Path:
 
 
 def _check_output(out: Path, spec: EvalSpec) -> None:
+    model = Path(spec.model).expanduser() if spec.model else None
+    model = model if model is not None and model.is_dir() else None  # results never go into the model folder
     if spec.resume and out.is_dir():
+        check_output_dir(out, model, force=True, replaces=False)
         if not os.access(out, os.W_OK | os.X_OK):
             raise OutputError(f"cannot write to '{out}' (permission denied)", "choose a writable output folder")
         return
-    check_output_dir(out, force=spec.force)
+    check_output_dir(out, model, spec.force, replaces=False)
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".ropectl-write-test"
