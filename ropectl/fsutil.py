@@ -7,7 +7,7 @@ import os
 import shutil
 import signal
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ropectl.errors import OutputError
@@ -175,7 +175,12 @@ def _replace_dir(tmp: Path, output: Path, force: bool) -> None:
 
 
 def link_or_copy(src: Path, dst: Path, copy: bool = False) -> str:
-    """Bring a file along without copying bytes where possible; returns 'hardlink', 'symlink' or 'copy'."""
+    """Bring a file along without copying bytes where possible; returns 'hardlink', 'symlink' or 'copy'.
+
+    A symlinked ``src`` (a hub cache snapshot) is resolved first: Linux hardlinks the link itself otherwise,
+    and a relative link such as ``../../blobs/<sha>`` would dangle in the output.
+    """
+    src = Path(src).resolve()
     if not copy:
         try:
             os.link(src, dst)
@@ -183,9 +188,76 @@ def link_or_copy(src: Path, dst: Path, copy: bool = False) -> str:
         except OSError:
             pass
         try:
-            os.symlink(Path(src).resolve(), dst)
+            os.symlink(src, dst)
             return "symlink"
         except OSError:
             pass
     shutil.copy2(src, dst)
     return "copy"
+
+
+CACHE_REPO_PREFIXES = ("models--", "datasets--", "spaces--")
+
+
+def hf_cache_blobs(folder: Path) -> Path | None:
+    """The ``blobs/`` folder of the Hugging Face cache repo whose snapshot holds ``folder``, if it is in one.
+
+    huggingface_hub stores ``models--org--name/snapshots/<rev>/<file>`` as symlinks to ``../../blobs/<sha>``.
+    """
+    for path in {Path(folder).absolute(), Path(folder).resolve()}:
+        for snap in (path, *path.parents):
+            repo = snap.parent.parent
+            if snap.parent.name == "snapshots" and repo.name.startswith(CACHE_REPO_PREFIXES) \
+                    and (repo / "blobs").is_dir():
+                return repo / "blobs"
+    return None
+
+
+def inside_checkpoint(path: Path, folder: Path) -> bool:
+    """``path`` (after symlinks) lies in ``folder``, or in the blobs of the hub cache repo ``folder`` is a snapshot of."""
+    if is_inside(path, folder):
+        return True
+    blobs = hf_cache_blobs(folder)
+    return blobs is not None and is_inside(path, blobs)
+
+
+def symlink_refusal(path: Path, folder: Path) -> str | None:
+    """Why a side file / folder of a checkpoint is not brought along, or None when it may be.
+
+    A symlinked file is followed only into the checkpoint folder or its hub cache blobs: a link elsewhere
+    (``README.md -> ~/.ssh/id_rsa``) would copy something the checkpoint's author never shipped. Symlinked
+    folders are never followed.
+    """
+    path = Path(path)
+    if not path.is_symlink():
+        return None
+    if path.is_dir():
+        return "symlinked folder, not followed"
+    if not path.exists():
+        return "broken symlink"
+    return None if inside_checkpoint(path, folder) else "symlink to outside the checkpoint folder"
+
+
+def link_tree(source: Path, staging: Path, copy: bool,
+              exclude: Callable[[Path], bool]) -> tuple[list[tuple[str, str]], list[str]]:
+    """Link (or copy) every file under ``source`` into ``staging`` but hidden and ``exclude``d ones.
+
+    Returns ([(relative path, how)], [skipped entries with the reason]); nothing is dropped silently.
+    """
+    source = Path(source)
+    files, skipped = [], []
+    for root, dirs, names in os.walk(source):
+        rel = Path(root).relative_to(source)
+        for name in sorted(d for d in dirs if not d.startswith(".")):
+            why = symlink_refusal(Path(root) / name, source)
+            if why:
+                skipped.append(f"{rel / name}/ ({why})")
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not (Path(root) / d).is_symlink())
+        for name in sorted(n for n in names if not n.startswith(".") and not exclude(rel / n)):
+            why = symlink_refusal(Path(root) / name, source)
+            if why:
+                skipped.append(f"{rel / name} ({why})")
+                continue
+            (staging / rel).mkdir(parents=True, exist_ok=True)
+            files.append((str(rel / name), link_or_copy(Path(root) / name, staging / rel / name, copy=copy)))
+    return files, skipped

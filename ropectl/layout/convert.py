@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import LayoutError, UsageError
-from ropectl.fsutil import check_output_dir, staged_dir
+from ropectl.fsutil import check_output_dir, staged_dir, symlink_refusal
 from ropectl.layout.archs import arch_for
 from ropectl.layout.detect import HALF_SPLIT, INTERLEAVED, LAYOUTS, known_layout
 from ropectl.layout.io import fsync_file, write_streaming, write_tensors
@@ -104,11 +104,14 @@ def convert_layout(spec: ConvertSpec, progress: ProgressCallback | None = None) 
     source, why = check_layouts(spec.to, spec.from_layout, known, record)
     geo, plans = plan_tensors(arch, model_type, cfg, mr, store.shapes(), spec.to)
     copy, skipped = other_files(folder, store.files)
+    refused = {p: symlink_refusal(p, folder) for p in copy}
+    copy, skipped = [p for p in copy if not refused[p]], [*skipped, *(f"{p.name} ({refused[p]})" for p in refused
+                                                                        if refused[p])]
     total = store.nbytes()
     tick = _ticker(progress, total)
     start = time.perf_counter()
     report = None
-    with staged_dir(output, spec.force) as tmp:
+    with staged_dir(output, spec.force, command="convert-layout") as tmp:
         names = _write_weights(store, tmp, plans, spec.to, tick, spec.durable)
         _write_index(store, tmp, names, spec.to)
         for path in copy:

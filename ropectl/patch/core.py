@@ -16,7 +16,7 @@ from ropectl.fsutil import (
     atomic_write_text,
     check_output_dir,
     default_mode,
-    link_or_copy,
+    link_tree,
     staged_dir,
 )
 from ropectl.patch import gguf as gguf_out
@@ -91,28 +91,16 @@ def _gguf_diff(meta: Mapping[str, Any], updates: Mapping[str, Any], remove: set[
     return "".join(difflib.unified_diff(old, new, f"a/{name}", f"b/{name}"))
 
 
-def _link_tree(source: Path, staging: Path, copy: bool) -> list[tuple[str, str]]:
-    files = []
-    for root, dirs, names in os.walk(source):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        rel = Path(root).relative_to(source)
-        for name in sorted(names):
-            if name.startswith(".") or (rel == Path(".") and name.startswith(CONFIG)):
-                continue
-            (staging / rel).mkdir(parents=True, exist_ok=True)
-            how = link_or_copy(Path(root) / name, staging / rel / name, copy=copy)
-            files.append((str(rel / name), how))
-    return files
-
-
 def _write_folder(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> dict[str, Any]:
     assert spec.output is not None
     text = _dump(plan.config)
-    with staged_dir(spec.output, force=spec.force) as staging:
-        files = _link_tree(model.folder, staging, spec.copy)
+    with staged_dir(spec.output, force=spec.force, command="patch") as staging:
+        files, skipped = link_tree(model.folder, staging, spec.copy,
+                                   exclude=lambda rel: rel.parent == Path(".") and rel.name.startswith(CONFIG))
         atomic_write_text(staging / CONFIG, text)
         verification = verify_folder(staging, expected_ropes(plan.rope, plan.layer_ropes))
-    return {"output": str(spec.output), "files": [(CONFIG, "written"), *files], "verification": verification}
+    return {"output": str(spec.output), "files": [(CONFIG, "written"), *files], "verification": verification,
+            "skipped": skipped}
 
 
 def _backup_path(config: Path) -> Path:
@@ -193,6 +181,8 @@ def _result(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan, done: dict[
             warnings: list[str]) -> PatchResult:
     target = plan.target_context
     files = tuple(done.get("files", ()))
+    if done.get("skipped"):
+        warnings.append(f"not brought along: {', '.join(done['skipped'])}")
     if any(how == "symlink" for _, how in files):
         warnings.append("the filesystem refused hardlinks, so files are symlinks to the source: keep the source, "
                         "or rerun with --copy")
