@@ -28,7 +28,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     """
     path = Path(path)
     mode = path.stat().st_mode & 0o777 if path.exists() else default_mode(0o666)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    prefix, suffix = temp_affixes(path)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
     try:
         os.chmod(tmp, mode)
         with os.fdopen(fd, "wb") as fh:
