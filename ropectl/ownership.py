@@ -32,6 +32,18 @@ def write_manifest(folder: Path, command: str) -> None:
     (Path(folder) / MANIFEST).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
 
 
+def note_written(folder: Path, names: list[str]) -> None:
+    """Add files ropectl wrote later (``patch --in-place``'s backup) to a folder's manifest, if it has one."""
+    path = Path(folder) / MANIFEST
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        entries = set(record["entries"]) | set(names)
+    except (OSError, ValueError, TypeError, KeyError):
+        return  # not a folder ropectl wrote: nothing to note
+    record["entries"] = sorted(entries)
+    path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
 def _listed(folder: Path) -> set[str]:
     try:
         record = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))

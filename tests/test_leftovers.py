@@ -7,7 +7,6 @@ Signals are sent from inside the process at a known point (after the temp file i
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path

@@ -127,3 +127,14 @@ def test_staged_folder_is_not_private(llama: Path, tmp_path: Path) -> None:
     assert invoke("patch", llama, out)[0] == 0
     manifests = [p for p in out.iterdir() if p.name.startswith(".ropectl")]
     assert len(manifests) == 1 and os.stat(manifests[0]).st_mode & 0o044
+
+
+def test_force_after_an_in_place_patch_of_the_output(llama: Path, tmp_path: Path) -> None:
+    """The backup --in-place leaves in a ropectl output is ropectl's too, so --force may still replace it."""
+    out = tmp_path / "out"
+    assert invoke("patch", llama, out)[0] == 0
+    assert runner.invoke(app, ["patch", str(out), "-m", "none", "--in-place"]).exit_code == 0
+    assert (out / "config.json.bak").is_file()
+    code, err = invoke("patch", llama, out, "--force")
+    assert code == 0, err
+    assert not (out / "config.json.bak").exists()

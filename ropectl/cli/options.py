@@ -14,7 +14,9 @@ ModelArg = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one machine-readable JSON object instead of a summary.")]
 OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Output folder (or .gguf file).")]
-ForceOpt = Annotated[bool, typer.Option("--force", help="Write into an existing non-empty output folder.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help=(
+    "Use an existing output folder: patch and convert-layout replace one ropectl wrote, eval-ppl adds to it. "
+    "Files ropectl did not write are never deleted."))]
 SeqLenOpt = Annotated[
     Optional[int],
     typer.Option("--seq-len", min=1, help="Sequence length at which to evaluate length-dependent RoPE (dynamic, longrope)."),

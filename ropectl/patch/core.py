@@ -19,6 +19,7 @@ from ropectl.fsutil import (
     link_tree,
     staged_dir,
 )
+from ropectl.ownership import note_written
 from ropectl.patch import gguf as gguf_out
 from ropectl.patch.config import ConfigPlan, plan_config
 from ropectl.patch.emit import emit_llama_cpp, emit_vllm
@@ -117,6 +118,7 @@ def _write_in_place(model: ResolvedModel, plan: ConfigPlan) -> dict[str, Any]:
     atomic_write_bytes(backup, path.read_bytes())
     os.chmod(backup, path.stat().st_mode & 0o777)
     atomic_write_text(path, _dump(plan.config))  # keeps the replaced file's mode
+    note_written(model.folder, [backup.name])  # a later --force may replace the backup with its folder
     return {"output": str(model.folder), "files": [(CONFIG, "rewritten")], "backup": str(backup),
             "verification": verification}
 
