@@ -95,6 +95,7 @@ def test_a_snapshot_link_leaving_its_own_blobs_is_still_refused(tmp_path: Path, 
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_patch_output_from_a_sharded_hub_model(tmp_path: Path) -> None:
     snapshot = hub_cache(tmp_path / "hf", "acme/tiny-sharded", factories.tiny_llama_sharded)
     out = tmp_path / "p"
@@ -102,3 +103,14 @@ def test_patch_output_from_a_sharded_hub_model(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     for shard in snapshot.glob("model-*.safetensors"):
         assert (out / shard.name).read_bytes() == shard.read_bytes()
+
+
+def test_a_shard_symlinked_out_of_a_plain_folder_is_refused(tmp_path: Path) -> None:
+    """Outside the hub cache no symlink may leave the checkpoint folder, even one into a folder named blobs."""
+    folder = factories.tiny_llama_sharded(tmp_path / "model")
+    shard = sorted(folder.glob("model-*.safetensors"))[0]
+    (tmp_path / "blobs").mkdir()
+    moved = shard.rename(tmp_path / "blobs" / "x")
+    shard.symlink_to(moved)
+    proc = ropectl(tmp_path / "hf", "convert-layout", str(folder), "--to", "interleaved", "-o", str(tmp_path / "o"))
+    assert proc.returncode == 1 and "outside the checkpoint folder" in proc.stderr, proc.stderr
