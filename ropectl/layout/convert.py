@@ -103,10 +103,7 @@ def convert_layout(spec: ConvertSpec, progress: ProgressCallback | None = None) 
     known, record = _recorded_layout(cfg, mr.record, store)
     source, why = check_layouts(spec.to, spec.from_layout, known, record)
     geo, plans = plan_tensors(arch, model_type, cfg, mr, store.shapes(), spec.to)
-    copy, skipped = other_files(folder, store.files)
-    refused = {p: symlink_refusal(p, folder) for p in copy}
-    copy, skipped = [p for p in copy if not refused[p]], [*skipped, *(f"{p.name} ({refused[p]})" for p in refused
-                                                                        if refused[p])]
+    copy, skipped = _side_files(folder, store)
     total = store.nbytes()
     tick = _ticker(progress, total)
     start = time.perf_counter()
@@ -131,6 +128,13 @@ def convert_layout(spec: ConvertSpec, progress: ProgressCallback | None = None) 
         seconds=seconds, copied=tuple(p.name for p in copy), skipped=tuple(skipped),
         warnings=tuple(layout_warnings(cfg, model_type, spec.to)), verify=report,
     )
+
+
+def _side_files(folder: Path, store: WeightStore) -> tuple[list[Path], list[str]]:
+    """(files to copy, what is not copied and why): symlinks leaving the checkpoint are never followed."""
+    copy, skipped = other_files(folder, store.files)
+    refused = {p: symlink_refusal(p, folder) for p in copy}
+    return [p for p in copy if not refused[p]], [*skipped, *(f"{p.name} ({why})" for p, why in refused.items() if why)]
 
 
 def _recorded_layout(cfg: Mapping[str, Any], record: Mapping[str, Any],
