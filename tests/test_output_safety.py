@@ -121,7 +121,7 @@ def test_eval_ppl_refuses_to_write_into_the_model_folder(tmp_path: Path, monkeyp
         assert tree(model) == before
 
 
-def test_staged_folder_is_not_private(llama: Path, tmp_path: Path) -> None:
+def test_outputs_carry_a_readable_manifest(llama: Path, tmp_path: Path) -> None:
     """The manifest that marks a ropectl output is a plain file that follows the umask like the rest."""
     out = tmp_path / "out"
     assert invoke("patch", llama, out)[0] == 0

@@ -90,11 +90,14 @@ def test_precedence_reaches_the_written_config(llama: Path, presets: Path, tmp_p
         assert written_values(config, "beta_slow") == {2.0}
 
 
+WINNER = {"preset": PRESET, "config": CONFIG, "spec": SPEC, "flag": FLAG, "set": SET}
+
+
 @pytest.mark.parametrize("mode", ["output", "in-place", "dry-run", "emit-vllm", "json"])
-@pytest.mark.parametrize("layers", [("spec",), ("preset", "config", "spec", "flag")])
+@pytest.mark.parametrize("layers", [(name,) for name in LAYERS] + [("preset", "config", "spec", "flag"), tuple(LAYERS)])
 def test_every_output_mode_keeps_the_options(llama: Path, presets: Path, tmp_path: Path, mode: str,
                                              layers: tuple[str, ...]) -> None:
-    want = FLAG if "flag" in layers else SPEC
+    want = WINNER[layers[-1]]  # the highest layer given wins
     args = args_for(layers, presets)
     if mode == "output":
         run(llama, *args, "-o", tmp_path / "out")
