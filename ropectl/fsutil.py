@@ -28,6 +28,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     """
     path = Path(path)
     mode = path.stat().st_mode & 0o777 if path.exists() else default_mode(0o666)
+    clean_stale(path)
     prefix, suffix = temp_affixes(path)
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
     try:
