@@ -34,6 +34,22 @@ main()
 """
 
 
+# Runs the CLI with the shard writer wrapped so that the process SIGKILLs itself after the first shard.
+SIGKILL_AFTER_SHARD = """
+import os, signal, sys
+import ropectl.layout.convert as c
+real = c.write_streaming
+def write(sf, dst, *args, **kw):
+    real(sf, dst, *args, **kw)
+    print("STAGED", dst.parent, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+c.write_streaming = write
+from ropectl.__main__ import main
+sys.argv = ["ropectl", *sys.argv[1:]]
+main()
+"""
+
+
 def tiny_gguf(path: Path) -> Path:
     """A minimal llama GGUF (metadata ropectl and llama.cpp read, one small tensor)."""
     import gguf
@@ -116,3 +132,19 @@ def test_symlinks_leaving_the_checkpoint_are_not_followed_and_are_reported(linke
     said = " ".join(result.output.split())
     assert "README.md (symlink to outside the checkpoint folder)" in said
     assert "extras/" in said
+
+
+@pytest.mark.slow
+def test_a_real_sigkill_leaves_staging_that_the_next_run_removes(tmp_path: Path) -> None:
+    src = tiny_llama(tmp_path / "src")
+    work = tmp_path / "work"
+    work.mkdir()
+    args = ["convert-layout", str(src), "--to", "interleaved", "-o", str(work / "out")]
+    proc = subprocess.run([sys.executable, "-c", SIGKILL_AFTER_SHARD, *args], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).parents[1])
+    assert proc.returncode == -9 and "STAGED" in proc.stdout, proc.stderr
+    (staged,) = list(work.iterdir())  # what SIGKILL cannot clean up: the hidden staging folder
+    assert staged.name.startswith(".out.") and staged.name.endswith(".ropectl-tmp")
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.stderr
+    assert [p.name for p in work.iterdir()] == ["out"]
