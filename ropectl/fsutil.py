@@ -170,8 +170,8 @@ def _replace_dir(tmp: Path, output: Path, force: bool) -> None:
     os.replace(output, old)  # over the empty placeholder: POSIX rename replaces an empty folder
     try:
         os.replace(tmp, output)
-    except OSError:
-        os.replace(old, output)  # put the old output back rather than leave nothing
+    except BaseException:  # an error or a signal between the two renames: put the old output back
+        os.replace(old, output)
         raise
     shutil.rmtree(old, ignore_errors=True)
 
