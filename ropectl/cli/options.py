@@ -34,17 +34,17 @@ def method_option_parameters(prefix: str) -> list[inspect.Parameter]:
     """
     from ropectl.rope.methods import METHODS  # the registry is pure Python: --help stays instant
 
-    users: dict[str, list[str]] = {}
     params: dict[str, Any] = {}
+    helps: dict[str, dict[str, list[str]]] = {}  # option -> its help text -> the methods that say it
     for method in METHODS.values():
         for p in method.params:
             params.setdefault(p.name, p)
-            users.setdefault(p.name, []).append(method.name)
+            default = "" if p.default is None or p.kind is bool else f" (default {p.default:g})"
+            helps.setdefault(p.name, {}).setdefault(p.help + default, []).append(method.name)
     out = []
     for name, p in params.items():
         flag = "--" + name.replace("_", "-")
-        default = "" if p.default is None or p.kind is bool else f" (default {p.default:g})"
-        text = f"{', '.join(users[name])}: {p.help}{default}."
+        text = "; ".join(f"{', '.join(users)}: {help_}" for help_, users in helps[name].items()) + "."
         if p.kind is bool:
             kind: Any = Optional[bool]
             option = typer.Option(f"{flag}/--no-{flag[2:]}", help=text, rich_help_panel=METHOD_OPTIONS_PANEL)
