@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ropectl.errors import OutputError
+from ropectl.errors import CheckpointError, OutputError
 from ropectl.ownership import OLD, clean_stale, describe, foreign_entries, temp_affixes, write_manifest
 
 
@@ -240,11 +240,12 @@ def symlink_refusal(path: Path, folder: Path) -> str | None:
     return None if inside_checkpoint(path, folder) else "symlink to outside the checkpoint folder"
 
 
-def link_tree(source: Path, staging: Path, copy: bool,
-              exclude: Callable[[Path], bool]) -> tuple[list[tuple[str, str]], list[str]]:
+def link_tree(source: Path, staging: Path, copy: bool, exclude: Callable[[Path], bool],
+              needed: Callable[[Path], bool] = lambda rel: False) -> tuple[list[tuple[str, str]], list[str]]:
     """Link (or copy) every file under ``source`` into ``staging`` but hidden and ``exclude``d ones.
 
-    Returns ([(relative path, how)], [skipped entries with the reason]); nothing is dropped silently.
+    Returns ([(relative path, how)], [skipped entries with the reason]); nothing is dropped silently. A
+    ``needed`` file (weights) that may not be followed is an error: without it the output would be incomplete.
     """
     source = Path(source)
     files, skipped = [], []
@@ -257,6 +258,9 @@ def link_tree(source: Path, staging: Path, copy: bool,
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not (Path(root) / d).is_symlink())
         for name in sorted(n for n in names if not n.startswith(".") and not exclude(rel / n)):
             why = symlink_refusal(Path(root) / name, source)
+            if why and needed(rel / name):
+                raise CheckpointError(f"'{rel / name}' is a {why} ({os.path.realpath(Path(root) / name)})",
+                                      "move or copy the file into the checkpoint folder, then run again")
             if why:
                 skipped.append(f"{rel / name} ({why})")
                 continue

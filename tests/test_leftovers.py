@@ -148,3 +148,16 @@ def test_a_real_sigkill_leaves_staging_that_the_next_run_removes(tmp_path: Path)
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.stderr
     assert [p.name for p in work.iterdir()] == ["out"]
+
+
+def test_weights_symlinked_out_of_the_folder_are_refused_by_patch(tmp_path: Path) -> None:
+    """Skipping them would leave an incomplete checkpoint, so patch refuses instead (and writes nothing)."""
+    model = tiny_llama(tmp_path / "model")
+    elsewhere = tmp_path / "disk2"
+    elsewhere.mkdir()
+    moved = (model / "model.safetensors").rename(elsewhere / "model.safetensors")
+    (model / "model.safetensors").symlink_to(moved)
+    result = runner.invoke(app, ["patch", str(model), "-m", "yarn", "-f", "2", "-o", str(tmp_path / "out")])
+    assert result.exit_code == 1
+    assert "model.safetensors" in result.stderr and "outside the checkpoint folder" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["disk2", "model"]

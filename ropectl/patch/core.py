@@ -19,6 +19,7 @@ from ropectl.fsutil import (
     link_tree,
     staged_dir,
 )
+from ropectl.layout.weights import WEIGHT_SUFFIXES
 from ropectl.ownership import note_written
 from ropectl.patch import gguf as gguf_out
 from ropectl.patch.config import ConfigPlan, plan_config
@@ -97,7 +98,8 @@ def _write_folder(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> di
     text = _dump(plan.config)
     with staged_dir(spec.output, force=spec.force, command="patch") as staging:
         files, skipped = link_tree(model.folder, staging, spec.copy,
-                                   exclude=lambda rel: rel.parent == Path(".") and rel.name.startswith(CONFIG))
+                                   exclude=lambda rel: rel.parent == Path(".") and rel.name.startswith(CONFIG),
+                                   needed=lambda rel: rel.suffix in WEIGHT_SUFFIXES or rel.name.endswith(".index.json"))
         atomic_write_text(staging / CONFIG, text)
         verification = verify_folder(staging, expected_ropes(plan.rope, plan.layer_ropes))
     return {"output": str(spec.output), "files": [(CONFIG, "written"), *files], "verification": verification,
