@@ -79,8 +79,18 @@ def _clean(options: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]
     return {k: options[k] for k in names if options.get(k) is not None}
 
 
+def _own(base: RopeParams) -> dict[str, Any]:
+    """The keys that define the unscaled RoPE itself: p-RoPE's partial factor."""
+    return {k: v for k, v in base.scaling.items() if k == "partial_rotary_factor"} if _is_prope(base) else {}
+
+
+def _is_prope(base: RopeParams) -> bool:
+    return base.rope_type == "proportional"
+
+
 def _none(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopeParams:
-    return RopeParams("default", base.rope_theta, base.rotary_dim, base.max_position_embeddings, {})
+    kind = "proportional" if _is_prope(base) else "default"
+    return RopeParams(kind, base.rope_theta, base.rotary_dim, base.max_position_embeddings, _own(base))
 
 
 def _linear(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopeParams:
@@ -89,7 +99,8 @@ def _linear(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopeParams
 
 def _ntk(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopeParams:
     theta = ntk_theta(base.rope_theta, factor, base.rotary_dim)
-    return RopeParams("default", theta, base.rotary_dim, _target(base, factor), {})
+    kind = "proportional" if _is_prope(base) else "default"
+    return RopeParams(kind, theta, base.rotary_dim, _target(base, factor), _own(base))
 
 
 def _dynamic(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopeParams:
@@ -129,6 +140,12 @@ def _longrope(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopePara
     return RopeParams("longrope", base.rope_theta, base.rotary_dim, int(round(original * factor)), scaling)
 
 
+def _proportional(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopeParams:
+    partial = o.get("partial_rotary_factor") or base.scaling.get("partial_rotary_factor") or 1.0
+    scaling = {"partial_rotary_factor": float(partial), "factor": factor}
+    return RopeParams("proportional", base.rope_theta, base.rotary_dim, _target(base, factor), scaling)
+
+
 _ORIGINAL = Param("original_max_position_embeddings", int, None, "pretraining context (default: from the config)")
 
 METHODS: dict[str, Method] = {
@@ -161,8 +178,13 @@ METHODS: dict[str, Method] = {
             Param("long_factor", list, None, "rotary_dim/2 factors used beyond it"),
             Param("attention_factor", float, None, "cos/sin scale (default sqrt(1+ln s/ln L))"),
         ), _longrope, gguf_type="longrope"),
+        Method("proportional", "p-RoPE (Gemma 4): every frequency divided by the factor, unrotated pairs kept at 0", (
+            Param("partial_rotary_factor", float, None, "share of each head that rotates (default: the model's)"),
+        ), _proportional),
     )
 }
+# A p-RoPE model's attention expects head_dim/2 frequencies with zeros past the rotated share; these keep that.
+PROPORTIONAL_METHODS = ("none", "ntk", "proportional")
 
 
 def get_method(name: str) -> Method:
@@ -235,14 +257,24 @@ def validate_options(method: Method, options: Mapping[str, Any], rotary_dim: int
         raise MethodError("llama3 needs high_freq_factor > low_freq_factor", "e.g. low_freq_factor=1,high_freq_factor=4")
     if method.name == "yarn" and not 0 < out["beta_slow"] < out["beta_fast"]:
         raise MethodError("yarn needs 0 < beta_slow < beta_fast", "e.g. beta_fast=32,beta_slow=1")
+    partial = out.get("partial_rotary_factor")
+    if partial is not None and not 0 < partial <= 1:
+        raise MethodError(f"partial_rotary_factor must be in (0, 1], got {partial}", "e.g. partial_rotary_factor=0.25")
+    if method.name == "yarn" and rotary_dim % 2:
+        raise MethodError(
+            f"the rotary dim {rotary_dim} is odd: transformers' yarn ramp then has one value less than the "
+            "frequencies and cannot be built",
+            "use --method linear, ntk or dynamic for this model",
+        )
     if method.name == "longrope":
+        pairs = (rotary_dim + 1) // 2
         for key in ("short_factor", "long_factor"):
             values = out.get(key)
-            if not values or len(values) != rotary_dim // 2:
+            if not values or len(values) != pairs:
                 got = len(values) if values else 0
                 raise MethodError(
-                    f"longrope {key} has {got} values but the rotary dim {rotary_dim} needs {rotary_dim // 2}",
-                    f"give {rotary_dim // 2} comma-separated factors, or a JSON file with both lists",
+                    f"longrope {key} has {got} values but the rotary dim {rotary_dim} needs {pairs}",
+                    f"give {pairs} comma-separated factors, or a JSON file with both lists",
                 )
     return out
 
@@ -250,6 +282,7 @@ def validate_options(method: Method, options: Mapping[str, Any], rotary_dim: int
 def apply_method(base: RopeParams, spec: MethodSpec, target_length: int | None = None) -> RopeParams:
     """The RoPE a model should use after scaling its unscaled ``base`` as ``spec`` says."""
     method = get_method(spec.name)
+    _check_prope(base, method.name)
     factor = spec.factor
     if target_length is not None and method.uses_factor:
         factor = factor_for_target(base, target_length)
@@ -257,6 +290,20 @@ def apply_method(base: RopeParams, spec: MethodSpec, target_length: int | None =
     if options.get("original_max_position_embeddings"):
         base = base.with_(scaling={"original_max_position_embeddings": options["original_max_position_embeddings"]})
     return method.build(base, check_factor(method, factor), options)
+
+
+def _check_prope(base: RopeParams, name: str) -> None:
+    if _is_prope(base) and name not in PROPORTIONAL_METHODS:
+        raise MethodError(
+            f"method '{name}' would replace this model's proportional RoPE (p-RoPE) with one that rotates fewer "
+            "dimensions than its attention expects",
+            "use --method proportional (position interpolation on p-RoPE) or --method ntk",
+        )
+    if name == "proportional" and not _is_prope(base):
+        raise MethodError(
+            "method 'proportional' keeps a p-RoPE model's layout (Gemma 4, LFM3), and this model is not p-RoPE",
+            "use --method linear for plain position interpolation",
+        )
 
 
 def parse_spec(text: str) -> MethodSpec:
