@@ -7,14 +7,13 @@ built from the saved default config (no weights), read back through ``AutoConfig
 from __future__ import annotations
 
 import importlib
-import inspect
 import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-_ROTARY_CALL = re.compile(r"(\w+RotaryEmbedding)\(")
+_ROTARY_CALL = re.compile(r"(\w+RotaryEmbedding)\(\s*(?:config|self\.config)")
 
 
 @dataclass(frozen=True)
@@ -58,17 +57,12 @@ def _model_class(model_type: str) -> type | None:
     return None
 
 
-def _rotary_names_in(cls: type) -> list[str]:
-    """Rotary classes a model class (or the modules it builds) instantiates, found in its source."""
-    names: list[str] = []
-    for klass in cls.__mro__:
-        if not klass.__module__.startswith("transformers.models."):
-            continue
-        try:
-            names += _ROTARY_CALL.findall(inspect.getsource(klass))
-        except (OSError, TypeError):
-            continue
-    return names
+@cache
+def _instantiated_rotaries(module_name: str) -> tuple[str, ...]:
+    """Rotary classes the module instantiates (``XRotaryEmbedding(config ...)``), read from its source text."""
+    module = importlib.import_module(module_name)
+    text = Path(module.__file__).read_text(encoding="utf-8")
+    return tuple(dict.fromkeys(_ROTARY_CALL.findall(text)))
 
 
 def _modeling_module(config: Any) -> Any:
@@ -86,18 +80,16 @@ def _common_prefix(a: str, b: str) -> int:
 def rotary_class(config: Any) -> type | None:
     """The rotary-embedding class the model for ``config`` builds; None when none can be found."""
     cls = _model_class(config.model_type)
-    names = _rotary_names_in(cls) if cls is not None else []
     module = importlib.import_module(cls.__module__) if cls is not None else _modeling_module(config)
     if module is None:
         return None
-    if not names:  # no model class for a sub-config: the module's text rotary class
-        names = [n for n in dir(module) if n.endswith("RotaryEmbedding")]
+    names = list(_instantiated_rotaries(module.__name__)) or [n for n in dir(module) if n.endswith("RotaryEmbedding")]
     prefix = type(config).__name__.replace("Config", "")
     # A vision or audio tower's rotary class is never the text model's, unless the config itself is named so.
     names = [n for n in names if hasattr(module, n) and not any(w in n and w not in prefix for w in ("Vision", "Audio"))]
     if not names:
         return None
-    return getattr(module, max(names, key=lambda n: _common_prefix(n, prefix)))
+    return getattr(module, max(names, key=lambda n: (_common_prefix(n, prefix), -len(n))))
 
 
 def transformers_ropes(folder: Path) -> dict[str, tuple[list[float], float]]:
