@@ -115,3 +115,11 @@ def transformers_ropes(folder: Path) -> dict[str, tuple[list[float], float]]:
 def save_default(entry: SweepType, folder: Path) -> Path:
     entry.config.save_pretrained(str(folder))
     return folder
+
+
+def sweep_type(model_type: str) -> SweepType:
+    """One type's default text config, without building all of them."""
+    from transformers import CONFIG_MAPPING
+
+    text = CONFIG_MAPPING[model_type]().get_text_config()
+    return SweepType(text.model_type, text)

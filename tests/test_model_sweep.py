@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from model_sweep import rope_types, save_default, transformers_ropes
+from model_sweep import rope_types, save_default, sweep_type, transformers_ropes
 from model_sweep_allowed import ALLOWED, allowed_reason
 
 from ropectl.errors import RopectlError
@@ -105,7 +105,7 @@ def test_every_rope_model_type(tmp_path: Path) -> None:
 
 def test_negative_control_detects_a_wrong_head_dim(tmp_path: Path) -> None:
     """The comparison must fail when the config ropectl reads differs from what transformers builds."""
-    entry = next(e for e in rope_types() if e.model_type == "llama")
+    entry = sweep_type("llama")
     folder = save_default(entry, tmp_path / "llama")
     config = json.loads((folder / "config.json").read_text())
     oracle = transformers_ropes(folder)
@@ -116,7 +116,7 @@ def test_negative_control_detects_a_wrong_head_dim(tmp_path: Path) -> None:
 
 
 def test_cli_inspect_smoke_on_a_swept_type(tmp_path: Path) -> None:
-    entry = next(e for e in rope_types() if e.model_type == "gemma4_text")
+    entry = sweep_type("gemma4_text")
     folder = save_default(entry, tmp_path / "gemma4")
     done = subprocess.run([sys.executable, "-m", "ropectl", "inspect", str(folder), "--json"],
                           capture_output=True, text=True, check=False)
