@@ -22,7 +22,7 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
 # qk_rope_head_dim, the only part of each q/k head that is rotated.
 MLA_ROPE_HEAD_DIM = frozenset({
     "axk1", "axk2", "bailing_hybrid", "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm5_next", "glm_moe_dsa",
-    "hy_v4", "kimi_linear", "minicpm3", "mistral_large4", "mistral_large4_text", "youtu",
+    "hy_v4", "kimi_k2", "kimi_linear", "minicpm3", "mistral_large4", "mistral_large4_text", "youtu",
 })
 
 # Rope types that rotate image patches in two dimensions: nothing to do with a text context length.
