@@ -17,6 +17,10 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
     "falcon_h1": {"layer_types": "layers_block_type"},
     "recurrent_gemma": {"layer_types": "layers_block_type"},
 }
+# Keys kept in a sub-dict: canonical key -> (sub-dict, key). DBRX's kv heads live in attn_config.
+NESTED_ALIASES: dict[str, dict[str, tuple[str, str]]] = {
+    "dbrx": {"num_key_value_heads": ("attn_config", "kv_n_heads")},
+}
 
 # Multi-head latent attention (DeepSeek-V2/V3, Kimi K2, ...): the config class sets head_dim to
 # qk_rope_head_dim, the only part of each q/k head that is rotated.

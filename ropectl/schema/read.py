@@ -79,8 +79,13 @@ def _first(cfg: Mapping[str, Any], *keys: str) -> Any:
 
 def with_aliases(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     """``cfg`` with the canonical keys filled from the family's own names (transformers' attribute_map)."""
-    aliases = families.KEY_ALIASES.get(str(cfg.get("model_type") or ""), {})
+    model_type = str(cfg.get("model_type") or "")
+    aliases = families.KEY_ALIASES.get(model_type, {})
     filled = {key: cfg[alias] for key, alias in aliases.items() if cfg.get(key) is None and cfg.get(alias) is not None}
+    for key, (sub, alias) in families.NESTED_ALIASES.get(model_type, {}).items():
+        inner = cfg.get(sub)
+        if cfg.get(key) is None and isinstance(inner, Mapping) and inner.get(alias) is not None:
+            filled[key] = inner[alias]
     return {**cfg, **filled} if filled else cfg
 
 
