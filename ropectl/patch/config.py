@@ -14,6 +14,7 @@ from typing import Any
 from ropectl.errors import ConfigError, MethodError
 from ropectl.rope.methods import MethodSpec, apply_method, factor_for_target, get_method
 from ropectl.rope.params import RopeParams
+from ropectl.rope.reextend import reextension_of, with_carried_options
 from ropectl.schema import families
 from ropectl.schema.read import ModelRope, read_model_rope
 from ropectl.schema.write import allowed_types, check_schema, rope_holder, write_rope
@@ -35,6 +36,7 @@ class ConfigPlan:
     composed_from_record: bool = False
     warnings: tuple[str, ...] = ()
     method: MethodSpec | None = None  # the spec as applied: a target length turned into its factor
+    reextension: str | None = None  # the summary line when an already-scaled yarn/llama3 model is re-extended
 
     @property
     def factor(self) -> float | None:
@@ -81,7 +83,7 @@ def _base_rope(model: ModelRope, replace_existing: bool) -> tuple[RopeParams, bo
         return RopeParams("default", theta, model.rotary_dim, int(max_pos) if max_pos else None, scaling), True
     rope = model.rope
     if is_scaled(model):
-        if not replace_existing:
+        if not replace_existing and reextension_of(rope) is None:
             raise ConfigError(
                 f"the model is already scaled (rope type '{rope.rope_type}', factor {rope.factor}) and config.json "
                 "has no ropectl record of its unscaled base, so a new factor would silently stack on the old one",
@@ -153,6 +155,9 @@ def plan_config(
     check_schema(schema)
     before = read_model_rope(config)
     base, from_record = base_rope(before, replace_existing)
+    re = None if from_record or replace_existing else reextension_of(before.rope)
+    if re is not None:  # a shipped yarn/llama3 scaling: the new one counts from the original length, same options
+        spec = with_carried_options(re, spec)
     spec = effective_spec(base, spec, target_length)
     rope = apply_method(base, spec)
     _check_model(before, rope, transformers)
@@ -161,7 +166,8 @@ def plan_config(
     new[RECORD] = _record(before, base, spec)
     if rope_holder(new) is not new:
         rope_holder(new).pop(RECORD, None)
-    return ConfigPlan(new, before, base, rope, layers, from_record, before.warnings, spec)
+    line = re.summary(rope, spec.factor) if re is not None else None
+    return ConfigPlan(new, before, base, rope, layers, from_record, before.warnings, spec, line)
 
 
 def apply_to_config(

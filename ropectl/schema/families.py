@@ -17,6 +17,12 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
     "falcon_h1": {"layer_types": "layers_block_type"},
     "recurrent_gemma": {"layer_types": "layers_block_type"},
 }
+# Config-class defaults that published config.json files rely on (gemma-3-4b-it's text_config names no heads).
+CLASS_DEFAULTS: dict[str, dict[str, object]] = {
+    "gemma3_text": {"hidden_size": 2304, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                    "max_position_embeddings": 131072},
+}
+
 # Keys kept in a sub-dict: canonical key -> (sub-dict, key). DBRX's kv heads live in attn_config.
 NESTED_ALIASES: dict[str, dict[str, tuple[str, str]]] = {
     "dbrx": {"num_key_value_heads": ("attn_config", "kv_n_heads")},

@@ -82,6 +82,9 @@ def with_aliases(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     model_type = str(cfg.get("model_type") or "")
     aliases = families.KEY_ALIASES.get(model_type, {})
     filled = {key: cfg[alias] for key, alias in aliases.items() if cfg.get(key) is None and cfg.get(alias) is not None}
+    for key, value in families.CLASS_DEFAULTS.get(model_type, {}).items():
+        if key not in cfg and key not in filled:
+            filled[key] = value
     for key, (sub, alias) in families.NESTED_ALIASES.get(model_type, {}).items():
         inner = cfg.get(sub)
         if cfg.get(key) is None and isinstance(inner, Mapping) and inner.get(alias) is not None:
