@@ -160,6 +160,8 @@ def plan_config(
         spec = with_carried_options(re, spec)
     spec = effective_spec(base, spec, target_length)
     rope = apply_method(base, spec)
+    kept = {k: before.rope.scaling[k] for k in families.STRUCTURAL_ROPE_KEYS if k in before.rope.scaling}
+    rope = rope.with_(scaling={**rope.scaling, **kept}) if kept else rope
     _check_model(before, rope, transformers)
     layers = {**before.layer_ropes, before.main_layer or "full_attention": rope} if before.layer_ropes else {}
     new = write_rope(config, before, rope, schema, layer_ropes=layers or None, trained=base.trained_context)

@@ -85,3 +85,7 @@ PATCH_REFUSED: dict[str, tuple[tuple[str, ...] | None, str]] = {
                           "transformers exposes, so ropectl cannot verify a patch of it"),
     "embedding_gemma2_text": (("longrope",), _PER_LAYER_HEADS),
 }
+
+# Keys of a rope section that describe the model, not the scaling: every method keeps them (Qwen2-VL / Qwen3-VL
+# multimodal RoPE splits the frequencies into temporal / height / width sections).
+STRUCTURAL_ROPE_KEYS = ("mrope_section", "mrope_interleaved")
