@@ -153,10 +153,11 @@ METHODS: dict[str, Method] = {
     for m in (
         Method("none", "unscaled RoPE (the base model)", (), _none, uses_factor=False, gguf_type="none",
                max_position_rule="reset to the trained context"),
-        Method("linear", "position interpolation: every frequency divided by the factor", (), _linear,
+        Method("linear", "position interpolation: every frequency divided by the factor", (_ORIGINAL,), _linear,
                gguf_type="linear"),
-        Method("ntk", "static NTK-aware: rope_theta raised to theta*s^(d/(d-2))", (), _ntk, gguf_type="none"),
-        Method("dynamic", "dynamic NTK: theta grows with the sequence length past the trained context", (),
+        Method("ntk", "static NTK-aware: rope_theta raised to theta*s^(d/(d-2))", (_ORIGINAL,), _ntk,
+               gguf_type="none"),
+        Method("dynamic", "dynamic NTK: theta grows with the sequence length past the trained context", (_ORIGINAL,),
                _dynamic, max_position_rule="kept at the trained context (scaling starts past it)"),
         Method("yarn", "YaRN: interpolate low frequencies, keep high ones, scale attention", (
             _ORIGINAL,

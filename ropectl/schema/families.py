@@ -81,6 +81,8 @@ PATCH_REFUSED: dict[str, tuple[tuple[str, ...] | None, str]] = {
     "mistral4": (("default",), "transformers' Mistral 4 default RoPE ignores partial_rotary_factor and would rotate "
                                "the whole 128-dim head instead of the 64 rope dims"),
     "dots3_note_text": (("longrope",), _PER_LAYER_HEADS),
+    "recurrent_gemma": (("linear", "yarn", "dynamic", "llama3", "longrope"),
+                        "transformers' RecurrentGemma builds only the default rope type (ntk, a base change, works)"),
     "deepseek_v4": (None, "DeepSeek-V4's compressed-attention RoPE ('compress') is built outside the rotary module "
                           "transformers exposes, so ropectl cannot verify a patch of it"),
     "embedding_gemma2_text": (("longrope",), _PER_LAYER_HEADS),
