@@ -17,6 +17,7 @@ from typing import Any
 from ropectl.errors import ConfigError, NoRopeError
 from ropectl.rope.params import RopeParams
 from ropectl.schema import families
+from ropectl.schema.layers import layer_head_dims, main_label
 
 # Model types whose position encoding is learned, absolute, relative or ALiBi: never RoPE.
 NO_ROPE_TYPES = frozenset({
@@ -227,28 +228,10 @@ def _validate(params: RopeParams) -> None:
         raise ConfigError(f"rope type '{params.rope_type}' section is malformed ({exc})", "fix the rope section") from None
 
 
-def _layer_head_dims(cfg: Mapping[str, Any], head_dim: int) -> dict[str, int]:
-    """Head dims that ``per_layer_config`` overrides, per layer type (Gemma 4's global layers: 512)."""
-    types = list(cfg.get("layer_types") or ())
-    overrides = cfg.get("per_layer_config") or {}
-    out: dict[str, int] = {}
-    if not isinstance(overrides, Mapping):
-        return out
-    for key, value in overrides.items():
-        if isinstance(value, Mapping) and value.get("head_dim") and str(key).isdigit() and int(key) < len(types):
-            out.setdefault(types[int(key)], int(value["head_dim"]))
-    return out
-
-
-def _main_label(labels: list[str]) -> str:
-    return next((x for x in families.MAIN_LAYER_LABELS if x in labels), None) or next(
-        (x for x in labels if "sliding" not in x and "local" not in x), labels[0])
-
-
 def _nested_ropes(cfg: Mapping[str, Any], section: Mapping[str, Any], head_dim: int, model_type: str,
                   theta: float) -> tuple[dict[str, RopeParams], dict[str, float]]:
     ropes, partials = {}, {}
-    dims = _layer_head_dims(cfg, head_dim)
+    dims = layer_head_dims(cfg, head_dim)
     # transformers builds a rotary table only for the layer types in use (when they name the sections at all)
     used = set(cfg.get("layer_types") or ()) & set(section) or set(section)
     for label, sub in section.items():
@@ -274,20 +257,20 @@ def read_model_rope(raw: Mapping[str, Any]) -> ModelRope:
     theta = float(_first(cfg, "rope_theta", "rotary_emb_base") or DEFAULT_THETA.get(model_type, 1e4))
     layer_ropes: dict[str, RopeParams] = {}
     partials: dict[str, float] = {}
-    main_label = None
+    main_name = None
     if _is_nested(section, cfg):
         layer_ropes, partials = _nested_ropes(cfg, section, head_dim, model_type, theta)
-        main_label = _main_label(list(layer_ropes))
-        partial = partials[main_label]
+        main_name = main_label(list(layer_ropes))
+        partial = partials[main_name]
     else:
         partial = _partial(cfg, section, head_dim, model_type)
         if model_type.startswith("gemma3") or cfg.get("rope_local_base_freq") is not None:
             # Gemma3: legacy scaling and rope_theta apply to full attention; sliding layers keep their own base.
-            main_label = "full_attention"
-            full = layer_ropes[main_label] = _params(section, theta, _rotary_dim(head_dim, partial), cfg)
+            main_name = "full_attention"
+            full = layer_ropes[main_name] = _params(section, theta, _rotary_dim(head_dim, partial), cfg)
             local = float(cfg.get("rope_local_base_freq") or GEMMA_LOCAL_THETA)
             layer_ropes["sliding_attention"] = RopeParams("default", local, full.rotary_dim, full.max_position_embeddings)
-    main = layer_ropes[main_label] if main_label else _params(section, theta, _rotary_dim(head_dim, partial), cfg)
+    main = layer_ropes[main_name] if main_name else _params(section, theta, _rotary_dim(head_dim, partial), cfg)
     return ModelRope(
         model_type=model_type,
         architectures=tuple(cfg.get("architectures") or ()),
@@ -303,7 +286,7 @@ def read_model_rope(raw: Mapping[str, Any]) -> ModelRope:
         rope_interleave=cfg.get("rope_interleave"),
         record=dict(cfg.get("ropectl") or {}),
         warnings=tuple(_warnings(cfg, section, schema, main)),
-        main_layer=main_label,
+        main_layer=main_name,
         layer_partials=partials,
     )
 
