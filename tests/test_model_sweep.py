@@ -53,13 +53,14 @@ def _spec(method: str, pairs: int) -> MethodSpec:
     return MethodSpec(method, FACTOR, options)
 
 
-def _patch_failures(model_type: str, folder: Path, pairs: int, seen: set) -> list[str]:
+def _patch_failures(model_type: str, folder: Path, pairs: int, seen: set, prope: bool) -> list[str]:
     bad = []
     for method in METHODS:
         try:
             patch_checkpoint(PatchSpec(str(folder), _spec(method, pairs), dry_run=True, replace_existing=True))
         except RopectlError as exc:
-            if allowed_reason(model_type, method) is None:
+            # the wildcard row refuses proportional on plain models only: a p-RoPE model must take it
+            if allowed_reason(model_type, method) is None or (prope and (model_type, method) not in ALLOWED):
                 bad.append(f"patch {method}: refused but not in the allowed table: {exc}")
             seen.add((model_type, method))
             continue
@@ -84,8 +85,10 @@ def _sweep_one(entry, tmp: Path, seen: set) -> list[str]:
         return [f"inspect: unexpected {type(exc).__name__}: {exc}"]
     if (entry.model_type, "inspect") in ALLOWED:
         mismatches.append("inspect: listed as refused but it works now: drop it from the table")
-    pairs = (inspect_model(InspectSpec(str(folder))).model.rotary_dim + 1) // 2
-    return mismatches + _patch_failures(entry.model_type, folder, pairs, seen)
+    model = inspect_model(InspectSpec(str(folder))).model
+    pairs = (model.rotary_dim + 1) // 2
+    prope = model.rope.rope_type == "proportional"
+    return mismatches + _patch_failures(entry.model_type, folder, pairs, seen, prope)
 
 
 def test_every_rope_model_type(tmp_path: Path) -> None:
