@@ -209,7 +209,10 @@ def _write_index(store: WeightStore, tmp: Path, names: Mapping[Path, str], to: s
 def _write_config(cfg: dict[str, Any], tmp: Path, source: str, to: str) -> None:
     record = dict(cfg.get("ropectl") or {})
     record.update(layout=to, layout_source=f"converted from {source} by ropectl convert-layout")
-    (tmp / "config.json").write_text(json.dumps({**cfg, "ropectl": record}, indent=2) + "\n", encoding="utf-8")
+    out = {**cfg, "ropectl": record}
+    if "rope_interleave" in cfg:  # the one HF flag that selects the pairing (DeepSeek-V3, Kimi): keep it true
+        out["rope_interleave"] = to == INTERLEAVED
+    (tmp / "config.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
 
 
 def _inv_freq(mr: Any, geo: Geometry) -> tuple[float, ...]:
@@ -222,7 +225,7 @@ def _inv_freq(mr: Any, geo: Geometry) -> tuple[float, ...]:
 def layout_warnings(cfg: Mapping[str, Any], model_type: str, to: str) -> list[str]:
     """Say when transformers would load the result without complaint and compute the wrong thing."""
     native, _ = known_layout({k: v for k, v in cfg.items() if k != "ropectl"})
-    if to == native:
+    if to == native or "rope_interleave" in cfg:  # the flag is rewritten to the new layout
         return []
     out = [f"transformers' '{model_type}' attention expects {native} q/k: it will load this {to} checkpoint without "
            "any error and silently compute garbage"]

@@ -149,7 +149,9 @@ def _emit(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> tuple[dict
 
 def _warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[str]:
     out = []  # the source's own inconsistencies (plan.warnings) are all rewritten away by the patch
-    if plan.before.rope.rope_type != "default" or plan.composed_from_record:
+    if plan.reextension:
+        out.append(plan.reextension)
+    elif plan.before.rope.rope_type != "default" or plan.composed_from_record:
         how = "from the base recorded by ropectl" if plan.composed_from_record else "taking the config's theta as base"
         out.append(f"the existing '{plan.before.rope.rope_type}' scaling was replaced, not stacked ({how})")
     if plan.rope.rope_type == "dynamic":
