@@ -42,7 +42,7 @@ ModeOpt = Annotated[Optional[str], _opt("--mode", panel=RUN, help=(
     "truncate: each document cut to L tokens, every prediction scored [default]; sliding: window L, stride S."))]
 StrideOpt = Annotated[Optional[int], _opt("--stride", panel=RUN, help="Sliding stride [default: L/2].")]
 DtypeOpt = Annotated[Optional[str], _opt("--dtype", panel=RUN,
-                                         help="auto (bf16 on GPU, fp32 on CPU), bf16, fp16, fp32.")]
+                                         help="auto (bf16 on GPU and on CPUs with AVX512-BF16/AMX, else fp32), bf16, fp16, fp32.")]
 DeviceOpt = Annotated[Optional[str], _opt("--device", panel=RUN, help="auto, cpu, cuda, cuda:N or mps.")]
 DeviceMapOpt = Annotated[Optional[str], _opt("--device-map", panel=RUN,
                                              help="auto: split a model too big for one GPU across GPUs.")]
@@ -160,7 +160,7 @@ def print_table(result: Any) -> None:
         console.print(f"* beyond the trained context ({trained} tokens). PPL = exp(sum NLL / sum tokens); "
                       "± is the standard error across documents.")
     console.print(f"results: {result.out}/results.json, results.csv, summary.json, ppl.png, loss-by-position.png "
-                  f"({meta['wall_s']:.0f} s)")
+                  f"({meta['wall_s']:.0f} s; dtype {meta['dtype']}: {meta.get('dtype_choice', '')})")
 
 
 def _resume_command(out: Path) -> str:

@@ -94,6 +94,7 @@ def _meta(spec: EvalSpec, model_label: str, states: list[MethodState], corpus: C
         "docs_used": {str(n): len(corpus.usable(n)) for n in spec.lengths},
         "doc_tokens": {d.doc_id: d.n_tokens for d in corpus.documents},
         "dtype": dtype,
+        "dtype_choice": _dtype_choice(spec.dtype, device),
         "device": device,
         "world_size": world.size,
         "chunk_size": spec.chunk_size,
@@ -105,3 +106,9 @@ def _meta(spec: EvalSpec, model_label: str, states: list[MethodState], corpus: C
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "python": platform.python_version()},
     }
+
+
+def _dtype_choice(asked: str, device: str) -> str:
+    from ropectl.ppl.model import resolve_dtype_choice
+
+    return resolve_dtype_choice(asked, device.split(":")[0])[1]
