@@ -42,7 +42,7 @@ ModeOpt = Annotated[Optional[str], _opt("--mode", panel=RUN, help=(
     "truncate: each document cut to L tokens, every prediction scored [default]; sliding: window L, stride S."))]
 StrideOpt = Annotated[Optional[int], _opt("--stride", panel=RUN, help="Sliding stride [default: L/2].")]
 DtypeOpt = Annotated[Optional[str], _opt("--dtype", panel=RUN,
-                                         help="auto (bf16 on GPU and on CPUs with AVX512-BF16/AMX, else fp32), bf16, fp16, fp32.")]
+                                         help="auto (bf16 on GPUs and AVX512-BF16/AMX CPUs, else fp32), bf16, fp16, fp32.")]
 DeviceOpt = Annotated[Optional[str], _opt("--device", panel=RUN, help="auto, cpu, cuda, cuda:N or mps.")]
 DeviceMapOpt = Annotated[Optional[str], _opt("--device-map", panel=RUN,
                                              help="auto: split a model too big for one GPU across GPUs.")]
