@@ -21,7 +21,7 @@ from ropectl.fsutil import atomic_write_text
 from ropectl.passkey.prompt import PROMPT_VERSION, PromptBuilder, Trial
 from ropectl.passkey.results import PLOT, Accuracy, Row, accuracies, append_rows, read_rows, write_outputs
 from ropectl.passkey.spec import PasskeySpec
-from ropectl.ppl import dist
+from ropectl.ppl import Progress, SweepInterrupted, dist
 from ropectl.ppl.model import (
     LoadedModel,
     MethodState,
@@ -35,7 +35,6 @@ from ropectl.ppl.model import (
     trained_context,
     verify_after_forward,
 )
-from ropectl.ppl.runner import Progress, SweepInterrupted
 from ropectl.ppl.spec import DEFAULT_OUT_ROOT
 
 RUN_FILE = "passkey-run.json"
