@@ -117,10 +117,41 @@ def resolve_device(device: str, local_rank: int = 0) -> str:
 
 
 def resolve_dtype(dtype: str, device: str) -> str:
-    """auto: bf16 on GPUs; fp32 on CPUs, where bf16 matmuls are only fast with AVX512-BF16/AMX."""
-    if dtype == "auto":
-        return "bf16" if device.startswith("cuda") else "fp32"
-    return dtype
+    return resolve_dtype_choice(dtype, device)[0]
+
+
+def resolve_dtype_choice(dtype: str, device: str) -> tuple[str, str]:
+    """(dtype, why). auto: bf16 on CUDA; on CPU bf16 only where the CPU has bf16 matmul units, else fp32."""
+    if dtype != "auto":
+        return dtype, "asked for"
+    if device.startswith("cuda"):
+        return "bf16", "auto: CUDA GPU"
+    if device != "cpu":
+        return "fp32", f"auto: {device}"
+    from ropectl.ppl.cpu import cpu_dtype
+
+    return cpu_dtype()
+
+
+def model_source(model: str | None) -> tuple[str, dict[str, Any], str, dict[str, Any]]:
+    """from_pretrained arguments, a label for results, and the config transformers will build (no weights)."""
+    from transformers import AutoConfig
+
+    from ropectl.resolve import resolve_model
+
+    quiet_transformers()
+    resolved = resolve_model(model or default_model_path(), weights=True)
+    path, kwargs = resolved.from_pretrained_args()
+    config = AutoConfig.from_pretrained(path, **kwargs).to_dict()
+    return path, kwargs, model or DEFAULT_MODEL_LABEL, config
+
+
+def trained_context(config: Mapping[str, Any]) -> int | None:
+    """The pretraining context: ropectl's record of the unscaled base if patched, else what the config says."""
+    model = read_model_rope(config)
+    base = model.record.get("base")
+    recorded = base.get("trained_context") if isinstance(base, dict) else None
+    return int(recorded) if recorded else model.rope.trained_context
 
 
 @dataclass

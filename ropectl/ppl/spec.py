@@ -60,6 +60,8 @@ class EvalSpec:
     split: str = "test"
     text_field: str = "text"
     replace_existing: bool = False
+    bucket: int = 512  # loss-by-position bucket, in tokens
+    batch_tokens: int = 8192  # truncate mode: documents per forward = batch_tokens // length (at least 1)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -90,6 +92,9 @@ def validate(spec: EvalSpec) -> None:
         raise UsageError(f"--docs must be at least 1, got {spec.docs}", "pass --docs 1 or more, or leave it out")
     if spec.chunk_size < 1:
         raise UsageError(f"chunk size must be positive, got {spec.chunk_size}", "pass e.g. --chunk-size 1024")
+    if spec.bucket < 1 or spec.batch_tokens < 1:
+        raise UsageError(f"--bucket and --batch-tokens must be positive, got {spec.bucket} and {spec.batch_tokens}",
+                         "pass e.g. --bucket 512 --batch-tokens 8192")
     if spec.stride is not None:
         if spec.mode != "sliding":
             raise UsageError("--stride only applies to --mode sliding", "add --mode sliding, or drop --stride")
