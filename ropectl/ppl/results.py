@@ -29,7 +29,9 @@ SUMMARY = "summary.json"
 PLOT = "ppl.png"
 INVALID = "log rows that are not valid cells (unreadable, tokens 0, NaN or negative loss)"
 FOREIGN = "log rows of another run (another model, dataset, mode, stride or dtype)"
-COLUMNS = ("model", "method", "params", "length", "doc", "tokens", "nll_sum", "ppl", "mode", "stride", "run")
+COLUMNS = ("model", "method", "params", "length", "doc", "tokens", "nll_sum", "ppl", "mode", "stride", "bucket",
+           "bucket_nll", "bucket_tokens", "run")
+LIST_COLUMNS = ("params", "bucket_nll", "bucket_tokens")  # JSON-encoded in the CSV
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,10 @@ class Cell:
     mode: str = "truncate"
     stride: int | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
-    run: str = ""
+    bucket: int | None = None  # loss by position: NLL sum and tokens per bucket of target positions
+    bucket_nll: tuple[float, ...] = ()
+    bucket_tokens: tuple[int, ...] = ()
+    run: str = ""  # the hash of the run's identity: --resume uses only cells of its own run
 
     @property
     def ppl(self) -> float:
@@ -57,11 +62,13 @@ class Cell:
 
     @property
     def finite(self) -> bool:
-        return self.tokens > 0 and math.isfinite(self.nll_sum) and self.nll_sum >= 0 and math.isfinite(self.ppl)
+        return (self.tokens > 0 and math.isfinite(self.nll_sum) and self.nll_sum >= 0 and math.isfinite(self.ppl)
+                and all(math.isfinite(x) for x in self.bucket_nll))
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["params"] = dict(self.params)
+        out["bucket_nll"], out["bucket_tokens"] = list(self.bucket_nll), list(self.bucket_tokens)
         out["ppl"] = self.ppl
         return {k: out[k] for k in COLUMNS}
 
@@ -77,7 +84,9 @@ class Cell:
         if not all(isinstance(d[k], str) for k in ("model", "method", "doc", "run")):
             raise ValueError("model, method, doc and run must be strings")
         cell = cls(d["model"], d["method"], length, d["doc"], tokens, float(nll), str(d.get("mode", "truncate")),
-                   stride, dict(d.get("params") or {}), d["run"])
+                   stride, dict(d.get("params") or {}), d.get("bucket"),
+                   tuple(float(x) for x in d.get("bucket_nll") or ()), tuple(int(x) for x in d.get("bucket_tokens") or ()),
+                   run=d["run"])
         if not cell.finite:
             raise ValueError(f"nll_sum {nll} over {tokens} tokens is not a finite loss")
         return cell
@@ -204,6 +213,6 @@ def write_outputs(out: Path, cells: list[Cell], summary: Mapping[str, Any]) -> N
     writer = csv.writer(buf)
     writer.writerow(COLUMNS)
     for row in rows:
-        writer.writerow([dumps(row[k], sort_keys=True) if k == "params" else row[k] for k in COLUMNS])
+        writer.writerow([dumps(row[k], sort_keys=True) if k in LIST_COLUMNS else row[k] for k in COLUMNS])
     atomic_write_text(out / CSV, buf.getvalue())
     atomic_write_text(out / SUMMARY, dumps(summary, indent=2) + "\n")

@@ -13,7 +13,7 @@ from ropectl.errors import ConfigError
 from ropectl.limits import MAX_FACTOR, MAX_HEAD_DIM, MAX_HEADS, MAX_POSITIONS, MAX_THETA, MIN_ROTARY_DIM
 
 
-def _number(key: str, value: Any, example: str) -> float:
+def number(key: str, value: Any, example: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"config.json '{key}' is {value!r}, not a number", f"set {key} to a number, e.g. {example}")
     number = float(value) if not isinstance(value, int) or abs(value) < 1 << 1000 else math.inf
@@ -25,14 +25,14 @@ def _number(key: str, value: Any, example: str) -> float:
 
 def config_int(key: str, value: Any, example: str, upper: int = MAX_POSITIONS) -> int:
     """A positive whole number no larger than ``upper``."""
-    number = _number(key, value, example)
-    if number != int(number) or number < 1:
+    given = number(key, value, example)
+    if given != int(given) or given < 1:
         raise ConfigError(f"config.json '{key}' is {value!r}, not a positive whole number",
                           f"set {key} to a positive whole number, e.g. {example}")
-    if number > upper:
+    if given > upper:
         raise ConfigError(f"config.json '{key}' is {value!r}, above the limit of {upper:,}",
                           f"set {key} to the model's real value, e.g. {example}")
-    return int(number)
+    return int(given)
 
 
 def head_dim(value: Any) -> int:
@@ -44,19 +44,24 @@ def heads(key: str, value: Any) -> int:
 
 
 def rope_theta(key: str, value: Any) -> float:
-    theta = _number(key, value, "10000")
+    theta = number(key, value, "10000")
     if not 1 < theta <= MAX_THETA:
         raise ConfigError(f"config.json '{key}' is {value!r}; a RoPE base must be above 1 and at most {MAX_THETA:g}",
                           f"set {key} to the model's base, e.g. 10000")
     return theta
 
 
+def theta_or_default(value: Any, default: float, key: str = "rope_theta") -> float:
+    """A given base, checked; the default only when the key is absent (0 is refused, never defaulted)."""
+    return default if value is None else rope_theta(key, value)
+
+
 def factor(value: Any) -> float:
-    number = _number("factor", value, "4")
-    if not 0 < number <= MAX_FACTOR:
+    given = number("factor", value, "4")
+    if not 0 < given <= MAX_FACTOR:
         raise ConfigError(f"rope scaling factor {value!r} is outside (0, {MAX_FACTOR:g}]",
                           "set factor to the context extension, a number above 1 such as 4")
-    return number
+    return given
 
 
 def rotary_dim(value: int, head: int) -> int:
