@@ -65,7 +65,7 @@ def test_another_model_is_refused(finished, tiny_corpus, tmp_path) -> None:
     result = runner.invoke(app, ["eval-ppl", str(other), "-d", str(tiny_corpus), "-l", "64,128", "-m", "none",
                                  "-m", "ntk:2", "-o", "out", "--resume"])
     assert result.exit_code == 2
-    assert "different run (model:" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "different run (model source:" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
 def test_same_path_with_changed_weights_is_another_run(isolated, tiny_corpus, tmp_path) -> None:
@@ -76,7 +76,7 @@ def test_same_path_with_changed_weights_is_another_run(isolated, tiny_corpus, tm
     (model / "config.json").write_text(json.dumps({**cfg, "rms_norm_eps": 1e-5}))
     result = runner.invoke(app, ["eval-ppl", str(model), "-d", str(tiny_corpus), "-l", "64,128", "-m", "none",
                                  "-m", "ntk:2", "-o", "out", "--resume"])
-    assert result.exit_code == 2 and "different run (model:" in result.stderr
+    assert result.exit_code == 2 and "different run (model config:" in result.stderr
 
 
 def _rewrite_log(out: Path, edit) -> None:

@@ -66,9 +66,13 @@ def check_resume(path: Path, identity: dict[str, Any]) -> list[str]:
                 "with this run's identity are reused"]
     diff = next((k for k in FIELDS if old_identity.get(k) != identity.get(k)), None)
     if diff is not None:
+        old, new = old_identity.get(diff), identity.get(diff)
+        if isinstance(old, dict) and isinstance(new, dict):  # name the part that changed, e.g. model's config
+            part = next((k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)), "")
+            diff, old, new = f"{diff} {part}", old.get(part), new.get(part)
         raise UsageError(
             f"--resume: '{path.parent}' holds results of a different run ({diff}: "
-            f"{_short(old_identity.get(diff))} there, {_short(identity.get(diff))} now)",
+            f"{_short(old)} there, {_short(new)} now)",
             "resume with the same model, tokenizer, dataset, --docs, mode, stride and dtype, or use a new --out")
     return []
 
