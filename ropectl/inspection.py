@@ -8,6 +8,7 @@ from typing import Any
 
 from ropectl.errors import UsageError
 from ropectl.layout.detect import known_layout
+from ropectl.readers.view import engine_section, engine_warnings
 from ropectl.resolve import resolve_model
 from ropectl.rope.analysis import PairReport, first_non_rotating, pair_reports
 from ropectl.rope.frequencies import base_inv_freq, compute_frequencies
@@ -20,6 +21,7 @@ class InspectSpec:
     model: str
     seq_len: int | None = None
     plot: Path | None = None
+    engines: bool = False  # include each reader's full view (always: its disagreements as warnings)
 
     def __post_init__(self) -> None:
         if self.seq_len is not None and self.seq_len < 1:
@@ -45,6 +47,8 @@ class InspectReport:
     pairs: tuple[PairReport, ...]
     layers: dict[str, dict[str, Any]] = field(default_factory=dict)
     plot: Path | None = None
+    engines: tuple[dict[str, Any], ...] = ()  # per-reader views (inspect --engines)
+    engine_warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         m, rope = self.model, self.model.rope
@@ -79,7 +83,8 @@ class InspectReport:
             "layout_reason": self.layout_reason,
             "schema": m.schema,
             "layers": self.layers,
-            "warnings": list(m.warnings),
+            "warnings": [*m.warnings, *self.engine_warnings],
+            "engines": list(self.engines),
             "plot": str(self.plot) if self.plot else None,
         }
 
@@ -93,9 +98,9 @@ def _base_theta(model: ModelRope) -> float:
 def _contexts(rope: RopeParams, record: dict[str, Any]) -> tuple[int | None, int | None]:
     base = record.get("base") or {}
     trained = base.get("trained_context") or base.get("max_position_embeddings") or rope.trained_context
-    if rope.rope_type == "dynamic":
-        # Dynamic scales past max_position_embeddings, up to factor times it.
-        target = int(rope.max_position_embeddings * rope.factor) if rope.max_position_embeddings and rope.factor else None
+    if rope.rope_type in ("dynamic", "linear", "yarn") and rope.factor and (trained or rope.max_position_embeddings):
+        # These keep max_position_embeddings at the trained length (patch's write form): the target is factor x it.
+        target = int(round(int(trained or rope.max_position_embeddings) * rope.factor))
     else:
         target = rope.max_position_embeddings
     return (int(trained) if trained else None), (target if target and trained and target > int(trained) else None)
@@ -119,11 +124,14 @@ def inspect_model(spec: InspectSpec) -> InspectReport:
     base_inv = base_inv_freq(_base_theta(model), model.rotary_dim)
     pairs = tuple(pair_reports(base_inv, freqs.inv_freq, trained or rope.max_position_embeddings or 1))
     layout, reason = known_layout(resolved.config)
+    views = engine_section(resolved.config, model, target or trained)
     report = InspectReport(
         source=resolved.source, kind=resolved.kind, model=model, layout=layout, layout_reason=reason,
         seq_len=spec.seq_len, inv_freq=freqs.inv_freq, attention_factor=freqs.attention_factor,
         effective_theta=freqs.effective_theta, base_theta=_base_theta(model), trained_context=trained,
         target_context=target, pairs=pairs, layers=_layer_summary(model, spec.seq_len), plot=spec.plot,
+        engines=tuple(v.to_json() for v in views) if spec.engines else (),
+        engine_warnings=tuple(engine_warnings(resolved.config, views)),
     )
     if spec.plot is not None:
         from ropectl.plotting import plot_wavelengths

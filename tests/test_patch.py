@@ -64,7 +64,8 @@ def expected_rope(method: str, theta: float, dim: int, trained: int, args: list[
     if method == "longrope":
         scaling["short_factor"] = [float(v) for v in args[args.index("--short-factor") + 1].split(",")]
         scaling["long_factor"] = [float(v) for v in args[args.index("--long-factor") + 1].split(",")]
-    max_pos = trained if method == "dynamic" else trained * 4
+    # The write form: yarn, linear and dynamic keep the trained length (README, "Write form").
+    max_pos = trained if method in ("dynamic", "linear", "yarn") else trained * 4
     return RopeParams(method, theta, dim, max_pos, scaling)
 
 
@@ -101,10 +102,19 @@ def check_v4_form(cfg: dict, arch: str, rope: RopeParams) -> None:
         assert cfg["rope_local_base_freq"] == 10000.0
     if rope.rope_type == "default":
         assert legacy is None
+    elif arch == "phi3":  # Phi3Config 4.x demands exactly these keys; the original length is top-level
+        assert set(legacy) == {"type", "short_factor", "long_factor"} and legacy["type"] == rope.rope_type
+        assert cfg["original_max_position_embeddings"] == rope.original_max_position_embeddings
+    elif arch == "neox" and rope.rope_type in ("linear", "dynamic"):  # GPTNeoXConfig 4.43: two keys
+        assert legacy == {"type": rope.rope_type, "factor": 4.0}
     else:
         assert legacy["rope_type"] == legacy["type"] == rope.rope_type
         assert isinstance(legacy["factor"], float) and "rope_theta" not in legacy
+        # yarn leaves out an original length equal to max_position_embeddings (4.51-4.55 would derive the factor)
         same = {k: v for k, v in modern.items() if k not in ("rope_theta", "partial_rotary_factor")}
+        if rope.rope_type == "yarn":
+            assert "original_max_position_embeddings" not in legacy
+            assert same.pop("original_max_position_embeddings") == cfg["max_position_embeddings"]
         assert same == {k: v for k, v in legacy.items() if k != "type"}
     assert modern["rope_theta"] == pytest.approx(rope.rope_theta)
 
@@ -167,7 +177,8 @@ def test_patch_twice_replaces_instead_of_stacking(ckpts: dict[str, Path], tmp_pa
     code, data, err = invoke(first, "-m", "linear", "-f", "2", "-o", second, "--json")
     assert code == 0, err
     cfg = json.loads((second / "config.json").read_text())
-    assert cfg["rope_scaling"]["factor"] == 2.0 and cfg["max_position_embeddings"] == 512
+    # linear keeps the trained length (vLLM multiplies max_position_embeddings by the factor)
+    assert cfg["rope_scaling"]["factor"] == 2.0 and cfg["max_position_embeddings"] == 256
     assert data["composed_from_record"] and data["before"]["factor"] == 4.0
     back = tmp_path / "c"
     assert invoke(second, "-m", "none", "-o", back)[0] == 0

@@ -15,7 +15,7 @@ from ropectl.errors import ConfigError, MethodError
 from ropectl.rope.methods import MethodSpec, apply_method, factor_for_target, get_method
 from ropectl.rope.params import RopeParams
 from ropectl.schema.read import ModelRope, read_model_rope
-from ropectl.schema.write import allowed_types, check_schema, rope_holder, write_rope
+from ropectl.schema.write import allowed_types, check_schema, rope_holder, write_rope, written_max_positions
 
 RECORD = "ropectl"
 # transformers builds these models' rotary embedding from fixed values that no config key changes.
@@ -138,6 +138,8 @@ def plan_config(
     base, from_record = base_rope(before, replace_existing)
     spec = effective_spec(base, spec, target_length)
     rope = apply_method(base, spec)
+    # The RoPE as written: max_position_embeddings in the write form that most readers agree on.
+    rope = rope.with_(max_position_embeddings=written_max_positions(rope, base.trained_context))
     _check_model(before, rope, transformers)
     layers = {**before.layer_ropes, "full_attention": rope} if before.layer_ropes else {}
     new = write_rope(config, before, rope, schema, layer_ropes=layers or None, trained=base.trained_context)

@@ -99,3 +99,12 @@ def predict(reader: Reader, config: Mapping[str, Any], version: str | None = Non
     from ropectl.readers.interpret import interpret
 
     return interpret(reader, config, version)
+
+
+def exact_v4_keys(model_type: str) -> frozenset[str] | None:
+    """The exact rope_scaling keys some supported version's config class demands for ``model_type``."""
+    for reader in READERS:
+        for quirk in reader.quirks:
+            if quirk.kind == EXACT_KEYS and model_type in quirk.model_types:
+                return quirk.keys
+    return None
