@@ -14,6 +14,7 @@ from ropectl.rope.analysis import PairReport, first_non_rotating, pair_reports
 from ropectl.rope.frequencies import base_inv_freq, compute_frequencies
 from ropectl.rope.params import RopeParams
 from ropectl.schema import ModelRope, read_model_rope
+from ropectl.schema.record import Record
 
 
 @dataclass(frozen=True)
@@ -91,13 +92,12 @@ class InspectReport:
 
 def _base_theta(model: ModelRope) -> float:
     """The unscaled base: what ropectl recorded before patching, else the current theta."""
-    base = model.record.get("base") or {}
-    return float(base.get("rope_theta") or model.rope.rope_theta)
+    base = Record.from_json(model.record).base
+    return float(base.rope_theta if base else model.rope.rope_theta)
 
 
-def _contexts(rope: RopeParams, record: dict[str, Any]) -> tuple[int | None, int | None]:
-    base = record.get("base") or {}
-    trained = base.get("trained_context") or base.get("max_position_embeddings") or rope.trained_context
+def _contexts(rope: RopeParams, record: Record) -> tuple[int | None, int | None]:
+    trained = (record.base.context if record.base else None) or rope.trained_context
     if rope.rope_type in ("dynamic", "linear", "yarn") and rope.factor and (trained or rope.max_position_embeddings):
         # These keep max_position_embeddings at the trained length (patch's write form): the target is factor x it.
         target = int(round(int(trained or rope.max_position_embeddings) * rope.factor))
@@ -120,7 +120,7 @@ def inspect_model(spec: InspectSpec) -> InspectReport:
     model = read_model_rope(resolved.config)
     rope = model.rope
     freqs = compute_frequencies(rope, spec.seq_len)
-    trained, target = _contexts(rope, dict(model.record))
+    trained, target = _contexts(rope, Record.from_json(model.record))
     base_inv = base_inv_freq(_base_theta(model), model.rotary_dim)
     pairs = tuple(pair_reports(base_inv, freqs.inv_freq, trained or rope.max_position_embeddings or 1))
     layout, reason = known_layout(resolved.config)

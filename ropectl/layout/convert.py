@@ -19,6 +19,8 @@ from ropectl.layout.io import fsync_file, write_streaming, write_tensors
 from ropectl.layout.plan import Geometry, TensorPlan, check_layouts, plan_tensors
 from ropectl.layout.verify import VerifyReport, verify_conversion
 from ropectl.layout.weights import ST_INDEX, WeightStore, open_weights, other_files, output_name
+from ropectl.schema.record import KEY as RECORD_KEY
+from ropectl.schema.record import Record
 
 ProgressCallback = Callable[[int, int], None]  # (bytes_done, bytes_total)
 METADATA_KEY = "ropectl_layout"
@@ -200,9 +202,8 @@ def _write_index(store: WeightStore, tmp: Path, names: Mapping[Path, str], to: s
 
 
 def _write_config(cfg: dict[str, Any], tmp: Path, source: str, to: str) -> None:
-    record = dict(cfg.get("ropectl") or {})
-    record.update(layout=to, layout_source=f"converted from {source} by ropectl convert-layout")
-    (tmp / "config.json").write_text(json.dumps({**cfg, "ropectl": record}, indent=2) + "\n", encoding="utf-8")
+    record = Record.of(cfg).with_(layout=to, layout_source=f"converted from {source} by ropectl convert-layout")
+    (tmp / "config.json").write_text(json.dumps(record.written_into(cfg), indent=2) + "\n", encoding="utf-8")
 
 
 def _inv_freq(mr: Any, geo: Geometry) -> tuple[float, ...]:
@@ -214,7 +215,7 @@ def _inv_freq(mr: Any, geo: Geometry) -> tuple[float, ...]:
 
 def layout_warnings(cfg: Mapping[str, Any], model_type: str, to: str) -> list[str]:
     """Say when transformers would load the result without complaint and compute the wrong thing."""
-    native, _ = known_layout({k: v for k, v in cfg.items() if k != "ropectl"})
+    native, _ = known_layout({k: v for k, v in cfg.items() if k != RECORD_KEY})
     if to == native:
         return []
     out = [f"transformers' '{model_type}' attention expects {native} q/k: it will load this {to} checkpoint without "

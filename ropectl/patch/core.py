@@ -27,6 +27,7 @@ from ropectl.patch.spec import PatchSpec
 from ropectl.patch.summary import PatchResult, pair_counts, rope_state
 from ropectl.patch.verify import expected_ropes, verify_config, verify_folder
 from ropectl.resolve import HUB_ID, ResolvedModel, resolve_model
+from ropectl.schema.record import BaseRope, Record
 
 CONFIG = "config.json"
 
@@ -69,10 +70,9 @@ def _gguf_config(model: ResolvedModel) -> dict[str, Any]:
     config = dict(model.config)
     theta, context = model.gguf.get(gguf_out.BASE_THETA_KEY), model.gguf.get(gguf_out.BASE_CONTEXT_KEY)
     if theta:
-        record = dict(config.get("ropectl") or {})
-        record["base"] = {"rope_theta": float(theta), "max_position_embeddings": int(context or 0) or None,
-                          "trained_context": int(context or 0) or None}
-        config["ropectl"] = record
+        context = int(context or 0) or None
+        record = Record.of(config).with_(base=BaseRope(float(theta), context, context))
+        config = record.written_into(config)
     return config
 
 
