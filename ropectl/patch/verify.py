@@ -56,16 +56,20 @@ def transformers_warnings() -> Iterator[list[str]]:
     """Collect what transformers logs or warns inside the block (its logger is silenced meanwhile)."""
     collect = _Collect()
     logger = logging.getLogger("transformers")
-    logger.addHandler(collect)
-    saved, logger.propagate = logger.propagate, False
+    # transformers' own handler would print them too: they are reported once, as ropectl warnings.
+    saved = logger.handlers[:], logger.propagate, logger.level
+    logger.handlers, logger.propagate = [collect], False
+    logger.setLevel(min(logger.getEffectiveLevel(), logging.WARNING))
+    # warning_once caches what it said: a second patch in the same process must hear it again.
+    getattr(getattr(logging.Logger, "warning_once", None), "cache_clear", lambda: None)()
     out: list[str] = []
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             yield out
     finally:
-        logger.removeHandler(collect)
-        logger.propagate = saved
+        logger.handlers, logger.propagate = saved[0], saved[1]
+        logger.setLevel(saved[2])
     seen = [*collect.messages, *(str(w.message) for w in caught)]
     out.extend(m for m in dict.fromkeys(" ".join(m.split()) for m in seen) if not any(n in m for n in _NOISE))
 
