@@ -28,7 +28,9 @@ ONLY_TYPES = "only-types"  # the config class rejects other rope types
 FAILS = "fails"  # loading or the forward pass raises
 HEAD_DIM_IGNORED = "head-dim-ignored"  # rotary width is hidden_size // heads, whatever head_dim says
 FLAT_V5_UNSCALED = "flat-v5-unscaled"  # a flat rope_parameters leaves per-layer models' full attention unscaled
-NO_PARTIAL = "no-partial-rotary"  # partial rotary factor unsupported for this model type
+NO_PARTIAL = "no-partial-rotary"  # partial rotary factor < 1 fails for this model type
+PARTIAL_IGNORED = "partial-ignored"  # partial rotary factor ignored: every dimension rotates
+NEEDS_KEYS = "needs-keys"  # loading raises unless the rope section has these keys
 
 
 def version_key(version: str) -> tuple[int, ...]:
@@ -59,11 +61,12 @@ class Quirk:
     model_types: frozenset[str] = frozenset()  # empty: every model type
     rope_types: frozenset[str] = frozenset()  # empty: every rope type
     versions: VersionRange | None = None  # narrower than the reader's own range
-    keys: frozenset[str] = frozenset()  # EXACT_KEYS / ONLY_TYPES argument
+    keys: frozenset[str] = frozenset()  # EXACT_KEYS / ONLY_TYPES / NEEDS_KEYS argument
     fix: str = ""
+    exclude: frozenset[str] = frozenset()  # model types it does not apply to
 
     def applies(self, model_type: str, rope_type: str, version: str | None = None) -> bool:
-        return ((not self.model_types or model_type in self.model_types)
+        return ((not self.model_types or model_type in self.model_types) and model_type not in self.exclude
                 and (not self.rope_types or rope_type in self.rope_types)
                 and (self.versions is None or version is None or version in self.versions))
 

@@ -19,8 +19,10 @@ from ropectl.readers.base import (
     HEAD_DIM_IGNORED,
     IGNORES_SCALING,
     MAX_POS,
+    NEEDS_KEYS,
     NO_PARTIAL,
     ONLY_TYPES,
+    PARTIAL_IGNORED,
     TOP,
     UNKNOWN_MODEL,
     Reader,
@@ -67,6 +69,8 @@ def _apply_quirks(reader: Reader, cfg: dict[str, Any], version: str | None) -> t
             return f"{quirk.note} (got {', '.join(sorted(raw_scaling))})", notes
         if kind == ONLY_TYPES and raw_scaling is not None and rope_type not in quirk.keys:
             return f"{quirk.note} (got '{rope_type}')", notes
+        if kind == NEEDS_KEYS and raw_scaling is not None and not quirk.keys <= set(raw_scaling):
+            return quirk.note, notes
         if kind == IGNORES_SCALING and raw_scaling is not None:
             cfg.pop("rope_scaling", None)
             notes.append(quirk.note)
@@ -77,7 +81,15 @@ def _apply_quirks(reader: Reader, cfg: dict[str, Any], version: str | None) -> t
             notes.append(quirk.note)
         elif kind == NO_PARTIAL:
             notes.append(quirk.note)  # checked once the partial factor is known
+        elif kind == PARTIAL_IGNORED and _partial_set(cfg):
+            for key in ("partial_rotary_factor", "rotary_pct", "rotary_dim"):
+                cfg.pop(key, None)
+            notes.append(quirk.note)
     return None, notes
+
+
+def _partial_set(cfg: Mapping[str, Any]) -> bool:
+    return any(cfg.get(k) not in (None, 1, 1.0) for k in ("partial_rotary_factor", "rotary_pct", "rotary_dim"))
 
 
 def _original_and_factor(reader: Reader, p: RopeParams, cfg: Mapping[str, Any],
@@ -118,6 +130,11 @@ def interpret(reader: Reader, config: Mapping[str, Any], version: str | None = N
         return Reading(reader, error=next(n for n in notes if "partial_rotary_factor" in n))
     section = rope_section(cfg, v5)
     ropes = dict(model.layer_ropes) or {MAIN: model.rope}
+    for p in ropes.values():
+        short = p.scaling.get("short_factor")
+        if p.rope_type == "longrope" and short is not None and len(short) != p.rotary_dim // 2:
+            return Reading(reader, error=f"longrope short_factor has {len(short)} numbers but the rotary embedding "
+                                         f"has {p.rotary_dim // 2} frequencies", notes=tuple(notes))
     adjusted = {k: _original_and_factor(reader, p, cfg, section if k in (MAIN, "full_attention") else {})
                 for k, p in ropes.items()}
     return Reading(reader, adjusted, notes=tuple(n for n in notes if "partial_rotary_factor" not in n))

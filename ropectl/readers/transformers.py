@@ -19,8 +19,10 @@ from ropectl.readers.base import (
     HEAD_DIM_IGNORED,
     IGNORES_SCALING,
     MAX_POS,
+    NEEDS_KEYS,
     NO_PARTIAL,
     ONLY_TYPES,
+    PARTIAL_IGNORED,
     TOP,
     UNKNOWN_MODEL,
     Quirk,
@@ -42,7 +44,11 @@ DICT_FACTOR = "factor = max_position_embeddings / original_max_position_embeddin
 _GEMMA3_NEW = Quirk(UNKNOWN_MODEL, "has no Gemma3 (added in 4.50)", GEMMA3, versions=VersionRange("4.0", "4.50"))
 _PHI3_EXACT = Quirk(EXACT_KEYS, "Phi3Config requires rope_scaling to hold exactly type, short_factor and long_factor",
                     PHI3, keys=PHI3_KEYS, fix="write only those three keys and a top-level original_max_position_embeddings")
-_PHI3_PARTIAL = Quirk(NO_PARTIAL, "Phi-3 with partial_rotary_factor < 1 does not build (added in 4.51)", PHI3)
+_PHI3_PARTIAL = Quirk(PARTIAL_IGNORED, "Phi-3 ignores partial_rotary_factor: every dimension rotates (fixed in 4.51)",
+                      PHI3, fix="use transformers >= 4.51")
+_GEMMA3_FLAT = Quirk(FLAT_V5_UNSCALED, "Gemma3 takes a flat rope_parameters as unscaled full attention", GEMMA3,
+                     fix="nest rope_parameters by layer type ({full_attention, sliding_attention}): "
+                         "`ropectl patch --replace-existing` writes that")
 _V4_LONGROPE = {"yarn": (MAX_POS,), "llama3": (DICT,), "longrope": (TOP, MAX_POS)}
 _V4_LATE = {"yarn": (DICT, MAX_POS), "llama3": (DICT,), "longrope": (TOP, MAX_POS)}
 _V5 = {t: (TOP, DICT, MAX_POS) for t in ("yarn", "llama3", "longrope")}
@@ -57,6 +63,9 @@ READERS: tuple[Reader, ...] = (
                Quirk(ONLY_TYPES, "GPTNeoXConfig accepts only linear and dynamic scaling", frozenset({"gpt_neox"}),
                      keys=frozenset({"linear", "dynamic"}), fix="use transformers >= 4.45"),
                Quirk(HEAD_DIM_IGNORED, "rotary width is hidden_size // num_attention_heads; head_dim is ignored"),
+               Quirk(NEEDS_KEYS, "rope_config_validation raises TypeError on longrope without attention_factor",
+                     rope_types=frozenset({"longrope"}), keys=frozenset({"attention_factor"}), exclude=PHI3,
+                     fix="write attention_factor explicitly (ropectl patch does)"),
                _PHI3_EXACT, _PHI3_PARTIAL, _GEMMA3_NEW,
            ), ("4.43.4",)),
     Reader(ENGINE, VersionRange("4.45", "4.48"), V4, ("rope_parameters",), _V4_LONGROPE, {"longrope": TOP_FACTOR},
@@ -77,10 +86,10 @@ READERS: tuple[Reader, ...] = (
     Reader(ENGINE, VersionRange("5.0", "5.9"), V5, (), _V5, {}, NO_LIMIT, (
         Quirk(FAILS, "Gemma3 with yarn raises KeyError 'original_max_position_embeddings' (fixed in 5.9)",
               GEMMA3, frozenset({"yarn"}), fix="use transformers >= 5.9"),
-        Quirk(FLAT_V5_UNSCALED, "Gemma3 takes a flat rope_parameters as unscaled full attention", GEMMA3),
+        _GEMMA3_FLAT,
     ), ("5.0.0",)),
     Reader(ENGINE, VersionRange("5.9"), V5, (), _V5, {}, NO_LIMIT, (
-        Quirk(FLAT_V5_UNSCALED, "Gemma3 takes a flat rope_parameters as unscaled full attention", GEMMA3),
+        _GEMMA3_FLAT,
     ), ("5.23.0",)),
 )
 

@@ -128,6 +128,7 @@ def write_rope(
     for key in ("rope_scaling", "rope_parameters"):
         holder.pop(key, None)
     trained = trained or rope.trained_context
+    rope = _explicit_longrope_attention(rope, model.model_type)
     max_pos = written_max_positions(rope, trained)
     scaling = v4_scaling(rope, model.model_type, max_pos)
     if layer_ropes:
@@ -136,6 +137,16 @@ def write_rope(
         _write_flat(holder, model, rope, schema, scaling)
     _write_max_positions(holder, model, rope, trained, max_pos)
     return out
+
+
+def _explicit_longrope_attention(rope: RopeParams, model_type: str) -> RopeParams:
+    """transformers 4.43's validation raises on longrope without attention_factor (except Phi-3, which takes only
+    three keys); writing the value every version would compute changes nothing for the others."""
+    if rope.rope_type != "longrope" or "attention_factor" in rope.scaling or exact_v4_keys(model_type) is not None:
+        return rope
+    from ropectl.rope.frequencies import compute_frequencies
+
+    return rope.with_(scaling={**rope.scaling, "attention_factor": compute_frequencies(rope).attention_factor})
 
 
 def _partial_for_v5(model: ModelRope) -> float | None:
