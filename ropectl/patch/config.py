@@ -147,8 +147,8 @@ def plan_config(
     base, from_record = base_rope(before, replace_existing)
     spec = effective_spec(base, spec, target_length)
     rope = apply_method(base, spec)
-    # The RoPE as written: max_position_embeddings in the write form that most readers agree on.
-    rope = rope.with_(max_position_embeddings=written_max_positions(rope, base.trained_context))
+    if transformers:  # the RoPE as written: max_position_embeddings in the form most config readers agree on
+        rope = rope.with_(max_position_embeddings=written_max_positions(rope, base.trained_context))
     _check_model(before, rope, transformers)
     layers = {**before.layer_ropes, "full_attention": rope} if before.layer_ropes else {}
     new = write_rope(config, before, rope, schema, layer_ropes=layers or None, trained=base.trained_context)
