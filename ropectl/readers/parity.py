@@ -82,6 +82,14 @@ def rope_difference(got: Mapping[str, RopeParams], want: Mapping[str, RopeParams
     return None
 
 
+def _short(reading: Reading, target: int | None) -> str | None:
+    """An engine that enforces a length shorter than the target refuses longer prompts (loudly)."""
+    served = reading.serving_length
+    if target and served and served < target:
+        return f"accepts at most {served} tokens by default, below the target {target}"
+    return None
+
+
 def _fix(reading: Reading, later: list[tuple[Reader, bool]]) -> str | None:
     quirk_fix = next((q.fix for q in reading.reader.quirks if q.fix and q.note in (reading.error or "")
                       or q.note in reading.notes and q.fix), None)
@@ -97,9 +105,10 @@ def engine_views(config: Mapping[str, Any], expected: Mapping[str, RopeParams],
                  lengths: Iterable[int | None] = (None,)) -> list[EngineView]:
     """Every reader's view of ``config`` against the ``expected`` RoPE (layer type or "main" -> params)."""
     lengths = tuple(lengths)
+    target = max((n for n in lengths if n), default=None)
     readings = [(reader, predict(reader, config)) for reader, predict in engines()]
     differs = [reading.error and f"cannot load it: {reading.error}" or rope_difference(reading.ropes, expected, lengths)
-               for _, reading in readings]
+               or _short(reading, target) for _, reading in readings]
     views = []
     for i, (_, reading) in enumerate(readings):
         later = [(r, d is None) for (r, _), d in zip(readings[i + 1:], differs[i + 1:])]
