@@ -110,3 +110,30 @@ def test_record_round_trip_keeps_unknown_keys() -> None:
     assert json.loads(json.dumps(record.written_into({"a": 1})))["ropectl"] == raw
     assert Record.of({"text_config": {"ropectl": raw}}).method == "yarn:4"
     assert not Record() and Record().written_into({"ropectl": {}}) == {}
+
+
+def test_inspect_says_when_transformers_builds_something_else(tmp_path: Path) -> None:
+    """Gemma3 with a flat rope_parameters: transformers 5 builds full attention unscaled; inspect must say so."""
+    from ropectl.inspection import InspectSpec, inspect_model
+
+    cfg = {"model_type": "gemma3_text", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "head_dim": 16, "max_position_embeddings": 512, "layer_types": ["sliding_attention", "full_attention"],
+           "rope_parameters": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6}}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    report = inspect_model(InspectSpec(str(tmp_path), engines=True)).to_dict()
+    views = {v["reader"]: v for v in report["engines"]}
+    assert report["rope_type"] == "linear" and not views["transformers 5.9+"]["agrees"]
+    assert views["transformers 5.9+"]["layers"]["full_attention"]["rope_type"] == "default"
+    assert any(w.startswith("transformers 5.9+: computes other full_attention RoPE") for w in report["warnings"])
+    assert "nest rope_parameters" in views["transformers 5.9+"]["fix"]
+
+
+def test_inspect_never_reports_a_null_theta_silently(tmp_path: Path) -> None:
+    from ropectl.inspection import InspectSpec, inspect_model
+
+    cfg = {**LLAMA, "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": None}}
+    del cfg["rope_theta"]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    report = inspect_model(InspectSpec(str(tmp_path))).to_dict()
+    assert report["rope_theta"] == 10000.0 and any("rope_theta is null" in w for w in report["warnings"])
+    assert report["engines"] == []  # the full per-reader section only with --engines
