@@ -317,7 +317,7 @@ def test_v5_only_schema_names_every_v4_range(ckpts: dict[str, Path], tmp_path: P
     assert code == 0, err
     named = [w.split(":")[0] for w in data["warnings"] if w.startswith("transformers 4")]
     assert named == ["transformers 4.43 to <4.45", "transformers 4.45 to <4.48", "transformers 4.48 to <4.51",
-                     "transformers 4.51 to <4.56", "transformers 4.56 to <5.0"]
+                     "transformers 4.51 to <4.55", "transformers 4.55 to <4.56", "transformers 4.56 to <5.0"]
 
 
 def test_null_rope_theta_is_refused(ckpts: dict[str, Path], tmp_path: Path) -> None:

@@ -31,6 +31,8 @@ FLAT_V5_UNSCALED = "flat-v5-unscaled"  # a flat rope_parameters leaves per-layer
 NO_PARTIAL = "no-partial-rotary"  # partial rotary factor < 1 fails for this model type
 PARTIAL_IGNORED = "partial-ignored"  # partial rotary factor ignored: every dimension rotates
 NEEDS_KEYS = "needs-keys"  # loading raises unless the rope section has these keys
+NEEDS_HEAD_DIM = "needs-head-dim"  # building raises unless config.json sets head_dim
+FIXED_LONGROPE = "fixed-longrope"  # longrope uses one list (``keys``) at every length
 
 
 def version_key(version: str) -> tuple[int, ...]:

@@ -15,10 +15,12 @@ from ropectl.readers.base import (
     DICT,
     EXACT_KEYS,
     FAILS,
+    FIXED_LONGROPE,
     FLAT_V5_UNSCALED,
     HEAD_DIM_IGNORED,
     IGNORES_SCALING,
     MAX_POS,
+    NEEDS_HEAD_DIM,
     NEEDS_KEYS,
     NO_PARTIAL,
     ONLY_TYPES,
@@ -81,11 +83,24 @@ def _apply_quirks(reader: Reader, cfg: dict[str, Any], version: str | None) -> t
             notes.append(quirk.note)
         elif kind == NO_PARTIAL:
             notes.append(quirk.note)  # checked once the partial factor is known
+        elif kind == NEEDS_HEAD_DIM and not cfg.get("head_dim"):
+            return quirk.note, notes
+        elif kind == FIXED_LONGROPE:
+            notes.append(quirk.note)  # applied to the built RoPE below
         elif kind == PARTIAL_IGNORED and _partial_set(cfg):
             for key in ("partial_rotary_factor", "rotary_pct", "rotary_dim"):
                 cfg.pop(key, None)
             notes.append(quirk.note)
     return None, notes
+
+
+def _fixed_list(reader: Reader, p: RopeParams, model_type: str, version: str | None) -> RopeParams:
+    """Versions whose longrope uses one list at every length: both lists become that one."""
+    for quirk in reader.quirks_for(model_type, p.rope_type, version):
+        if quirk.kind == FIXED_LONGROPE and p.rope_type == "longrope":
+            chosen = p.scaling[next(iter(quirk.keys))]
+            return p.with_(scaling={**p.scaling, "short_factor": chosen, "long_factor": chosen})
+    return p
 
 
 def _partial_set(cfg: Mapping[str, Any]) -> bool:
@@ -135,6 +150,7 @@ def interpret(reader: Reader, config: Mapping[str, Any], version: str | None = N
         if p.rope_type == "longrope" and short is not None and len(short) != p.rotary_dim // 2:
             return Reading(reader, error=f"longrope short_factor has {len(short)} numbers but the rotary embedding "
                                          f"has {p.rotary_dim // 2} frequencies", notes=tuple(notes))
-    adjusted = {k: _original_and_factor(reader, p, cfg, section if k in (MAIN, "full_attention") else {})
+    adjusted = {k: _fixed_list(reader, _original_and_factor(reader, p, cfg, section if k in (MAIN, "full_attention")
+                                                               else {}), model.model_type, version)
                 for k, p in ropes.items()}
     return Reading(reader, adjusted, notes=tuple(n for n in notes if "partial_rotary_factor" not in n))

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropectl.errors import UsageError
-from ropectl.readers.transformers import exact_v4_keys
+from ropectl.readers.transformers import exact_v4_keys, needs_head_dim
 from ropectl.rope.params import RopeParams
 from ropectl.schema.read import ROPE_KEYS, ModelRope
 
@@ -136,6 +136,8 @@ def write_rope(
     else:
         _write_flat(holder, model, rope, schema, scaling)
     _write_max_positions(holder, model, rope, trained, max_pos)
+    if needs_head_dim(model.model_type) and not holder.get("head_dim"):
+        holder["head_dim"] = model.head_dim  # MistralConfig 4.55+ keeps None, and scaled RoPE then fails to build
     return out
 
 

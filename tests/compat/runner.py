@@ -29,9 +29,10 @@ class _Collect(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-def _role(name: str, kwargs: dict[str, Any]) -> str:
-    if kwargs.get("layer_type"):
-        return str(kwargs["layer_type"])
+def _role(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    layer_type = kwargs.get("layer_type") or (args[2] if len(args) > 2 and isinstance(args[2], str) else None)
+    if layer_type:
+        return str(layer_type)
     if name.endswith("rotary_emb_local"):
         return "sliding_attention"
     return "main"
@@ -58,7 +59,7 @@ def _hooks(model: Any, seen: dict[str, Any]) -> list[Any]:
             continue
 
         def hook(mod: Any, args: Any, kwargs: Any, out: Any, name: str = name) -> None:
-            role = _role(name, kwargs)
+            role = _role(name, args, kwargs)
             if role not in seen and isinstance(out, tuple) and len(out) == 2:
                 seen[role] = _decode(out[0], out[1])
 
