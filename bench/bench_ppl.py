@@ -8,10 +8,14 @@ is higher (bf16 on CPUs without bf16 units is emulated, and SDPA runs it near fp
 
     .venv/bin/python bench/bench_ppl.py                       # SmolLM2-135M GGUF on CPU, fp32 + bf16
     python bench/bench_ppl.py --random-init --device cuda     # same architecture, random weights (GPU box)
+    python bench/bench_ppl.py --dtypes auto,fp32              # what --dtype auto picks here, against fp32
+    python bench/bench_ppl.py --device cuda --dtypes bf16 --random-init --config llama-1b \
+        --lengths 8192,16384,32768 --impls chunked,passkey --peak-tflops 989 --json-out gpu.json
 
 Implementations:
   naive:   model(ids, labels=ids) -> full [L, vocab] logits, then transformers' loss (upcast to fp32)
   chunked: model.model(ids) hidden states -> lm_head + cross-entropy over 1024 positions at a time (eval-ppl)
+  passkey: one eval-passkey trial: the same body forward, lm_head only at the 6 answer positions
   naive-sweep / chunked-sweep (--impls): every --lengths value scored on one document, as a sweep does:
            naive runs one forward per length; eval-ppl's truncate plan runs one forward at the longest
            length and reads each shorter length off the cumulative NLL. tokens/s counts every scored length.
@@ -32,18 +36,25 @@ REPO = Path(__file__).resolve().parents[1]
 SMOLLM2 = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192, rope_theta=100000.0,
                tie_word_embeddings=True, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2)
+# Llama-3.2-1B's shape (1.24B parameters), for --random-init GPU runs at 8k-32k.
+LLAMA_1B = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                num_attention_heads=32, num_key_value_heads=8, head_dim=64, max_position_embeddings=131072,
+                rope_theta=500000.0, tie_word_embeddings=True, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2)
+CONFIGS = {"smollm2": SMOLLM2, "llama-1b": LLAMA_1B}
+ANSWER = 6  # answer tokens of a 5-digit key (" " + 5 digits with SmolLM2's tokenizer)
 
 
-def load(random_init: bool, dtype: str, device: str):
+def load(random_init: bool, dtype: str, device: str, config_name: str = "smollm2"):
     import torch
 
     torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
     if random_init:
         from transformers import LlamaConfig, LlamaForCausalLM
 
-        config = LlamaConfig(**SMOLLM2, attn_implementation="sdpa")
+        config = LlamaConfig(**CONFIGS[config_name], attn_implementation="sdpa")
         torch.manual_seed(0)
-        model = LlamaForCausalLM(config).to(torch_dtype)
+        with torch.device(device):  # built on the GPU directly: a 1B model's fp32 init on CPU is slow
+            model = LlamaForCausalLM(config).to(torch_dtype)
     else:
         sys.path.insert(0, str(REPO))
         from ropectl.ppl.model import default_model_path, load_model
@@ -53,13 +64,15 @@ def load(random_init: bool, dtype: str, device: str):
     return model.to(device).eval()
 
 
-def flops_per_forward(cfg, length: int) -> float:
-    """Matmul FLOPs of one scored forward: projections + MLP + lm_head (2 per MAC) + causal attention."""
+def flops_per_forward(cfg, length: int, head_positions: int | None = None) -> float:
+    """Matmul FLOPs of one scored forward: projections + MLP + lm_head (2 per MAC) + causal attention.
+
+    ``head_positions``: the lm_head runs only there (a passkey trial), not at every position."""
     h, layers, heads, kv = cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads
     hd = getattr(cfg, "head_dim", None) or h // heads
     proj = h * heads * hd * 2 + h * kv * hd * 2  # q, o and k, v
     mlp = 3 * h * cfg.intermediate_size
-    dense = 2 * length * (layers * (proj + mlp) + h * cfg.vocab_size)
+    dense = 2 * length * layers * (proj + mlp) + 2 * (head_positions or length) * h * cfg.vocab_size
     attention = 2 * 2 * layers * heads * hd * length * (length + 1) / 2  # QK^T and PV over the causal triangle
     return dense + attention
 
@@ -69,9 +82,11 @@ def measure(args: argparse.Namespace) -> dict:
     import torch
 
     sys.path.insert(0, str(REPO))
+    from ropectl.passkey.prompt import Trial
+    from ropectl.passkey.score import score_trials
     from ropectl.ppl.loss import sequence_nll
 
-    model = load(args.random_init, args.dtype, args.device)
+    model = load(args.random_init, args.dtype, args.device, args.config)
     cuda = args.device.startswith("cuda")
     ids = (torch.arange(args.length, device=args.device) * 7919 + 13) % model.config.vocab_size
 
@@ -79,6 +94,8 @@ def measure(args: argparse.Namespace) -> dict:
         x = ids[:n]
         if impl == "naive":
             return model(input_ids=x[None], labels=x[None]).loss.float() * (n - 1)
+        if impl == "passkey":  # eval-passkey's scoring of one trial of n tokens
+            return score_trials(model, [Trial(n, 0.5, 0, "", tuple(x.tolist()), ANSWER, 0)], args.device)
         return sequence_nll(model, x, chunk_size=1024).double().sum()
 
     def step(n: int):
@@ -107,9 +124,11 @@ def measure(args: argparse.Namespace) -> dict:
     peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else peak_rss_mib()
     scored = sum(args.sweep) if args.impl.endswith("-sweep") else args.length
     forwards = args.sweep if args.impl == "naive-sweep" else [args.length]
+    head = ANSWER if args.impl == "passkey" else None
     return {"impl": args.impl, "dtype": args.dtype, "length": args.length, "seconds": seconds,
             "tok_s": scored / seconds, "peak_mib": peak, "base_mib": None if cuda else base_mib,
-            "flops": sum(flops_per_forward(model.config, n) for n in forwards)}
+            "flops": sum(flops_per_forward(model.config, n, head) for n in forwards), "config": args.config,
+            "device_name": _gpu_name() if cuda else "cpu"}
 
 
 def reset_peak_rss() -> float:
@@ -165,6 +184,7 @@ def run_child(args: argparse.Namespace, impl: str, dtype: str, length: int) -> d
     cmd = [sys.executable, __file__, "--child", "--impl", impl, "--dtype", dtype, "--length", str(length),
            "--device", args.device, "--repeats", str(args.repeats), "--sweep", ",".join(map(str, args.sweep))]
     cmd += ["--random-init"] if args.random_init else []
+    cmd += ["--config", args.config]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -176,7 +196,7 @@ def run_child(args: argparse.Namespace, impl: str, dtype: str, length: int) -> d
     return json.loads(lines[-1])
 
 
-def table(rows: list[dict], peaks: dict[str, float], device: str) -> str:
+def table(rows: list[dict], peaks: dict[str, float], device: str, peak_tflops: float | None = None) -> str:
     def naive_of(r: dict) -> str:
         return "naive-sweep" if r["impl"].endswith("-sweep") else "naive"
 
@@ -195,7 +215,8 @@ def table(rows: list[dict], peaks: dict[str, float], device: str) -> str:
         speedup = f"{r['tok_s'] / base['tok_s']:.2f}×" if base else "–"
         mem = f"{r['peak_mib'] / same['peak_mib']:.2f}" if same else "–"
         # A dtype slower than fp32 (bf16 on CPUs without bf16 units) is emulated: the machine's peak is fp32's.
-        mfu = r["flops"] / r["seconds"] / 1e9 / max(peaks[r["dtype"]], peaks.get("fp32", 0.0))
+        peak = peak_tflops * 1e3 if peak_tflops else max(peaks[r["dtype"]], peaks.get("fp32", 0.0))
+        mfu = r["flops"] / r["seconds"] / 1e9 / peak
         out.append(f"| {r['dtype']} | {r['length']} | {r['impl']} | {r['tok_s']:,.0f} | {speedup} | "
                    f"{r['peak_mib']:,.0f} | {mem} | {mfu:.1%} |")
     return "\n".join(out)
@@ -204,9 +225,13 @@ def table(rows: list[dict], peaks: dict[str, float], device: str) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--lengths", default="2048,8192,16384")
-    p.add_argument("--dtypes", default="fp32,bf16")
-    p.add_argument("--impls", default="naive,chunked")
+    p.add_argument("--dtypes", default="fp32,bf16", help="fp32, bf16, or auto (what --dtype auto picks here)")
+    p.add_argument("--impls", default="naive,chunked", help="naive, chunked, passkey, naive-sweep, chunked-sweep")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--config", default="smollm2", choices=sorted(CONFIGS),
+                   help="architecture for --random-init (llama-1b: Llama-3.2-1B's shape)")
+    p.add_argument("--peak-tflops", type=float, help="MFU against this peak (H100 SXM bf16 dense: 989) "
+                   "instead of the measured matmul peak")
     p.add_argument("--random-init", action="store_true", help="random weights of the same architecture (no GGUF)")
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--timeout", type=int, default=1200, help="seconds per configuration")
@@ -222,7 +247,10 @@ def main() -> None:
     if args.child:
         print(json.dumps(measure(args)), flush=True)
         return
-    dtypes = args.dtypes.split(",")
+    auto = resolve_auto(args.device) if "auto" in args.dtypes.split(",") else None
+    if auto:
+        print(f"--dtype auto chose {auto[0]} on {args.device}: {auto[1]}", file=sys.stderr, flush=True)
+    dtypes = list(dict.fromkeys(auto[0] if d == "auto" else d for d in args.dtypes.split(",")))
     peaks = {d: matmul_peak(d, args.device) for d in dtypes}
     if args.peaks_only:
         print(json.dumps({"peaks": peaks, "rows": []}))
@@ -235,10 +263,23 @@ def main() -> None:
                 rows.append(run_child(args, impl, dtype, length))
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     device = args.device if not args.device.startswith("cuda") else _gpu_name()
-    text = table(rows, peaks, f"{device}, {os.cpu_count()} CPU cores, torch threads {_threads()}")
+    text = table(rows, peaks, f"{device}, {os.cpu_count()} CPU cores, torch threads {_threads()}", args.peak_tflops)
+    if auto:
+        text = f"--dtype auto chose {auto[0]}: {auto[1]}\n{text}"
     print(text)
     if args.json_out:
-        args.json_out.write_text(json.dumps({"peaks": peaks, "rows": rows}, indent=1))
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        args.json_out.write_text(json.dumps({"device": device, "auto": auto, "peaks": peaks,
+                                             "peak_tflops": args.peak_tflops, "config": args.config,
+                                             "random_init": args.random_init, "rows": rows, "table": text}, indent=1))
+
+
+def resolve_auto(device: str) -> tuple[str, str]:
+    """What eval-ppl's --dtype auto picks on this machine (CPU flags / probe; bf16 on CUDA)."""
+    sys.path.insert(0, str(REPO))
+    from ropectl.ppl.model import resolve_dtype_choice
+
+    return resolve_dtype_choice("auto", device.split(":")[0])
 
 
 def _gpu_name() -> str:

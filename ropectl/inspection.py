@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +11,12 @@ from ropectl.layout.detect import known_layout
 from ropectl.readers.view import engine_section, engine_warnings
 from ropectl.resolve import resolve_model
 from ropectl.rope.analysis import PairReport, first_non_rotating, pair_reports
-from ropectl.rope.frequencies import base_inv_freq, compute_frequencies
-from ropectl.rope.params import RopeParams
-from ropectl.schema import ModelRope, read_model_rope
+from ropectl.rope.frequencies import base_inv_freq, compute_frequencies, mrope_prerotated
+from ropectl.rope.params import Frequencies, RopeParams
+from ropectl.schema import ModelRope, families, read_model_rope
 from ropectl.schema.record import Record
+
+ERNIE_MROPE_SECTION = (22, 22, 20)  # transformers' default when the config names none
 
 
 @dataclass(frozen=True)
@@ -115,11 +117,20 @@ def _layer_summary(model: ModelRope, seq_len: int | None) -> dict[str, dict[str,
     return out
 
 
+def _model_frequencies(model: ModelRope, seq_len: int | None) -> Frequencies:
+    """The frequencies in the order the model stores them (ERNIE-4.5-VL pre-permutes its default ones)."""
+    freqs = compute_frequencies(model.rope, seq_len)
+    if model.model_type in families.PRE_ROTATED_MROPE and model.rope.rope_type == "default":
+        section = model.rope.scaling.get("mrope_section") or ERNIE_MROPE_SECTION
+        return replace(freqs, inv_freq=tuple(mrope_prerotated(freqs.inv_freq, section)))
+    return freqs
+
+
 def inspect_model(spec: InspectSpec) -> InspectReport:
     resolved = resolve_model(spec.model)
     model = read_model_rope(resolved.config)
     rope = model.rope
-    freqs = compute_frequencies(rope, spec.seq_len)
+    freqs = _model_frequencies(model, spec.seq_len)
     trained, target = _contexts(rope, Record.from_json(model.record))
     base_inv = base_inv_freq(_base_theta(model), model.rotary_dim)
     pairs = tuple(pair_reports(base_inv, freqs.inv_freq, trained or rope.max_position_embeddings or 1))

@@ -99,3 +99,44 @@ def smollm2_gguf() -> Path | None:
         return None
     path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     return path if path.is_file() else None
+
+
+def hub_cache(home: Path, repo_id: str, revision: str, build: Any = None, **kwargs: Any) -> Path:
+    """A checkpoint stored the way huggingface_hub stores a download under HF_HOME, offline.
+
+    ``models--owner--name/blobs/<sha256>`` holds the bytes, ``snapshots/<revision>/<file>`` is a relative
+    symlink to the blob (made by huggingface_hub's own symlink helper), and ``refs/main`` names the revision.
+    ``build(folder, **kwargs)`` writes the checkpoint (default: a tiny Llama). Returns the snapshot folder.
+    """
+    import hashlib
+    import shutil
+
+    from huggingface_hub.file_download import _create_symlink, repo_folder_name
+
+    repo = home / "hub" / repo_folder_name(repo_id=repo_id, repo_type="model")
+    staging = (build or tiny_llama)(home / "staging", **kwargs)
+    snapshot = repo / "snapshots" / revision
+    (repo / "blobs").mkdir(parents=True)
+    for path in sorted(p for p in staging.rglob("*") if p.is_file()):
+        blob = repo / "blobs" / hashlib.sha256(path.read_bytes()).hexdigest()
+        if not blob.exists():
+            shutil.move(path, blob)
+        dst = snapshot / path.relative_to(staging)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        _create_symlink(str(blob), str(dst), new_blob=False)
+    shutil.rmtree(staging)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    return snapshot
+
+
+def tiny_llama_sharded(folder: Path, seed: int = 0, max_shard_size: str = "60KB") -> Path:
+    """tiny_llama saved in several shards with a model.safetensors.index.json."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    single = tiny_llama(folder.with_name(folder.name + "-single"), seed)
+    AutoModelForCausalLM.from_pretrained(single).save_pretrained(folder, max_shard_size=max_shard_size)
+    shutil.rmtree(single)
+    return folder

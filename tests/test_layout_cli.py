@@ -61,12 +61,14 @@ def test_from_overrides_format_detection(llama: Path, tmp_path: Path) -> None:
 
 def test_force_replaces_existing_output(llama: Path, tmp_path: Path) -> None:
     out = tmp_path / "o"
-    out.mkdir()
-    (out / "stale.txt").write_text("x")
     args = ["convert-layout", str(llama), "--to", "interleaved", "-o", str(out)]
+    assert runner.invoke(app, args).exit_code == 0
+    (out / "model.safetensors").write_bytes(b"stale")  # a file ropectl wrote may be replaced
     assert runner.invoke(app, args).exit_code == 1
     assert runner.invoke(app, [*args, "--force"]).exit_code == 0
-    assert not (out / "stale.txt").exists() and (out / "model.safetensors").is_file()
+    assert (out / "model.safetensors").stat().st_size > 5
+    (out / "stale.txt").write_text("x")  # one it did not write may not
+    assert runner.invoke(app, [*args, "--force"]).exit_code == 1 and (out / "stale.txt").exists()
 
 
 def test_no_fsync_writes_the_same_bytes_without_flushing(llama: Path, tmp_path: Path,
@@ -81,7 +83,8 @@ def test_no_fsync_writes_the_same_bytes_without_flushing(llama: Path, tmp_path: 
         synced.clear()
         out = outputs[flag] = tmp_path / flag
         assert runner.invoke(app, ["convert-layout", str(llama), "--to", "interleaved", "-o", str(out), flag]).exit_code == 0
-        expected = {p.name for p in out.iterdir()} if flag == "--fsync" else set()
+        # every file but the manifest of what ropectl wrote (a marker, not checkpoint data)
+        expected = {p.name for p in out.iterdir()} - {".ropectl-output.json"} if flag == "--fsync" else set()
         assert {p.name for p in synced} == expected
     for path in sorted(outputs["--fsync"].iterdir()):
         assert (outputs["--no-fsync"] / path.name).read_bytes() == path.read_bytes(), path.name

@@ -96,8 +96,8 @@ def test_output_not_empty_needs_force(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "not empty" in result.stderr and "--force" in result.stderr
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
     result = runner.invoke(app, ["patch", str(src), "-m", "yarn", "-f", "2", "-o", str(out), "--force"])
-    assert result.exit_code == 0, result.stderr
-    assert (out / "config.json").is_file()
+    assert result.exit_code == 1 and "keep.txt" in result.stderr and "did not write" in result.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]  # --force never deletes what ropectl did not write
 
 
 def test_model_without_rope(tmp_path: Path) -> None:

@@ -82,3 +82,41 @@ def test_reference_values() -> None:
     assert dyn.effective_theta == pytest.approx(30527.7, abs=0.1)
     assert compute_frequencies(RopeParams("default", 1e4, 8, 10)).inv_freq == (1.0, 0.1, 0.01, 0.001)
     assert all(math.isfinite(v) for v in yarn.inv_freq)
+
+
+def _max_error_with_zeros(ours, theirs) -> float:
+    """Relative error, absolute where transformers' frequency is exactly 0 (p-RoPE's unrotated pairs)."""
+    assert len(ours) == len(theirs), (len(ours), len(theirs))
+    return max(abs(a - b) / abs(b) if b else abs(a) for a, b in zip(ours, theirs))
+
+
+PROPE_GRID = list(itertools.product((64, 128, 256, 512), (1.0, 0.5, 0.25, 0.3), THETAS))
+
+
+@pytest.mark.parametrize(("head_dim", "partial", "theta"), PROPE_GRID)
+def test_proportional_matches_transformers(head_dim: int, partial: float, theta: float) -> None:
+    for scaling in ({"partial_rotary_factor": partial}, *({"partial_rotary_factor": partial, "factor": f} for f in FACTORS)):
+        params = RopeParams("proportional", theta, head_dim, 8192, scaling)
+        ours = compute_frequencies(params)
+        inv, attention = hf_frequencies(params, head_dim)
+        assert len(ours.inv_freq) == head_dim // 2  # p-RoPE always covers the whole head
+        assert _max_error_with_zeros(ours.inv_freq, inv) <= TOL
+        assert ours.attention_factor == attention == 1.0
+
+
+def test_proportional_hand_values() -> None:
+    """Gemma 4 global layers: d=512, p=0.25 -> 64 rotated pairs at theta^(-2i/512), 192 zeros."""
+    inv = compute_frequencies(RopeParams("proportional", 1e6, 512, 8192, {"partial_rotary_factor": 0.25})).inv_freq
+    assert len(inv) == 256 and inv[64:] == (0.0,) * 192
+    assert inv[1] == pytest.approx(1e6 ** (-2 / 512), rel=1e-12)
+    assert inv[63] == pytest.approx(1e6 ** (-126 / 512), rel=1e-12)
+    scaled = compute_frequencies(RopeParams("proportional", 1e6, 512, 8192, {"partial_rotary_factor": 0.25, "factor": 8}))
+    assert scaled.inv_freq[1] == pytest.approx(inv[1] / 8, rel=1e-12)
+
+
+@pytest.mark.parametrize("dim", [21, 73])
+def test_odd_rotary_dim_rounds_up_like_transformers(dim: int) -> None:
+    """GLM-4-MoE (21) and Qwen3-Omni (73): transformers' arange(0, d, 2) gives ceil(d/2) frequencies."""
+    ours = compute_frequencies(RopeParams("default", 1e4, dim, 4096)).inv_freq
+    assert len(ours) == (dim + 1) // 2
+    assert ours[-1] == pytest.approx(1e4 ** (-(dim - 1) / dim), rel=1e-12)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -13,8 +14,45 @@ ModelArg = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one machine-readable JSON object instead of a summary.")]
 OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Output folder (or .gguf file).")]
-ForceOpt = Annotated[bool, typer.Option("--force", help="Write into an existing non-empty output folder.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help=(
+    "Use an existing output folder: patch and convert-layout replace one ropectl wrote, eval-ppl adds to it. "
+    "Files ropectl did not write are never deleted."))]
 SeqLenOpt = Annotated[
     Optional[int],
     typer.Option("--seq-len", min=1, help="Sequence length at which to evaluate length-dependent RoPE (dynamic, longrope)."),
 ]
+
+METHOD_OPTIONS_PANEL = "Method options"
+_FLAG_TYPES: dict[type, Any] = {float: Optional[float], int: Optional[int], list: Optional[str], str: Optional[str]}
+
+
+def method_option_parameters(prefix: str) -> list[inspect.Parameter]:
+    """One flag per option in the method registry (declared once there): ``--beta-fast``, ``--no-truncate`` ...
+
+    Each parameter is named ``prefix + option`` and defaults to None, so only the flags a user gives form a layer.
+    A bool option gets ``--name/--no-name``; a list option takes comma-separated numbers.
+    """
+    from ropectl.rope.methods import METHODS  # the registry is pure Python: --help stays instant
+
+    params: dict[str, Any] = {}
+    helps: dict[str, dict[str, list[str]]] = {}  # option -> its help text -> the methods that say it
+    for method in METHODS.values():
+        for p in method.params:
+            params.setdefault(p.name, p)
+            default = "" if p.default is None or p.kind is bool else f" (default {p.default:g})"
+            helps.setdefault(p.name, {}).setdefault(p.help + default, []).append(method.name)
+    out = []
+    for name, p in params.items():
+        flag = "--" + name.replace("_", "-")
+        text = "; ".join(f"{', '.join(users)}: {help_}" for help_, users in helps[name].items()) + "."
+        if p.kind is bool:
+            kind: Any = Optional[bool]
+            option = typer.Option(f"{flag}/--no-{flag[2:]}", help=text, rich_help_panel=METHOD_OPTIONS_PANEL)
+        else:
+            kind = _FLAG_TYPES.get(p.kind, Optional[str])
+            option = typer.Option(flag, help=text + (" Comma-separated." if p.kind is list else ""),
+                                  rich_help_panel=METHOD_OPTIONS_PANEL, show_default=False,
+                                  metavar="F,F,..." if p.kind is list else None)
+        out.append(inspect.Parameter(prefix + name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                     annotation=Annotated[kind, option]))
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -9,9 +10,10 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ropectl.cli.errors import handle_errors
-from ropectl.cli.options import ForceOpt, JsonOpt, ModelArg, OutputOpt
+from ropectl.cli.options import ForceOpt, JsonOpt, ModelArg, OutputOpt, method_option_parameters
 
 METHOD, OPTIONS, OUTPUT = "Method", "Method options", "Output"
+OPT = "opt_"  # prefix of the generated method-option parameters
 
 
 def _opt(*names: str, help: str, panel: str = OPTIONS, **kw: Any) -> Any:
@@ -27,19 +29,6 @@ TargetOpt = Annotated[Optional[int], _opt("--target-length", "-t", panel=METHOD,
 PresetOpt = Annotated[Optional[str], _opt("--preset", panel=METHOD, help="A preset from configs/patch-NAME.toml.")]
 ConfigOpt = Annotated[Optional[Path], _opt("--config", panel=METHOD, help="A TOML file with a \\[patch] table.")]
 SetOpt = Annotated[Optional[list[str]], _opt("--set", help="Any method option as key=value (repeatable).")]
-OrigOpt = Annotated[Optional[int], _opt("--original-max-position-embeddings",
-                                        help="Pretraining context (yarn, llama3, longrope).")]
-FloatOpt = Optional[float]
-BetaFastOpt = Annotated[FloatOpt, _opt("--beta-fast", help="yarn: ramp end, in rotations (default 32).")]
-BetaSlowOpt = Annotated[FloatOpt, _opt("--beta-slow", help="yarn: ramp start, in rotations (default 1).")]
-AttnOpt = Annotated[FloatOpt, _opt("--attention-factor", help="yarn/longrope: cos/sin scale.")]
-MscaleOpt = Annotated[FloatOpt, _opt("--mscale", help="yarn: DeepSeek-style mscale.")]
-MscaleAllOpt = Annotated[FloatOpt, _opt("--mscale-all-dim", help="yarn: DeepSeek-style mscale_all_dim.")]
-NoTruncOpt = Annotated[bool, _opt("--no-truncate", help="yarn: do not round the ramp ends to whole dimensions.")]
-LowOpt = Annotated[FloatOpt, _opt("--low-freq-factor", help="llama3: low frequency factor (default 1).")]
-HighOpt = Annotated[FloatOpt, _opt("--high-freq-factor", help="llama3: high frequency factor (default 4).")]
-ShortOpt = Annotated[Optional[str], _opt("--short-factor", help="longrope: rotary_dim/2 comma-separated factors.")]
-LongOpt = Annotated[Optional[str], _opt("--long-factor", help="longrope: rotary_dim/2 comma-separated factors.")]
 LongFileOpt = Annotated[Optional[Path], _opt("--longrope-file", help="longrope: JSON with short_factor/long_factor.")]
 InPlaceOpt = Annotated[bool, _opt("--in-place", panel=OUTPUT, help="Rewrite config.json in place (backup kept).")]
 DryRunOpt = Annotated[bool, _opt("--dry-run", panel=OUTPUT, help="Print a unified diff of config.json; write nothing.")]
@@ -48,19 +37,6 @@ SchemaOpt = Annotated[Optional[str], _opt("--schema", panel=OUTPUT, help="both (
 CopyOpt = Annotated[bool, _opt("--copy", panel=OUTPUT, help="Copy weights instead of hardlinking them.")]
 ReplaceOpt = Annotated[bool, _opt("--replace-existing", panel=OUTPUT,
                                   help="Replace scaling already in a config that ropectl did not write.")]
-
-
-def _flag_choice(method: str | None, factor: float | None, target: int | None, options: dict[str, Any],
-                 longrope_file: Path | None, schema: str | None) -> Any:
-    from ropectl.patch.spec import MethodChoice
-    from ropectl.rope.methods import parse_spec
-
-    if method and (":" in method or "," in method):
-        parsed = parse_spec(method)
-        method, factor = parsed.name, factor if factor is not None else parsed.factor
-        options = {**dict(parsed.options), **options}
-    return MethodChoice(method, factor, target, {k: v for k, v in options.items() if v is not None},
-                        longrope_file, schema)
 
 
 def _render(result: dict[str, Any]) -> None:
@@ -116,34 +92,44 @@ def _fmt(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-@handle_errors
-def patch(
+def _template(
     model: ModelArg, method: MethodOpt = None, factor: FactorOpt = None, target_length: TargetOpt = None,
-    preset: PresetOpt = None, config: ConfigOpt = None, set_: SetOpt = None, original: OrigOpt = None,
-    beta_fast: BetaFastOpt = None, beta_slow: BetaSlowOpt = None, attention_factor: AttnOpt = None,
-    mscale: MscaleOpt = None, mscale_all_dim: MscaleAllOpt = None, no_truncate: NoTruncOpt = False,
-    low_freq_factor: LowOpt = None, high_freq_factor: HighOpt = None, short_factor: ShortOpt = None,
-    long_factor: LongOpt = None, longrope_file: LongFileOpt = None, output: OutputOpt = None,
-    in_place: InPlaceOpt = False, dry_run: DryRunOpt = False, emit: EmitOpt = "config", schema: SchemaOpt = None,
-    force: ForceOpt = False, copy: CopyOpt = False, replace_existing: ReplaceOpt = False, json_out: JsonOpt = False,
+    preset: PresetOpt = None, config: ConfigOpt = None, set_: SetOpt = None, longrope_file: LongFileOpt = None,
+    output: OutputOpt = None, in_place: InPlaceOpt = False, dry_run: DryRunOpt = False, emit: EmitOpt = "config",
+    schema: SchemaOpt = None, force: ForceOpt = False, copy: CopyOpt = False, replace_existing: ReplaceOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
-    """Rewrite a checkpoint's RoPE scaling (config.json or GGUF metadata), verified against transformers."""
-    from ropectl.patch import PatchSpec, build_choice, method_spec, patch_checkpoint
+    """The hand-declared part of patch's signature; the method options come from the registry."""
 
-    options = {"original_max_position_embeddings": original, "beta_fast": beta_fast, "beta_slow": beta_slow,
-               "attention_factor": attention_factor, "mscale": mscale, "mscale_all_dim": mscale_all_dim,
-               "truncate": False if no_truncate else None, "low_freq_factor": low_freq_factor,
-               "high_freq_factor": high_freq_factor, "short_factor": short_factor, "long_factor": long_factor}
-    flags = _flag_choice(method, factor, target_length, options, longrope_file, schema)
-    choice = build_choice(preset, config, flags, set_ or ())
-    spec = PatchSpec(model=model, method=method_spec(choice), target_length=choice.target_length, output=output,
-                     in_place=in_place, dry_run=dry_run, emit=emit, schema=choice.schema or "both", force=force,
-                     copy=copy, replace_existing=replace_existing)
+
+@handle_errors
+def patch(**kw: Any) -> None:
+    """Rewrite a checkpoint's RoPE scaling (config.json or GGUF metadata), verified against transformers."""
+    from ropectl.patch import MethodChoice, PatchSpec, build_choice, method_spec, patch_checkpoint
+
+    options = {k[len(OPT):]: kw.pop(k) for k in list(kw) if k.startswith(OPT)}
+    flags = MethodChoice(None, kw["factor"], kw["target_length"], options, kw["longrope_file"], kw["schema"])
+    choice = build_choice(kw["preset"], kw["config"], flags, kw["set_"] or (), spec=kw["method"])
+    spec = PatchSpec(model=kw["model"], method=method_spec(choice), target_length=choice.target_length,
+                     output=kw["output"], in_place=kw["in_place"], dry_run=kw["dry_run"], emit=kw["emit"],
+                     schema=choice.schema or "both", force=kw["force"], copy=kw["copy"],
+                     replace_existing=kw["replace_existing"])
     result = patch_checkpoint(spec).to_dict()
-    if json_out:
+    if kw["json_out"]:
         typer.echo(json.dumps(result, indent=2))
     else:
         _render(result)
+
+
+def _signature() -> inspect.Signature:
+    """_template's parameters with one flag per registry option inserted after --set (help order)."""
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+              for p in inspect.signature(_template, eval_str=True).parameters.values()]
+    at = [p.name for p in params].index("longrope_file")
+    return inspect.Signature([*params[:at], *method_option_parameters(OPT), *params[at:]])
+
+
+patch.__signature__ = _signature()  # type: ignore[attr-defined]
 
 
 def register(app: typer.Typer) -> None:

@@ -42,12 +42,16 @@ ModeOpt = Annotated[Optional[str], _opt("--mode", panel=RUN, help=(
     "truncate: each document cut to L tokens, every prediction scored [default]; sliding: window L, stride S."))]
 StrideOpt = Annotated[Optional[int], _opt("--stride", panel=RUN, help="Sliding stride [default: L/2].")]
 DtypeOpt = Annotated[Optional[str], _opt("--dtype", panel=RUN,
-                                         help="auto (bf16 on GPU, fp32 on CPU), bf16, fp16, fp32.")]
+                                         help="auto (bf16 on GPUs and AVX512-BF16/AMX CPUs, else fp32), bf16, fp16, fp32.")]
 DeviceOpt = Annotated[Optional[str], _opt("--device", panel=RUN, help="auto, cpu, cuda, cuda:N or mps.")]
 DeviceMapOpt = Annotated[Optional[str], _opt("--device-map", panel=RUN,
                                              help="auto: split a model too big for one GPU across GPUs.")]
 ChunkOpt = Annotated[Optional[int], _opt("--chunk-size", panel=RUN,
                                          help="Positions per lm_head + cross-entropy chunk [default: 1024].")]
+BucketOpt = Annotated[Optional[int], _opt("--bucket", panel=OUT,
+                                          help="Loss-by-position bucket, in tokens [default: 512].")]
+BatchOpt = Annotated[Optional[int], _opt("--batch-tokens", panel=RUN, help=(
+    "Truncate mode: documents of one length share a forward, batch-tokens // length at a time [default: 8192]."))]
 PresetOpt = Annotated[Optional[str], _opt("--preset", panel=RUN,
                                           help="default, NAME (configs/eval-NAME.toml) or FILE.toml; flags override.")]
 ReplaceOpt = Annotated[bool, _opt("--replace-existing", panel=RUN,
@@ -64,7 +68,7 @@ def eval_ppl(
     device: DeviceOpt = None, device_map: DeviceMapOpt = None, out: OutOpt = None, resume: ResumeOpt = False,
     force: ForceOpt = False, json_out: JsonOpt = False, preset: PresetOpt = None, chunk_size: ChunkOpt = None,
     cache_dir: CacheOpt = None, split: SplitOpt = None, text_field: FieldOpt = None,
-    replace_existing: ReplaceOpt = False,
+    replace_existing: ReplaceOpt = False, bucket: BucketOpt = None, batch_tokens: BatchOpt = None,
 ) -> None:
     """Perplexity of a model over lengths x RoPE scaling methods, in one run (weights loaded once).
 
@@ -76,7 +80,8 @@ def eval_ppl(
     spec = build_spec(preset, model=model, methods=method or None, lengths=lengths, dataset=dataset, docs=docs,
                       mode=mode, stride=stride, dtype=dtype, device=device, device_map=device_map, out=out,
                       resume=resume or None, force=force or None, chunk_size=chunk_size, cache_dir=cache_dir,
-                      split=split, text_field=text_field, replace_existing=replace_existing or None)
+                      split=split, text_field=text_field, replace_existing=replace_existing or None,
+                      bucket=bucket, batch_tokens=batch_tokens)
     main = world_from_env().is_main
     try:
         with progress_bar(enabled=main) as on_progress:
@@ -154,8 +159,8 @@ def print_table(result: Any) -> None:
     if trained:
         console.print(f"* beyond the trained context ({trained} tokens). PPL = exp(sum NLL / sum tokens); "
                       "± is the standard error across documents.")
-    console.print(f"results: {result.out}/results.json, results.csv, summary.json, ppl.png "
-                  f"({meta['wall_s']:.0f} s)")
+    console.print(f"results: {result.out}/results.json, results.csv, summary.json, ppl.png, loss-by-position.png "
+                  f"({meta['wall_s']:.0f} s; dtype {meta['dtype']}: {meta.get('dtype_choice', '')})")
 
 
 def _resume_command(out: Path) -> str:

@@ -5,6 +5,9 @@ A *packing* says how the q and k projections sit inside one stored tensor:
 - ``separate``: ``q_proj`` has ``n_heads * head_dim`` rows, ``k_proj`` ``n_kv_heads * head_dim`` (Llama family).
 - ``neox_fused_per_head``: ``query_key_value`` rows are ``view(n_heads, 3, head_dim)``, slots q, k, v (GPT-NeoX).
 - ``phi3_fused_qkv``: ``qkv_proj`` rows are ``[Q n_heads*hd | K n_kv*hd | V n_kv*hd]`` (Phi-3).
+- ``mla``: multi-head latent attention (DeepSeek-V2/V3, Kimi K2): ``q_b_proj`` (or ``q_proj``) heads are
+  ``[nope | rope]`` with the rotary ``qk_rope_head_dim`` rows last; ``kv_a_proj_with_mqa`` is
+  ``[kv_lora_rank | rope]``, one rotary key head shared by all query heads. Only the rope rows move.
 
 Norm weights applied to q or k before RoPE (Qwen3 ``q_norm``, OLMo-2 full-width ``q_norm``, StableLM per-head
 ``q_layernorm``) are elementwise, so they get the same per-head permutation; their head count is numel / head_dim.
@@ -22,6 +25,7 @@ from ropectl.errors import LayoutError
 SEPARATE = "separate"
 NEOX_FUSED = "neox_fused_per_head"
 PHI3_FUSED = "phi3_fused_qkv"
+MLA = "mla"
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,8 @@ _LLAMA = Arch(SEPARATE, _FULL)
 _QK_NORM = Arch(SEPARATE, _FULL, q_norm=r"\.q_norm\.weight$", k_norm=r"\.k_norm\.weight$")
 _PARTIAL = "partial_rotary_factor"
 _PHI = Arch(SEPARATE, _PARTIAL, q_norm=r"\.q_layernorm\.(weight|bias)$", k_norm=r"\.k_layernorm\.(weight|bias)$")
+
+_MLA = Arch(MLA, "qk_rope_head_dim", q=r"\.(q_b_proj|q_proj)\.weight$", k=r"\.kv_a_proj_with_mqa\.weight$")
 
 ARCHS: Mapping[str, Arch] = {
     "llama": _LLAMA,
@@ -78,6 +84,9 @@ ARCHS: Mapping[str, Arch] = {
     "persimmon": Arch(NEOX_FUSED, _PARTIAL, q=None, k=None, qkv=r"\.query_key_value\.(weight|bias)$",
                       q_norm=r"\.q_layernorm\.(weight|bias)$", k_norm=r"\.k_layernorm\.(weight|bias)$", gqa=False),
     "phi3": Arch(PHI3_FUSED, _PARTIAL, q=None, k=None, qkv=r"\.qkv_proj\.(weight|bias)$"),
+    "deepseek_v2": _MLA,
+    "deepseek_v3": _MLA,
+    "kimi_k2": _MLA,
 }
 
 # Head-sized row blocks per stored tensor, as multiples of (n_heads, n_kv_heads): rows = units * head_dim.

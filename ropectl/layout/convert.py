@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import LayoutError, UsageError
-from ropectl.fsutil import check_output_dir, staged_dir
+from ropectl.fsutil import check_output_dir, staged_dir, symlink_refusal
 from ropectl.layout.archs import arch_for
 from ropectl.layout.detect import HALF_SPLIT, INTERLEAVED, LAYOUTS, known_layout
 from ropectl.layout.io import fsync_file, write_streaming, write_tensors
@@ -105,12 +105,12 @@ def convert_layout(spec: ConvertSpec, progress: ProgressCallback | None = None) 
     known, record = _recorded_layout(cfg, mr.record, store)
     source, why = check_layouts(spec.to, spec.from_layout, known, record)
     geo, plans = plan_tensors(arch, model_type, cfg, mr, store.shapes(), spec.to)
-    copy, skipped = other_files(folder, store.files)
+    copy, skipped = _side_files(folder, store)
     total = store.nbytes()
     tick = _ticker(progress, total)
     start = time.perf_counter()
     report = None
-    with staged_dir(output, spec.force) as tmp:
+    with staged_dir(output, spec.force, command="convert-layout") as tmp:
         names = _write_weights(store, tmp, plans, spec.to, tick, spec.durable)
         _write_index(store, tmp, names, spec.to)
         for path in copy:
@@ -130,6 +130,13 @@ def convert_layout(spec: ConvertSpec, progress: ProgressCallback | None = None) 
         seconds=seconds, copied=tuple(p.name for p in copy), skipped=tuple(skipped),
         warnings=tuple(layout_warnings(cfg, model_type, spec.to)), verify=report,
     )
+
+
+def _side_files(folder: Path, store: WeightStore) -> tuple[list[Path], list[str]]:
+    """(files to copy, what is not copied and why): symlinks leaving the checkpoint are never followed."""
+    copy, skipped = other_files(folder, store.files)
+    refused = {p: symlink_refusal(p, folder) for p in copy}
+    return [p for p in copy if not refused[p]], [*skipped, *(f"{p.name} ({why})" for p, why in refused.items() if why)]
 
 
 def _recorded_layout(cfg: Mapping[str, Any], record: Mapping[str, Any],
@@ -203,7 +210,10 @@ def _write_index(store: WeightStore, tmp: Path, names: Mapping[Path, str], to: s
 
 def _write_config(cfg: dict[str, Any], tmp: Path, source: str, to: str) -> None:
     record = Record.of(cfg).with_(layout=to, layout_source=f"converted from {source} by ropectl convert-layout")
-    (tmp / "config.json").write_text(json.dumps(record.written_into(cfg), indent=2) + "\n", encoding="utf-8")
+    out = record.written_into(cfg)
+    if "rope_interleave" in cfg:  # the one HF flag that selects the pairing (DeepSeek-V3, Kimi): keep it true
+        out["rope_interleave"] = to == INTERLEAVED
+    (tmp / "config.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
 
 
 def _inv_freq(mr: Any, geo: Geometry) -> tuple[float, ...]:
@@ -216,7 +226,7 @@ def _inv_freq(mr: Any, geo: Geometry) -> tuple[float, ...]:
 def layout_warnings(cfg: Mapping[str, Any], model_type: str, to: str) -> list[str]:
     """Say when transformers would load the result without complaint and compute the wrong thing."""
     native, _ = known_layout({k: v for k, v in cfg.items() if k != RECORD_KEY})
-    if to == native:
+    if to == native or "rope_interleave" in cfg:  # the flag is rewritten to the new layout
         return []
     out = [f"transformers' '{model_type}' attention expects {native} q/k: it will load this {to} checkpoint without "
            "any error and silently compute garbage"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ropectl.errors import LayoutError
-from ropectl.layout.archs import NEOX_FUSED, PHI3_FUSED
+from ropectl.layout.archs import MLA, NEOX_FUSED, PHI3_FUSED
 from ropectl.layout.detect import HALF_SPLIT, INTERLEAVED
 
 if TYPE_CHECKING:
@@ -50,6 +50,12 @@ def projection_rows(packing: str, role: str, length: int, n_heads: int, n_kv: in
     """Which rows of a stored tensor form the head-major q and k projections ({'q': rows, 'k': rows})."""
     import numpy as np
 
+    if packing == MLA:  # head_dim is the rope part: the last rows of each q head, and of the one k head
+        if role == "q":
+            per_head = length // n_heads
+            start = np.arange(n_heads, dtype=np.int64)[:, None] * per_head + (per_head - head_dim)
+            return {"q": (start + np.arange(head_dim, dtype=np.int64)).reshape(-1)}
+        return {"k": length - head_dim + np.arange(head_dim, dtype=np.int64)}
     if role in ("q", "q_norm"):
         return {"q": np.arange(length, dtype=np.int64)}
     if role in ("k", "k_norm"):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ropectl.errors import CheckpointError, ConfigError, LayoutError
-from ropectl.layout.archs import UNITS, Arch, layer_of, role_of
+from ropectl.layout.archs import MLA, UNITS, Arch, layer_of, role_of
 from ropectl.layout.permute import tensor_index
 from ropectl.schema import ModelRope
 from ropectl.schema.read import text_config
@@ -45,7 +45,9 @@ def plan_tensors(arch: Arch, model_type: str, cfg: Mapping[str, Any], mr: ModelR
         raise CheckpointError(f"no q/k projection tensors in this '{model_type}' checkpoint match {patterns}",
                               "check that the weights belong to this config")
     _refuse_quantized(roles, shapes)
-    geo = _geometry(arch, cfg, mr, {n: shapes[n] for n, r in roles.items() if r in PROJECTIONS}, roles)
+    projections = {n: shapes[n] for n, r in roles.items() if r in PROJECTIONS}
+    geo = _mla_geometry(cfg, mr, projections, roles) if arch.packing == MLA else _geometry(arch, cfg, mr, projections,
+                                                                                               roles)
     plans: dict[str, TensorPlan] = {}
     cache: dict[tuple[str, int], np.ndarray] = {}
     for name, role in roles.items():
@@ -103,6 +105,24 @@ def _geometry(arch: Arch, cfg: Mapping[str, Any], mr: ModelRope, shapes: Mapping
         raise ConfigError(f"rotary dim {rotary} is not an even number in (0, head_dim={head_dim}]",
                           "fix rotary_dim / rotary_pct / partial_rotary_factor in config.json")
     return Geometry(nh, nkv, head_dim, rotary)
+
+
+def _mla_geometry(cfg: Mapping[str, Any], mr: ModelRope, shapes: Mapping[str, tuple[int, ...]],
+                  roles: Mapping[str, str]) -> Geometry:
+    """MLA: only qk_rope_head_dim rows per head rotate; q heads are nope + rope, the key is one rope head."""
+    tc = text_config(cfg)
+    rope, nope, rank = (int(tc.get(k) or 0) for k in ("qk_rope_head_dim", "qk_nope_head_dim", "kv_lora_rank"))
+    if not rope or rope % 2:
+        raise ConfigError(f"qk_rope_head_dim {rope} is not a positive even number", "fix qk_rope_head_dim in config.json")
+    nh = mr.num_attention_heads
+    for name, shape in shapes.items():
+        want = nh * (nope + rope) if roles[name] == "q" else rank + rope
+        if len(shape) != 2 or shape[0] != want:
+            what = f"{nh} heads x (qk_nope {nope} + qk_rope {rope})" if roles[name] == "q" else \
+                f"kv_lora_rank {rank} + qk_rope {rope}"
+            raise CheckpointError(f"'{name}' has shape {list(shape)} but config.json gives {want} rows ({what})",
+                                  "fix the MLA sizes in config.json to match the weights")
+    return Geometry(nh, 1, rope, rope)
 
 
 def _units_text(a: int, b: int, nh: int, nkv: int) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ropectl.errors import CheckpointError
-from ropectl.fsutil import is_inside
+from ropectl.fsutil import inside_checkpoint
 from ropectl.layout.io import SafetensorsFile, read_header, read_tensor
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ def _shard_paths(folder: Path, index_name: str, index: Mapping[str, Any]) -> lis
     paths = []
     for shard in shards:
         if not isinstance(shard, str) or not shard or Path(shard).is_absolute() or ".." in Path(shard).parts \
-                or not is_inside(folder / shard, folder):
+                or not inside_checkpoint(folder / shard, folder):
             raise CheckpointError(f"{index_name} names shard {shard!r}, outside the checkpoint folder",
                                   "shard names must be plain file names inside the folder; repair the index")
         if not (folder / shard).is_file():

@@ -14,6 +14,8 @@ from typing import Any
 from ropectl.errors import ConfigError, MethodError
 from ropectl.rope.methods import MethodSpec, apply_method, factor_for_target, get_method
 from ropectl.rope.params import RopeParams
+from ropectl.rope.reextend import reextension_of, with_carried_options
+from ropectl.schema import families
 from ropectl.schema.read import ModelRope, read_model_rope
 from ropectl.schema.record import KEY as RECORD_KEY
 from ropectl.schema.record import BaseRope, Record
@@ -35,6 +37,7 @@ class ConfigPlan:
     composed_from_record: bool = False
     warnings: tuple[str, ...] = ()
     method: MethodSpec | None = None  # the spec as applied: a target length turned into its factor
+    reextension: str | None = None  # the summary line when an already-scaled yarn/llama3 model is re-extended
 
     @property
     def factor(self) -> float | None:
@@ -55,11 +58,23 @@ class ConfigPlan:
 
 def is_scaled(model: ModelRope) -> bool:
     ropes = [model.rope, *model.layer_ropes.values()]
-    return any(r.rope_type != "default" for r in ropes)
+    return any(r.rope_type != "default" and not _unscaled_prope(r) for r in ropes)
+
+
+def _unscaled_prope(rope: RopeParams) -> bool:
+    return rope.rope_type == "proportional" and (rope.factor or 1.0) == 1.0
 
 
 def base_rope(model: ModelRope, replace_existing: bool = False) -> tuple[RopeParams, bool]:
     """The unscaled RoPE to scale from, and whether it came from ropectl's record."""
+    base, from_record = _base_rope(model, replace_existing)
+    if model.rope.rope_type == "proportional":  # p-RoPE stays p-RoPE: its partial factor is part of the base
+        partial = {"partial_rotary_factor": model.rope.scaling.get("partial_rotary_factor", 1.0)}
+        base = base.with_(rope_type="proportional", scaling={**base.scaling, **partial})
+    return base, from_record
+
+
+def _base_rope(model: ModelRope, replace_existing: bool) -> tuple[RopeParams, bool]:
     recorded = Record.from_json(model.record).base
     if recorded is not None:
         max_pos = recorded.max_position_embeddings or recorded.trained_context
@@ -68,7 +83,7 @@ def base_rope(model: ModelRope, replace_existing: bool = False) -> tuple[RopePar
         return RopeParams("default", recorded.rope_theta, model.rotary_dim, max_pos, scaling), True
     rope = model.rope
     if is_scaled(model):
-        if not replace_existing:
+        if not replace_existing and reextension_of(rope) is None:
             raise ConfigError(
                 f"the model is already scaled (rope type '{rope.rope_type}', factor {rope.factor}) and config.json "
                 "has no ropectl record of its unscaled base, so a new factor would silently stack on the old one",
@@ -81,6 +96,10 @@ def base_rope(model: ModelRope, replace_existing: bool = False) -> tuple[RopePar
 
 
 def _check_model(model: ModelRope, rope: RopeParams, transformers: bool) -> None:
+    types, reason = families.PATCH_REFUSED.get(model.model_type, ((), ""))
+    if types is None or rope.rope_type in types:
+        raise MethodError(f"cannot write rope type '{rope.rope_type}' for {model.model_type}: {reason}",
+                          "use another method (see the README's refusal table), or the model at its trained context")
     if model.model_type in FIXED_ROPE_TYPES:
         name = FIXED_ROPE_TYPES[model.model_type]
         raise MethodError(
@@ -145,17 +164,23 @@ def plan_config(
     _check_theta_known(config)
     before = read_model_rope(config)
     base, from_record = base_rope(before, replace_existing)
+    re = None if from_record or replace_existing else reextension_of(before.rope)
+    if re is not None:  # a shipped yarn/llama3 scaling: the new one counts from the original length, same options
+        spec = with_carried_options(re, spec)
     spec = effective_spec(base, spec, target_length)
     rope = apply_method(base, spec)
+    kept = {k: before.rope.scaling[k] for k in families.STRUCTURAL_ROPE_KEYS if k in before.rope.scaling}
+    rope = rope.with_(scaling={**rope.scaling, **kept}) if kept else rope
     if transformers:  # the RoPE as written: max_position_embeddings in the form most config readers agree on
         rope = rope.with_(max_position_embeddings=written_max_positions(rope, base.trained_context))
     _check_model(before, rope, transformers)
-    layers = {**before.layer_ropes, "full_attention": rope} if before.layer_ropes else {}
+    layers = {**before.layer_ropes, before.main_layer or "full_attention": rope} if before.layer_ropes else {}
     new = write_rope(config, before, rope, schema, layer_ropes=layers or None, trained=base.trained_context)
     new = _record(before, base, spec).written_into(new)
     if rope_holder(new) is not new:
         rope_holder(new).pop(RECORD_KEY, None)
-    return ConfigPlan(new, before, base, rope, layers, from_record, before.warnings, spec)
+    line = re.summary(rope, spec.factor) if re is not None else None
+    return ConfigPlan(new, before, base, rope, layers, from_record, before.warnings, spec, line)
 
 
 def apply_to_config(

@@ -17,9 +17,11 @@ from ropectl.fsutil import (
     atomic_write_text,
     check_output_dir,
     default_mode,
-    link_or_copy,
+    link_tree,
     staged_dir,
 )
+from ropectl.layout.weights import WEIGHT_SUFFIXES
+from ropectl.ownership import note_written
 from ropectl.patch import gguf as gguf_out
 from ropectl.patch.config import ConfigPlan, plan_config
 from ropectl.patch.emit import emit_llama_cpp, emit_vllm
@@ -92,28 +94,17 @@ def _gguf_diff(meta: Mapping[str, Any], updates: Mapping[str, Any], remove: set[
     return "".join(difflib.unified_diff(old, new, f"a/{name}", f"b/{name}"))
 
 
-def _link_tree(source: Path, staging: Path, copy: bool) -> list[tuple[str, str]]:
-    files = []
-    for root, dirs, names in os.walk(source):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        rel = Path(root).relative_to(source)
-        for name in sorted(names):
-            if name.startswith(".") or (rel == Path(".") and name.startswith(CONFIG)):
-                continue
-            (staging / rel).mkdir(parents=True, exist_ok=True)
-            how = link_or_copy(Path(root) / name, staging / rel / name, copy=copy)
-            files.append((str(rel / name), how))
-    return files
-
-
 def _write_folder(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> dict[str, Any]:
     assert spec.output is not None
     text = _dump(plan.config)
-    with staged_dir(spec.output, force=spec.force) as staging:
-        files = _link_tree(model.folder, staging, spec.copy)
+    with staged_dir(spec.output, force=spec.force, command="patch") as staging:
+        files, skipped = link_tree(model.folder, staging, spec.copy,
+                                   exclude=lambda rel: rel.parent == Path(".") and rel.name.startswith(CONFIG),
+                                   needed=lambda rel: rel.suffix in WEIGHT_SUFFIXES or rel.name.endswith(".index.json"))
         atomic_write_text(staging / CONFIG, text)
         verification = verify_folder(staging, expected_ropes(plan.rope, plan.layer_ropes))
-    return {"output": str(spec.output), "files": [(CONFIG, "written"), *files], "verification": verification}
+    return {"output": str(spec.output), "files": [(CONFIG, "written"), *files], "verification": verification,
+            "skipped": skipped}
 
 
 def _backup_path(config: Path) -> Path:
@@ -130,6 +121,7 @@ def _write_in_place(model: ResolvedModel, plan: ConfigPlan) -> dict[str, Any]:
     atomic_write_bytes(backup, path.read_bytes())
     os.chmod(backup, path.stat().st_mode & 0o777)
     atomic_write_text(path, _dump(plan.config))  # keeps the replaced file's mode
+    note_written(model.folder, [backup.name])  # a later --force may replace the backup with its folder
     return {"output": str(model.folder), "files": [(CONFIG, "rewritten")], "backup": str(backup),
             "verification": verification}
 
@@ -158,7 +150,9 @@ def _emit(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> tuple[dict
 
 def _warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[str]:
     out = []  # the source's own inconsistencies (plan.warnings) are all rewritten away by the patch
-    if plan.before.rope.rope_type != "default" or plan.composed_from_record:
+    if plan.reextension:
+        out.append(plan.reextension)
+    elif plan.before.rope.rope_type != "default" or plan.composed_from_record:
         how = "from the base recorded by ropectl" if plan.composed_from_record else "taking the config's theta as base"
         out.append(f"the existing '{plan.before.rope.rope_type}' scaling was replaced, not stacked ({how})")
     if plan.rope.rope_type == "dynamic":
@@ -202,6 +196,8 @@ def _result(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan, done: dict[
             warnings: list[str]) -> PatchResult:
     target = plan.target_context
     files = tuple(done.get("files", ()))
+    if done.get("skipped"):
+        warnings.append(f"not brought along: {', '.join(done['skipped'])}")
     if any(how == "symlink" for _, how in files):
         warnings.append("the filesystem refused hardlinks, so files are symlinks to the source: keep the source, "
                         "or rerun with --copy")

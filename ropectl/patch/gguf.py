@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import GGUFError, MethodError, OutputError, VerificationError
+from ropectl.fsutil import sigterm_as_interrupt
 from ropectl.gguf_meta import BASE_CONTEXT_KEY, BASE_THETA_KEY, METHOD_KEY
+from ropectl.ownership import clean_stale, temp_affixes
 from ropectl.rope.frequencies import compute_frequencies, yarn_mscale
 from ropectl.rope.params import RopeParams
 
@@ -196,21 +198,27 @@ def check_gguf_output(output: Path, source: Path, force: bool) -> None:
 
 
 def rewrite_gguf(source: Path, output: Path, arch: str, updates: dict[str, Any], remove: set[str]) -> GGUFWrite:
-    """Write to a temp file beside ``output``, verify it, then rename: never a half-written .gguf."""
+    """Write to a temp file beside ``output``, verify it, then rename: never a half-written .gguf.
+
+    SIGTERM unwinds like Ctrl-C so the temp file is removed; one a SIGKILLed run left is removed next time.
+    """
     reader = _open(source)
-    try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
-    except OSError as exc:
-        raise OutputError(f"cannot create a file in '{output.parent}' ({exc.strerror})",
-                          "choose a writable output location") from None
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        _write(reader, tmp, arch, updates, remove)
-        tensors = verify_gguf(reader, tmp, updates, remove)
-        os.replace(tmp, output)
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+    clean_stale(output)
+    prefix, suffix = temp_affixes(output)
+    with sigterm_as_interrupt():
+        try:
+            fd, tmp_name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=output.parent)
+        except OSError as exc:
+            raise OutputError(f"cannot create a file in '{output.parent}' ({exc.strerror})",
+                              "choose a writable output location") from None
+        os.close(fd)
+        tmp = Path(tmp_name)
+        try:
+            _write(reader, tmp, arch, updates, remove)
+            tensors = verify_gguf(reader, tmp, updates, remove)
+            os.replace(tmp, output)
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
     present = {f.name for f in reader.fields.values()}
     return GGUFWrite(output, dict(updates), tuple(sorted(remove & present)), tensors)

@@ -1,28 +1,28 @@
-"""What a ``patch`` run is asked to do, built from presets, a TOML file, typed flags and ``--set``.
+"""What a ``patch`` run is asked to do, built from presets, a TOML file, a spec string, typed flags and ``--set``.
 
-Precedence, lowest first: preset, ``--config FILE``, typed flags, ``--set key=value``. Everything is
-validated here, so Python callers get the same errors as the CLI.
+Precedence, lowest first: preset, ``--config FILE``, ``-m`` spec, typed flags, ``--set key=value``; the
+layering itself is :func:`ropectl.rope.choice.layer`, shared with ``eval-ppl``. Everything is validated
+here, so Python callers get the same errors as the CLI.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ropectl import presets
-from ropectl.errors import MethodError, UsageError
-from ropectl.rope.methods import MethodSpec, Param, get_method, parse_value
+from ropectl.errors import UsageError
+from ropectl.rope.choice import MethodChoice, layer, merge, to_method_spec
+from ropectl.rope.methods import MethodSpec, get_method
 from ropectl.schema.write import check_schema
 
 EMITS = ("config", "vllm", "llama.cpp")
 PRESET_PREFIX = "patch-"
-# Keys a preset / config file may hold besides the method's own options.
-SPEC_KEYS = ("method", "factor", "target_length", "schema", "options", "longrope_file", "description")
-_FACTOR = Param("factor", float)
-_TARGET = Param("target_length", int)
+__all__ = ["EMITS", "MethodChoice", "PatchSpec", "build_choice", "load_config_file", "load_preset", "merge",
+           "method_spec", "read_longrope_file"]
 
 
 @dataclass(frozen=True)
@@ -93,92 +93,21 @@ def read_longrope_file(path: Path) -> dict[str, list[float]]:
     return {k: data[k] for k in ("short_factor", "long_factor")}
 
 
-def parse_sets(items: Sequence[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise UsageError(f"malformed --set '{item}'", "write --set key=value, e.g. --set beta_fast=16")
-        out[key.strip().replace("-", "_")] = value.strip()
-    return out
-
-
-@dataclass(frozen=True)
-class MethodChoice:
-    """The method part of a patch request, before presets and flags are merged."""
-
-    method: str | None = None
-    factor: float | None = None
-    target_length: int | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
-    longrope_file: Path | None = None
-    schema: str | None = None
-
-
-def _from_table(table: Mapping[str, Any]) -> MethodChoice:
-    method = table.get("method")
-    options = dict(table.get("options") or {})
-    for key, value in table.items():
-        if key not in SPEC_KEYS:
-            options[key] = value  # a method option written directly in the table
-    path = table.get("longrope_file")
-    factor = None if table.get("factor") is None else parse_value(_FACTOR, table["factor"])
-    target = None if table.get("target_length") is None else parse_value(_TARGET, table["target_length"])
-    return MethodChoice(method, factor, target, options, Path(path) if path else None, table.get("schema"))
-
-
-def merge(*choices: MethodChoice) -> MethodChoice:
-    """Later choices override earlier ones, key by key; a new method drops the old method's options.
-
-    A factor given later replaces an earlier target length and vice versa (they are two ways to say one thing).
-    """
-    out = MethodChoice()
-    for c in choices:
-        options = dict(out.options) if c.method in (None, out.method) else {}
-        options.update(c.options)
-        factor, target = out.factor, out.target_length
-        if c.factor is not None or c.target_length is not None:
-            factor, target = c.factor, c.target_length
-        out = MethodChoice(
-            c.method or out.method,
-            factor,
-            target,
-            options,
-            c.longrope_file or out.longrope_file,
-            c.schema or out.schema,
-        )
-    return out
-
-
 def method_spec(choice: MethodChoice) -> MethodSpec:
-    """A validated MethodSpec (options typed; factor/target consistency checked)."""
-    if not choice.method:
-        raise MethodError("no scaling method given", "pass --method (linear, ntk, dynamic, yarn, llama3, longrope) "
-                                                     "or --preset NAME")
-    method = get_method(choice.method)
-    if choice.factor is not None and choice.target_length is not None:
-        raise UsageError("both a factor and a target length are given", "pass only one of --factor / --target-length")
-    options = dict(choice.options)
+    """A validated MethodSpec; a --longrope-file's lists sit under options given any other way."""
+    extra = None
     if choice.longrope_file is not None:
-        if method.name != "longrope":
-            raise UsageError(f"--longrope-file applies to longrope, not {method.name}", "drop --longrope-file")
-        options = {**read_longrope_file(choice.longrope_file), **options}
-    typed = tuple((key, parse_value(method.param(key), value)) for key, value in options.items() if value is not None)
-    factor = None if choice.factor is None else parse_value(_FACTOR, choice.factor)
-    return MethodSpec(method.name, factor, typed)
+        name = get_method(choice.method).name if choice.method else "longrope"
+        if name != "longrope":
+            raise UsageError(f"--longrope-file applies to longrope, not {name}", "drop --longrope-file")
+        extra = read_longrope_file(choice.longrope_file)
+    return to_method_spec(choice, extra)
 
 
 def build_choice(
     preset: str | None = None, config_file: Path | None = None, flags: MethodChoice | None = None,
-    sets: Sequence[str] = (),
+    sets: Sequence[str] = (), spec: str | None = None,
 ) -> MethodChoice:
-    layers = []
-    if preset:
-        layers.append(_from_table(load_preset(preset)))
-    if config_file:
-        layers.append(_from_table(load_config_file(config_file)))
-    if flags:
-        layers.append(flags)
-    if sets:
-        layers.append(_from_table(parse_sets(sets)))
-    return merge(*layers)
+    """Read the preset and --config file, then layer them with the spec string, flags and --set."""
+    return layer(load_preset(preset) if preset else None, load_config_file(config_file) if config_file else None,
+                 spec, flags, sets)

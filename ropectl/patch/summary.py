@@ -38,7 +38,7 @@ def classify_pairs(base: Sequence[float], scaled: Sequence[float], factor: float
     """Per pair, base/scaled frequency ratio: ~1 kept, ~factor interpolated, anything else blended."""
     counts = {"interpolated": 0, "kept": 0, "blended": 0}
     for b, s in zip(base, scaled, strict=True):
-        ratio = b / s
+        ratio = b / s if s else (1.0 if not b else math.inf)  # p-RoPE's unrotated pairs: 0 stays 0, kept
         if math.isclose(ratio, 1.0, rel_tol=RATIO_TOL):
             counts["kept"] += 1
         elif factor and factor != 1 and math.isclose(ratio, factor, rel_tol=RATIO_TOL):

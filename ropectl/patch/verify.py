@@ -80,7 +80,14 @@ def _module_for(model_type: str) -> Any:
     from transformers.models.auto.configuration_auto import model_type_to_module_name
 
     name = model_type_to_module_name(model_type)
-    return importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+    try:
+        return importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+    except ImportError:
+        raise VerificationError(
+            f"transformers has a config class but no modeling code for model type '{model_type}' (it runs as "
+            "remote code), so the patched RoPE cannot be verified against it",
+            "patch a model type that transformers implements, or edit this config by hand",
+        ) from None
 
 
 def rotary_class(config: Any) -> type:
@@ -123,7 +130,8 @@ def transformers_frequencies(folder: Path) -> dict[str, tuple[list[float], float
 def _rel_error(got: Sequence[float], want: Sequence[float]) -> float:
     if len(got) != len(want):
         return math.inf
-    return max((abs(g - w) / abs(w) for g, w in zip(got, want, strict=True)), default=0.0)
+    # p-RoPE's unrotated pairs have frequency 0 on both sides: compare those absolutely.
+    return max((abs(g - w) / abs(w) if w else abs(g) for g, w in zip(got, want, strict=True)), default=0.0)
 
 
 def compare(built: Mapping[str, tuple[list[float], float]], expected: Mapping[str, RopeParams]) -> float:

@@ -57,9 +57,14 @@ def token_nll(
 
 def body_hidden(model: Any, input_ids: Any) -> Any:
     """The last hidden state [T, H] of one sequence, from the decoder body only (no lm_head)."""
+    return body_hidden_batch(model, input_ids)[0]
+
+
+def body_hidden_batch(model: Any, input_ids: Any) -> Any:
+    """The last hidden state [B, T, H] of equal-length sequences (no padding, no mask), no lm_head."""
     body = model.get_decoder() if hasattr(model, "get_decoder") else model.model
     output = body(input_ids=input_ids, use_cache=False)
-    return output.last_hidden_state[0]
+    return output.last_hidden_state
 
 
 def sequence_nll(model: Any, ids: Any, chunk_size: int = DEFAULT_CHUNK, score_from: int = 0) -> Any:

@@ -117,10 +117,41 @@ def resolve_device(device: str, local_rank: int = 0) -> str:
 
 
 def resolve_dtype(dtype: str, device: str) -> str:
-    """auto: bf16 on GPUs; fp32 on CPUs, where bf16 matmuls are only fast with AVX512-BF16/AMX."""
-    if dtype == "auto":
-        return "bf16" if device.startswith("cuda") else "fp32"
-    return dtype
+    return resolve_dtype_choice(dtype, device)[0]
+
+
+def resolve_dtype_choice(dtype: str, device: str) -> tuple[str, str]:
+    """(dtype, why). auto: bf16 on CUDA; on CPU bf16 only where the CPU has bf16 matmul units, else fp32."""
+    if dtype != "auto":
+        return dtype, "asked for"
+    if device.startswith("cuda"):
+        return "bf16", "auto: CUDA GPU"
+    if device != "cpu":
+        return "fp32", f"auto: {device}"
+    from ropectl.ppl.cpu import cpu_dtype
+
+    return cpu_dtype()
+
+
+def model_source(model: str | None) -> tuple[str, dict[str, Any], str, dict[str, Any]]:
+    """from_pretrained arguments, a label for results, and the config transformers will build (no weights)."""
+    from transformers import AutoConfig
+
+    from ropectl.resolve import resolve_model
+
+    quiet_transformers()
+    resolved = resolve_model(model or default_model_path(), weights=True)
+    path, kwargs = resolved.from_pretrained_args()
+    config = AutoConfig.from_pretrained(path, **kwargs).to_dict()
+    return path, kwargs, model or DEFAULT_MODEL_LABEL, config
+
+
+def trained_context(config: Mapping[str, Any]) -> int | None:
+    """The pretraining context: ropectl's record of the unscaled base if patched, else what the config says."""
+    model = read_model_rope(config)
+    base = model.record.get("base")
+    recorded = base.get("trained_context") if isinstance(base, dict) else None
+    return int(recorded) if recorded else model.rope.trained_context
 
 
 @dataclass
@@ -170,23 +201,43 @@ def load_model(path: str, kwargs: Mapping[str, Any], tokenizer: Any, device: str
                device_map: str | None = None) -> LoadedModel:
     """Weights loaded once, in ``dtype``, with SDPA attention (eager only where a model has no SDPA)."""
     import torch
-    from transformers import AutoModelForCausalLM
 
     quiet_transformers()
     torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
     extra: dict[str, Any] = {"device_map": "auto"} if device_map == "auto" else {}
+    auto = _auto_class(path, kwargs)
     with _no_gguf_bar():
         try:
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, attn_implementation="sdpa",
-                                                         **extra, **kwargs)
+            model = auto.from_pretrained(path, dtype=torch_dtype, attn_implementation="sdpa", **extra, **kwargs)
         except ValueError as exc:
             if "sdpa" not in str(exc).lower():
                 raise
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, attn_implementation="eager",
-                                                         **extra, **kwargs)
+            model = auto.from_pretrained(path, dtype=torch_dtype, attn_implementation="eager", **extra, **kwargs)
     if device_map != "auto":
         model = model.to(device)
     return LoadedModel(model.eval(), tokenizer, device, dtype)
+
+
+def _auto_class(path: str, kwargs: Mapping[str, Any]) -> Any:
+    """AutoModelForCausalLM, or the image-text-to-text class for vision-language models (Qwen2-VL, Qwen3-VL)
+    whose language model is only reachable through it; their text-only forward is a causal LM."""
+    from transformers import AutoModelForCausalLM
+    from transformers.models.auto import modeling_auto
+
+    if str(path).lower().endswith(".gguf"):
+        return AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    config = AutoConfig.from_pretrained(path, **kwargs)
+    causal = modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    vlm = modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+    if config.model_type not in causal and config.model_type in vlm:
+        return AutoModelForImageTextToText
+    return AutoModelForCausalLM
+
+
+def _tower(class_name: str) -> bool:
+    return any(word in class_name for word in ("Vision", "Audio", "Talker"))
 
 
 def rotary_modules(model: Any) -> list[tuple[Any, str, Any]]:
@@ -194,7 +245,9 @@ def rotary_modules(model: Any) -> list[tuple[Any, str, Any]]:
     found = []
     for parent in model.modules():
         for name, child in parent.named_children():
-            if type(child).__name__.endswith("RotaryEmbedding") and hasattr(child, "config"):
+            kind = type(child).__name__
+            # A vision or audio tower's rotary module (2-D axial RoPE) is not the language model's.
+            if kind.endswith("RotaryEmbedding") and hasattr(child, "config") and not _tower(kind):
                 found.append((parent, name, child))
     return found
 
@@ -228,7 +281,8 @@ def verify_rotary(module: Any, state: MethodState, length: int | None) -> None:
         inv = getattr(module, f"{prefix}inv_freq").double().cpu().tolist()
         scaling = getattr(module, f"{prefix}attention_scaling", getattr(module, "attention_scaling", 1.0))
         want = compute_frequencies(rope, seq_len=length)
-        errors = [abs(a - b) / abs(b) for a, b in zip(inv, want.inv_freq, strict=False)] + [
+        # p-RoPE's unrotated pairs have frequency 0 on both sides: compared absolutely
+        errors = [abs(a - b) / abs(b) if b else abs(a) for a, b in zip(inv, want.inv_freq, strict=False)] + [
             abs(float(scaling) - want.attention_factor) / abs(want.attention_factor)]
         if len(inv) != len(want.inv_freq) or max(errors) > TOLERANCE:
             where = f" ({layer_type})" if layer_type else ""

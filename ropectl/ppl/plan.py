@@ -73,23 +73,80 @@ def plan_jobs(states: list[MethodState], lengths: list[int], docs: list[Document
     return sorted(jobs, key=lambda j: (order[j.state.label], doc_order[j.doc.doc_id], j.length))
 
 
-def run_job(job: Job, model: Any, device: Any, mode: str, stride: int, chunk_size: int,
-            on_tokens: Callable[[int], None]) -> dict[tuple[str, int], tuple[int, float]]:
-    """Score the job; returns {(method label, length): (tokens scored, NLL sum)} for its document."""
+@dataclass(frozen=True)
+class Score:
+    """One cell's numbers for one document: tokens scored, their NLL sum, and the same split by position."""
+
+    tokens: int
+    nll_sum: float
+    bucket_nll: tuple[float, ...] = ()
+    bucket_tokens: tuple[int, ...] = ()
+
+
+def batch_jobs(jobs: list[Job], mode: str, batch_tokens: int) -> list[list[Job]]:
+    """Truncate jobs of one method and length share a forward, ``batch_tokens // length`` documents at a time.
+
+    Every document is cut to the same length, so a batch needs no padding and each row's numbers are the
+    batch-1 numbers. Sliding jobs and long lengths stay batch 1.
+    """
+    if mode != "truncate":
+        return [[j] for j in jobs]
+    groups: dict[tuple[str, int], list[Job]] = {}
+    for job in jobs:
+        groups.setdefault((job.state.label, job.length), []).append(job)
+    out: list[list[Job]] = []
+    for (_, length), members in groups.items():
+        size = max(1, batch_tokens // length)
+        out += [members[i:i + size] for i in range(0, len(members), size)]
+    return out
+
+
+def run_batch(jobs: list[Job], model: Any, device: Any, mode: str, stride: int, chunk_size: int, bucket: int,
+              on_tokens: Callable[[int], None]) -> list[dict[tuple[str, int], Score]]:
+    """Score the jobs (one forward for a truncate batch); per job, {(method label, length): Score}."""
+    import torch
+
+    from ropectl.ppl.loss import body_hidden_batch, logits_fn, token_nll
+
+    if mode != "truncate":
+        return [_run_sliding(job, model, device, stride, chunk_size, bucket, on_tokens) for job in jobs]
+    length = jobs[0].length
+    ids = torch.stack([torch.as_tensor(j.doc.tokens[:length], dtype=torch.long) for j in jobs]).to(device)
+    head = logits_fn(model)
+    out = []
+    with torch.inference_mode():
+        hidden = body_hidden_batch(model, ids)
+        for row, job in enumerate(jobs):
+            nll = token_nll(hidden[row, :-1], ids[row, 1:], head, chunk_size)
+            out.append({(label, n): _truncate_score(nll, n, bucket) for label, n in job.cells})
+        del hidden
+    on_tokens(length * len(jobs))
+    return out
+
+
+def _truncate_score(nll: Any, n: int, bucket: int) -> Score:
+    from ropectl.ppl.positions import bucket_sums
+
+    head = nll[: n - 1].double()
+    sums, counts = bucket_sums(head, 1, bucket)
+    return Score(n - 1, float(head.sum()), tuple(sums), tuple(counts))
+
+
+def _run_sliding(job: Job, model: Any, device: Any, stride: int, chunk_size: int, bucket: int,
+                 on_tokens: Callable[[int], None]) -> dict[tuple[str, int], Score]:
     import torch
 
     from ropectl.ppl.loss import sequence_nll
+    from ropectl.ppl.positions import bucket_sums, merge
 
     tokens = torch.as_tensor(job.doc.tokens, dtype=torch.long)
+    total, acc = 0.0, ([], [])
     with torch.inference_mode():
-        if mode == "truncate":
-            nll = sequence_nll(model, tokens[: job.length].to(device), chunk_size)
-            on_tokens(job.length)
-            csum = torch.cumsum(nll.double(), 0)
-            return {(label, n): (n - 1, float(csum[n - 2])) for label, n in job.cells}
-        total = 0.0
         for start, first_target in windows(job.doc.n_tokens, job.length, stride):
             window = tokens[start:start + job.length].to(device)
-            total += float(sequence_nll(model, window, chunk_size, score_from=first_target - 1 - start).double().sum())
+            nll = sequence_nll(model, window, chunk_size, score_from=first_target - 1 - start).double()
+            total += float(nll.sum())
+            acc = merge(acc, bucket_sums(nll, first_target - start, bucket))  # position inside the window
             on_tokens(job.length)
-    return {cell: (job.doc.n_tokens - 1, total) for cell in job.cells}
+    score = Score(job.doc.n_tokens - 1, total, tuple(acc[0]), tuple(acc[1]))
+    return {cell: score for cell in job.cells}

@@ -54,6 +54,39 @@ def plot_ppl(aggregates: list[Aggregate], methods: list[str], trained: int | Non
     return path
 
 
+def plot_positions(found: list[Any], methods: list[str], trained: int | None, path: Path, mode: str,
+                   title: str = "") -> Path:
+    """Mean NLL per position bucket, one line per method (its longest length), trained context marked."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ropectl.ppl.positions import longest_per_method
+
+    fig, ax = plt.subplots(figsize=(8, 4.8), dpi=120)
+    for curve in longest_per_method(found, methods):
+        xs = [(k + 0.5) * curve.bucket for k, n in enumerate(curve.tokens) if n]
+        ys = [v for v, n in zip(curve.nll, curve.tokens, strict=True) if n]
+        ax.plot(xs, ys, color=f"C{methods.index(curve.method)}", marker="o", markersize=2.5, linewidth=1.5,
+                label=f"{curve.method} (L={length_label(curve.length)}, {curve.docs} doc{'s' * (curve.docs != 1)})")
+    _mark_trained(ax, trained, label=True)
+    where = "position in the document" if mode == "truncate" else "position inside the window (context length)"
+    ax.set_xlabel(f"{where}, tokens ({found[0].bucket}-token buckets)")
+    ax.set_ylabel("mean NLL per token (nats)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    ax.set_title(f"loss by position · {title}" if title else "loss by position", fontsize=10)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
 def _ppl_panel(ax: Any, series: dict[str, list[Aggregate]], colors: dict[str, str], trained: int | None) -> None:
     import matplotlib.ticker as ticker
 

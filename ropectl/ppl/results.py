@@ -24,7 +24,9 @@ JSON = "results.json"
 CSV = "results.csv"
 SUMMARY = "summary.json"
 PLOT = "ppl.png"
-COLUMNS = ("model", "method", "params", "length", "doc", "tokens", "nll_sum", "ppl", "mode", "stride")
+COLUMNS = ("model", "method", "params", "length", "doc", "tokens", "nll_sum", "ppl", "mode", "stride", "bucket",
+           "bucket_nll", "bucket_tokens")
+LIST_COLUMNS = ("params", "bucket_nll", "bucket_tokens")  # JSON-encoded in the CSV
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,9 @@ class Cell:
     mode: str = "truncate"
     stride: int | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
+    bucket: int | None = None  # loss by position: NLL sum and tokens per bucket of target positions
+    bucket_nll: tuple[float, ...] = ()
+    bucket_tokens: tuple[int, ...] = ()
 
     @property
     def ppl(self) -> float:
@@ -52,13 +57,16 @@ class Cell:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["params"] = dict(self.params)
+        out["bucket_nll"], out["bucket_tokens"] = list(self.bucket_nll), list(self.bucket_tokens)
         out["ppl"] = self.ppl
         return {k: out[k] for k in COLUMNS}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Cell:
         return cls(str(d["model"]), str(d["method"]), int(d["length"]), str(d["doc"]), int(d["tokens"]),
-                   float(d["nll_sum"]), str(d.get("mode", "truncate")), d.get("stride"), dict(d.get("params") or {}))
+                   float(d["nll_sum"]), str(d.get("mode", "truncate")), d.get("stride"), dict(d.get("params") or {}),
+                   d.get("bucket"), tuple(float(x) for x in d.get("bucket_nll") or ()),
+                   tuple(int(x) for x in d.get("bucket_tokens") or ()))
 
 
 def append_cells(out: Path, cells: Iterable[Cell]) -> None:
@@ -148,6 +156,6 @@ def write_outputs(out: Path, cells: list[Cell], summary: Mapping[str, Any]) -> N
     writer = csv.writer(buf)
     writer.writerow(COLUMNS)
     for row in rows:
-        writer.writerow([json.dumps(row[k], sort_keys=True) if k == "params" else row[k] for k in COLUMNS])
+        writer.writerow([json.dumps(row[k], sort_keys=True) if k in LIST_COLUMNS else row[k] for k in COLUMNS])
     atomic_write_text(out / CSV, buf.getvalue())
     atomic_write_text(out / SUMMARY, json.dumps(summary, indent=2) + "\n")

@@ -34,7 +34,7 @@ from ropectl.ppl.model import (
     resolve_dtype,
     verify_after_forward,
 )
-from ropectl.ppl.plan import Job, job_tokens, plan_jobs, run_job
+from ropectl.ppl.plan import Job, batch_jobs, job_tokens, plan_jobs, run_batch
 from ropectl.ppl.results import Cell, append_cells, read_cells
 from ropectl.ppl.spec import DEFAULT_OUT_ROOT, EvalSpec
 from ropectl.ppl.summary import EvalResult, finish_run
@@ -156,11 +156,14 @@ def _output_dir(spec: EvalSpec) -> Path:
 
 
 def _check_output(out: Path, spec: EvalSpec) -> None:
+    model = Path(spec.model).expanduser() if spec.model else None
+    model = model if model is not None and model.is_dir() else None  # results never go into the model folder
     if spec.resume and out.is_dir():
+        check_output_dir(out, model, force=True, replaces=False)
         if not os.access(out, os.W_OK | os.X_OK):
             raise OutputError(f"cannot write to '{out}' (permission denied)", "choose a writable output folder")
         return
-    check_output_dir(out, force=spec.force)
+    check_output_dir(out, model, spec.force, replaces=False)
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".ropectl-write-test"
@@ -229,17 +232,18 @@ def _execute(run: _Run, progress: Callable[[Progress], None] | None) -> list[Cel
     total = sum(job_tokens(j, spec.mode, spec.stride_for(j.length)) for j in jobs)
     tracker = {"tokens": 0}
     new_cells: list[Cell] = []
+    batches = batch_jobs(jobs, spec.mode, spec.batch_tokens)
     try:
-        for i, job in enumerate(jobs):
-            new_cells += _run_one(run, loaded, job, progress, tracker, total, i, len(jobs))
+        for i, batch in enumerate(batches):
+            new_cells += _run_one(run, loaded, batch, progress, tracker, total, i, len(batches))
     except KeyboardInterrupt:
         raise SweepInterrupted(run.out, len(read_cells(run.out))) from None
     return new_cells
 
 
-def _run_one(run: _Run, loaded: LoadedModel, job: Job, progress: Callable[[Progress], None] | None,
+def _run_one(run: _Run, loaded: LoadedModel, batch: list[Job], progress: Callable[[Progress], None] | None,
              tracker: dict[str, int], total: int, index: int, n_jobs: int) -> list[Cell]:
-    spec = run.spec
+    spec, job = run.spec, batch[0]  # a batch shares one method and length
     if loaded.active != job.state.label or job.state.length_dependent:
         activate(loaded, job.state)  # fresh module: dynamic's growth-only cache must not leak across lengths
 
@@ -251,12 +255,14 @@ def _run_one(run: _Run, loaded: LoadedModel, job: Job, progress: Callable[[Progr
     if progress:
         progress(Progress(tracker["tokens"], total, index, n_jobs, job.label))
     stride = spec.stride_for(job.length)
-    scores = run_job(job, loaded.model, loaded.input_device(), spec.mode, stride, spec.chunk_size, on_tokens)
+    scores = run_batch(batch, loaded.model, loaded.input_device(), spec.mode, stride, spec.chunk_size, spec.bucket,
+                       on_tokens)
     verify_after_forward(loaded, job.state, job.length)
     by_label = {s.label: s for s in run.states}
-    cells = [Cell(run.model_label, label, length, job.doc.doc_id, tokens, nll, spec.mode,
-                  stride if spec.mode == "sliding" else None, by_label[label].params())
-             for (label, length), (tokens, nll) in scores.items()]
+    cells = [Cell(run.model_label, label, length, one.doc.doc_id, sc.tokens, sc.nll_sum, spec.mode,
+                  stride if spec.mode == "sliding" else None, by_label[label].params(), spec.bucket, sc.bucket_nll,
+                  sc.bucket_tokens)
+             for one, per_job in zip(batch, scores, strict=True) for (label, length), sc in per_job.items()]
     append_cells(run.out, cells)
     if progress:
         progress(Progress(tracker["tokens"], total, index + 1, n_jobs, job.label))

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from ropectl import presets
 from ropectl.errors import UsageError
-from ropectl.rope.methods import MethodSpec, parse_spec
+from ropectl.rope.choice import layer, to_method_spec
+from ropectl.rope.methods import MethodSpec
 
 MODES = ("truncate", "sliding")
 DTYPES = ("auto", "bf16", "fp16", "fp32")
@@ -59,6 +60,8 @@ class EvalSpec:
     split: str = "test"
     text_field: str = "text"
     replace_existing: bool = False
+    bucket: int = 512  # loss-by-position bucket, in tokens
+    batch_tokens: int = 8192  # truncate mode: documents per forward = batch_tokens // length (at least 1)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -89,6 +92,9 @@ def validate(spec: EvalSpec) -> None:
         raise UsageError(f"--docs must be at least 1, got {spec.docs}", "pass --docs 1 or more, or leave it out")
     if spec.chunk_size < 1:
         raise UsageError(f"chunk size must be positive, got {spec.chunk_size}", "pass e.g. --chunk-size 1024")
+    if spec.bucket < 1 or spec.batch_tokens < 1:
+        raise UsageError(f"--bucket and --batch-tokens must be positive, got {spec.bucket} and {spec.batch_tokens}",
+                         "pass e.g. --bucket 512 --batch-tokens 8192")
     if spec.stride is not None:
         if spec.mode != "sliding":
             raise UsageError("--stride only applies to --mode sliding", "add --mode sliding, or drop --stride")
@@ -135,13 +141,15 @@ def parse_lengths(values: str | list[Any] | tuple[Any, ...]) -> tuple[int, ...]:
     return tuple(sorted({parse_length(i) for i in items}))
 
 
-def parse_methods(values: list[str] | tuple[str, ...] | None) -> tuple[MethodSpec, ...]:
-    """Each ``name[:factor][,key=value...]`` through the registry shared with ``patch``."""
+def parse_methods(values: Sequence[str | Mapping[str, Any]] | None) -> tuple[MethodSpec, ...]:
+    """Each ``name[:factor][,key=value...]`` (or, in a preset, a ``{method, factor, key = value}`` table)
+    through the layering and registry shared with ``patch``."""
     out = []
-    for text in values or ():
-        if not str(text).strip():
-            raise UsageError("empty method spec", "write name[:factor][,key=value...], e.g. yarn:4")
-        out.append(parse_spec(str(text)))
+    for item in values or ():
+        choice = layer(preset=item) if isinstance(item, Mapping) else layer(spec=str(item))
+        if choice.target_length is not None:
+            raise UsageError(f"method {item!r} gives a target length", "eval-ppl methods take a factor, e.g. yarn:4")
+        out.append(to_method_spec(choice))
     return tuple(out)
 
 

@@ -10,8 +10,11 @@ from typing import Any
 from ropectl.ppl import dist
 from ropectl.ppl.data import Corpus
 from ropectl.ppl.model import MethodState
+from ropectl.ppl.positions import PositionCurve, curves
 from ropectl.ppl.results import PLOT, Aggregate, Cell, order_cells, read_cells, summarize, write_outputs
 from ropectl.ppl.spec import EvalSpec
+
+POSITIONS_PLOT = "loss-by-position.png"
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,7 @@ class EvalResult:
     aggregates: tuple[Aggregate, ...]
     cells: tuple[Cell, ...]
     plot: Path | None
+    positions: tuple[PositionCurve, ...] = ()
 
     @property
     def methods(self) -> list[str]:
@@ -35,7 +39,7 @@ class EvalResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"out": str(self.out), "meta": self.meta, "table": [a.to_dict() for a in self.aggregates],
-                "plot": str(self.plot) if self.plot else None}
+                "plot": str(self.plot) if self.plot else None, "positions": [c.to_dict() for c in self.positions]}
 
 
 def finish_run(out: Path, spec: EvalSpec, model_label: str, states: list[MethodState], corpus: Corpus | None,
@@ -51,13 +55,25 @@ def finish_run(out: Path, spec: EvalSpec, model_label: str, states: list[MethodS
     aggregates = tuple(summarize(cells, methods, lengths))
     meta = _meta(spec, model_label, states, corpus, trained, wall_s, device, dtype, world, len(gathered))
     plot = out / PLOT if aggregates else None
+    positions = position_curves(cells, spec.bucket)
     if world.is_main:
-        write_outputs(out, cells, {"meta": meta, "table": [a.to_dict() for a in aggregates]})
+        write_outputs(out, cells, {"meta": meta, "table": [a.to_dict() for a in aggregates],
+                                   "positions": [c.to_dict() for c in positions]})
         if plot is not None:
-            from ropectl.ppl.plot import plot_ppl
+            from ropectl.ppl.plot import plot_positions, plot_ppl
 
-            plot_ppl(list(aggregates), methods, trained, plot, title=f"{model_label} · {corpus.name} · {spec.mode}")
-    return EvalResult(out, meta, aggregates, tuple(cells), plot)
+            title = f"{model_label} · {corpus.name} · {spec.mode}"
+            plot_ppl(list(aggregates), methods, trained, plot, title=title)
+            if positions:
+                plot_positions(positions, methods, trained, out / POSITIONS_PLOT, spec.mode, title=title)
+    return EvalResult(out, meta, aggregates, tuple(cells), plot, tuple(positions))
+
+
+def position_curves(cells: list[Cell], bucket: int) -> list[PositionCurve]:
+    """Loss by position per (method, length), in the table's order."""
+    found = curves(cells, bucket)
+    order = {(c.method, c.length): i for i, c in enumerate(cells)}
+    return sorted(found, key=lambda c: order[(c.method, c.length)])
 
 
 def _meta(spec: EvalSpec, model_label: str, states: list[MethodState], corpus: Corpus, trained: int | None,
@@ -78,12 +94,21 @@ def _meta(spec: EvalSpec, model_label: str, states: list[MethodState], corpus: C
         "docs_used": {str(n): len(corpus.usable(n)) for n in spec.lengths},
         "doc_tokens": {d.doc_id: d.n_tokens for d in corpus.documents},
         "dtype": dtype,
+        "dtype_choice": _dtype_choice(spec.dtype, device),
         "device": device,
         "world_size": world.size,
         "chunk_size": spec.chunk_size,
+        "bucket": spec.bucket,
+        "batch_tokens": spec.batch_tokens,
         "new_cells": new_cells,
         "wall_s": round(wall_s, 2),
         "aggregation": "token-weighted: exp(sum NLL / sum tokens); s.e. across documents by the delta method",
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "python": platform.python_version()},
     }
+
+
+def _dtype_choice(asked: str, device: str) -> str:
+    from ropectl.ppl.model import resolve_dtype_choice
+
+    return resolve_dtype_choice(asked, device.split(":")[0])[1]

@@ -22,7 +22,8 @@ class PairReport:
 
 
 def wavelengths(inv_freq: Sequence[float]) -> list[float]:
-    return [2 * math.pi / f for f in inv_freq]
+    # p-RoPE's unrotated pairs have frequency 0: an infinite wavelength.
+    return [2 * math.pi / f if f else math.inf for f in inv_freq]
 
 
 def pair_reports(base_inv: Sequence[float], inv: Sequence[float], trained: int) -> list[PairReport]:

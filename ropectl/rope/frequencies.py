@@ -14,8 +14,22 @@ from ropectl.rope.params import Frequencies, RopeParams
 
 
 def base_inv_freq(theta: float, dim: int) -> list[float]:
-    """inv_i = theta^(-2i/d) for i in [0, d/2)."""
-    return [1.0 / theta ** (2 * i / dim) for i in range(dim // 2)]
+    """inv_i = theta^(-2i/d) for i in [0, d/2); an odd d gets ceil(d/2) pairs, as transformers' arange(0, d, 2)."""
+    return [1.0 / theta ** (2 * i / dim) for i in range((dim + 1) // 2)]
+
+
+def proportional_inv_freq(theta: float, head_dim: int, partial: float) -> list[float]:
+    """p-RoPE (Gemma 4): the first partial*d/2 pairs rotate at theta^(-2i/d) over the full head dim d,
+    the rest get frequency 0 (no rotation), so the cos/sin cover the whole head."""
+    angles = int(partial * head_dim // 2)
+    return [1.0 / theta ** (2 * i / head_dim) for i in range(angles)] + [0.0] * (head_dim // 2 - angles)
+
+
+def mrope_prerotated(inv: Sequence[float], mrope_section: Sequence[int]) -> list[float]:
+    """ERNIE-4.5-VL's stored order: the height/width share de-interleaved (even indices, then odd), time last."""
+    t_dim = int(mrope_section[2])
+    head, tail = list(inv[:-t_dim]), list(inv[-t_dim:])
+    return head[0::2] + head[1::2] + tail
 
 
 def ntk_theta(theta: float, factor: float, dim: int) -> float:
@@ -130,6 +144,14 @@ def _longrope(p: RopeParams, seq_len: int | None) -> Frequencies:
     return Frequencies(tuple(inv), float(attention), p.rope_theta)
 
 
+def _proportional(p: RopeParams, seq_len: int | None) -> Frequencies:
+    # ``rotary_dim`` is the whole head dim here; the factor divides every frequency (position interpolation).
+    partial = float(p.scaling.get("partial_rotary_factor", 1.0))
+    s = float(p.scaling.get("factor") or 1.0)
+    inv = [f / s for f in proportional_inv_freq(p.rope_theta, p.rotary_dim, partial)]
+    return Frequencies(tuple(inv), 1.0, p.rope_theta)
+
+
 def _factor(p: RopeParams) -> float:
     return float(_require(p.factor, "factor", p.rope_type))
 
@@ -150,6 +172,7 @@ _COMPUTE: dict[str, Callable[[RopeParams, int | None], Frequencies]] = {
     "yarn": _yarn,
     "llama3": _llama3,
     "longrope": _longrope,
+    "proportional": _proportional,
 }
 
 

@@ -12,7 +12,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from ropectl.errors import MethodError
-from ropectl.rope.frequencies import ntk_theta
+from ropectl.rope.builders import (
+    build_dynamic,
+    build_linear,
+    build_llama3,
+    build_longrope,
+    build_none,
+    build_ntk,
+    build_proportional,
+    build_yarn,
+    is_prope,
+    trained_length,
+)
 from ropectl.rope.params import RopeParams
 
 
@@ -62,85 +73,19 @@ def _fmt(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _target(base: RopeParams, factor: float) -> int:
-    return int(round(_trained(base) * factor))
-
-
-def _trained(base: RopeParams) -> int:
-    if not base.trained_context:
-        raise MethodError(
-            "the model's trained context length is unknown",
-            "pass original_max_position_embeddings=N as a method option",
-        )
-    return int(base.trained_context)
-
-
-def _clean(options: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
-    return {k: options[k] for k in names if options.get(k) is not None}
-
-
-def _none(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopeParams:
-    return RopeParams("default", base.rope_theta, base.rotary_dim, base.max_position_embeddings, {})
-
-
-def _linear(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopeParams:
-    return RopeParams("linear", base.rope_theta, base.rotary_dim, _target(base, factor), {"factor": factor})
-
-
-def _ntk(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopeParams:
-    theta = ntk_theta(base.rope_theta, factor, base.rotary_dim)
-    return RopeParams("default", theta, base.rotary_dim, _target(base, factor), {})
-
-
-def _dynamic(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopeParams:
-    # transformers rescales only past max_position_embeddings, so it must stay at the trained length.
-    return RopeParams("dynamic", base.rope_theta, base.rotary_dim, _trained(base), {"factor": factor})
-
-
-def _yarn(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopeParams:
-    original = int(o.get("original_max_position_embeddings") or _trained(base))
-    scaling: dict[str, Any] = {"factor": factor, "original_max_position_embeddings": original}
-    scaling.update(_clean(o, ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim")))
-    if o.get("truncate") is False:
-        scaling["truncate"] = False
-    return RopeParams("yarn", base.rope_theta, base.rotary_dim, int(round(original * factor)), scaling)
-
-
-def _llama3(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopeParams:
-    original = int(o.get("original_max_position_embeddings") or _trained(base))
-    scaling = {
-        "factor": factor,
-        "low_freq_factor": float(o.get("low_freq_factor", 1.0)),
-        "high_freq_factor": float(o.get("high_freq_factor", 4.0)),
-        "original_max_position_embeddings": original,
-    }
-    return RopeParams("llama3", base.rope_theta, base.rotary_dim, int(round(original * factor)), scaling)
-
-
-def _longrope(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopeParams:
-    original = int(o.get("original_max_position_embeddings") or _trained(base))
-    scaling: dict[str, Any] = {
-        "short_factor": [float(v) for v in o["short_factor"]],
-        "long_factor": [float(v) for v in o["long_factor"]],
-        "factor": factor,
-        "original_max_position_embeddings": original,
-    }
-    scaling.update(_clean(o, ("attention_factor",)))
-    return RopeParams("longrope", base.rope_theta, base.rotary_dim, int(round(original * factor)), scaling)
-
-
 _ORIGINAL = Param("original_max_position_embeddings", int, None, "pretraining context (default: from the config)")
 
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
-        Method("none", "unscaled RoPE (the base model)", (), _none, uses_factor=False, gguf_type="none",
+        Method("none", "unscaled RoPE (the base model)", (), build_none, uses_factor=False, gguf_type="none",
                max_position_rule="reset to the trained context"),
-        Method("linear", "position interpolation: every frequency divided by the factor", (), _linear,
+        Method("linear", "position interpolation: every frequency divided by the factor", (_ORIGINAL,), build_linear,
                gguf_type="linear"),
-        Method("ntk", "static NTK-aware: rope_theta raised to theta*s^(d/(d-2))", (), _ntk, gguf_type="none"),
-        Method("dynamic", "dynamic NTK: theta grows with the sequence length past the trained context", (),
-               _dynamic, max_position_rule="kept at the trained context (scaling starts past it)"),
+        Method("ntk", "static NTK-aware: rope_theta raised to theta*s^(d/(d-2))", (_ORIGINAL,), build_ntk,
+               gguf_type="none"),
+        Method("dynamic", "dynamic NTK: theta grows with the sequence length past the trained context", (_ORIGINAL,),
+               build_dynamic, max_position_rule="kept at the trained context (scaling starts past it)"),
         Method("yarn", "YaRN: interpolate low frequencies, keep high ones, scale attention", (
             _ORIGINAL,
             Param("beta_fast", float, 32.0, "rotations where the ramp ends (keep)"),
@@ -149,20 +94,25 @@ METHODS: dict[str, Method] = {
             Param("mscale", float, None, "DeepSeek-style mscale"),
             Param("mscale_all_dim", float, None, "DeepSeek-style mscale_all_dim"),
             Param("truncate", bool, True, "round the ramp ends to whole dimensions"),
-        ), _yarn, gguf_type="yarn"),
+        ), build_yarn, gguf_type="yarn"),
         Method("llama3", "Llama 3.1: wavelength bands, smooth blend between them", (
             _ORIGINAL,
             Param("low_freq_factor", float, 1.0, "wavelengths above original/low are interpolated"),
             Param("high_freq_factor", float, 4.0, "wavelengths below original/high are kept"),
-        ), _llama3),
+        ), build_llama3),
         Method("longrope", "LongRoPE: per-dimension rescale factors (short and long lists)", (
             _ORIGINAL,
             Param("short_factor", list, None, "rotary_dim/2 factors used up to the original length"),
             Param("long_factor", list, None, "rotary_dim/2 factors used beyond it"),
             Param("attention_factor", float, None, "cos/sin scale (default sqrt(1+ln s/ln L))"),
-        ), _longrope, gguf_type="longrope"),
+        ), build_longrope, gguf_type="longrope"),
+        Method("proportional", "p-RoPE (Gemma 4): every frequency divided by the factor, unrotated pairs kept at 0", (
+            Param("partial_rotary_factor", float, None, "share of each head that rotates (default: the model's)"),
+        ), build_proportional),
     )
 }
+# A p-RoPE model's attention expects head_dim/2 frequencies with zeros past the rotated share; these keep that.
+PROPORTIONAL_METHODS = ("none", "ntk", "proportional")
 
 
 def get_method(name: str) -> Method:
@@ -217,7 +167,7 @@ def check_factor(method: Method, factor: float | None) -> float:
 
 
 def factor_for_target(base: RopeParams, target_length: int) -> float:
-    trained = _trained(base)
+    trained = trained_length(base)
     if target_length <= trained:
         raise MethodError(
             f"target length {target_length} is not beyond the trained context {trained}",
@@ -235,14 +185,24 @@ def validate_options(method: Method, options: Mapping[str, Any], rotary_dim: int
         raise MethodError("llama3 needs high_freq_factor > low_freq_factor", "e.g. low_freq_factor=1,high_freq_factor=4")
     if method.name == "yarn" and not 0 < out["beta_slow"] < out["beta_fast"]:
         raise MethodError("yarn needs 0 < beta_slow < beta_fast", "e.g. beta_fast=32,beta_slow=1")
+    partial = out.get("partial_rotary_factor")
+    if partial is not None and not 0 < partial <= 1:
+        raise MethodError(f"partial_rotary_factor must be in (0, 1], got {partial}", "e.g. partial_rotary_factor=0.25")
+    if method.name == "yarn" and rotary_dim % 2:
+        raise MethodError(
+            f"the rotary dim {rotary_dim} is odd: transformers' yarn ramp then has one value less than the "
+            "frequencies and cannot be built",
+            "use --method linear, ntk or dynamic for this model",
+        )
     if method.name == "longrope":
+        pairs = (rotary_dim + 1) // 2
         for key in ("short_factor", "long_factor"):
             values = out.get(key)
-            if not values or len(values) != rotary_dim // 2:
+            if not values or len(values) != pairs:
                 got = len(values) if values else 0
                 raise MethodError(
-                    f"longrope {key} has {got} values but the rotary dim {rotary_dim} needs {rotary_dim // 2}",
-                    f"give {rotary_dim // 2} comma-separated factors, or a JSON file with both lists",
+                    f"longrope {key} has {got} values but the rotary dim {rotary_dim} needs {pairs}",
+                    f"give {pairs} comma-separated factors, or a JSON file with both lists",
                 )
     return out
 
@@ -250,6 +210,7 @@ def validate_options(method: Method, options: Mapping[str, Any], rotary_dim: int
 def apply_method(base: RopeParams, spec: MethodSpec, target_length: int | None = None) -> RopeParams:
     """The RoPE a model should use after scaling its unscaled ``base`` as ``spec`` says."""
     method = get_method(spec.name)
+    _check_prope(base, method.name)
     factor = spec.factor
     if target_length is not None and method.uses_factor:
         factor = factor_for_target(base, target_length)
@@ -257,6 +218,20 @@ def apply_method(base: RopeParams, spec: MethodSpec, target_length: int | None =
     if options.get("original_max_position_embeddings"):
         base = base.with_(scaling={"original_max_position_embeddings": options["original_max_position_embeddings"]})
     return method.build(base, check_factor(method, factor), options)
+
+
+def _check_prope(base: RopeParams, name: str) -> None:
+    if is_prope(base) and name not in PROPORTIONAL_METHODS:
+        raise MethodError(
+            f"method '{name}' would replace this model's proportional RoPE (p-RoPE) with one that rotates fewer "
+            "dimensions than its attention expects",
+            "use --method proportional (position interpolation on p-RoPE) or --method ntk",
+        )
+    if name == "proportional" and not is_prope(base):
+        raise MethodError(
+            "method 'proportional' keeps a p-RoPE model's layout (Gemma 4, LFM3), and this model is not p-RoPE",
+            "use --method linear for plain position interpolation",
+        )
 
 
 def parse_spec(text: str) -> MethodSpec:

@@ -16,6 +16,8 @@ from typing import Any
 
 from ropectl.errors import ConfigError, NoRopeError
 from ropectl.rope.params import RopeParams
+from ropectl.schema import families
+from ropectl.schema.layers import layer_head_dims, main_label
 
 # Model types whose position encoding is learned, absolute, relative or ALiBi: never RoPE.
 NO_ROPE_TYPES = frozenset({
@@ -57,6 +59,8 @@ class ModelRope:
     rope_interleave: bool | None = None
     record: Mapping[str, Any] = field(default_factory=dict)  # what ropectl wrote into config.json
     warnings: tuple[str, ...] = ()
+    main_layer: str | None = None  # per-layer models: the label of the global-attention rope (``rope``)
+    layer_partials: Mapping[str, float] = field(default_factory=dict)  # per-layer partial rotary factors
 
 
 def text_config(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -74,8 +78,29 @@ def _first(cfg: Mapping[str, Any], *keys: str) -> Any:
     return None
 
 
+def with_aliases(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``cfg`` with the canonical keys filled from the family's own names (transformers' attribute_map)."""
+    model_type = str(cfg.get("model_type") or "")
+    aliases = families.KEY_ALIASES.get(model_type, {})
+    filled = {key: cfg[alias] for key, alias in aliases.items() if cfg.get(key) is None and cfg.get(alias) is not None}
+    for key, value in families.CLASS_DEFAULTS.get(model_type, {}).items():
+        if key not in cfg and key not in filled:
+            filled[key] = value
+    for key, (sub, alias) in families.NESTED_ALIASES.get(model_type, {}).items():
+        inner = cfg.get(sub)
+        if cfg.get(key) is None and isinstance(inner, Mapping) and inner.get(alias) is not None:
+            filled[key] = inner[alias]
+    return {**cfg, **filled} if filled else cfg
+
+
 def check_uses_rope(cfg: Mapping[str, Any]) -> str:
     model_type = str(cfg.get("model_type") or "")
+    if model_type in families.NOT_TEXT_TYPES:
+        raise NoRopeError(
+            f"model type '{model_type}' is {families.NOT_TEXT_TYPES[model_type]}: its RoPE does not index a "
+            "text context, so there is no context length to scale",
+            "point ropectl at the text model's config.json (or the multimodal wrapper holding its text_config)",
+        )
     has_keys = any(cfg.get(k) is not None for k in ROPE_KEYS)
     alibi = bool(cfg.get("alibi")) or bool(cfg.get("position_embedding_type") not in (None, "rope", "rotary"))
     if model_type in NO_ROPE_TYPES or (alibi and not has_keys) or (not has_keys and model_type not in ROPE_MODEL_TYPES):
@@ -97,6 +122,8 @@ def _shapes(cfg: Mapping[str, Any]) -> tuple[int, int, int | None, int]:
     if kv is None:
         kv = 1 if cfg.get("multi_query") else heads
     head_dim = cfg.get("head_dim") or (hidden // heads if hidden else None)
+    if str(cfg.get("model_type")) in families.MLA_ROPE_HEAD_DIM and cfg.get("qk_rope_head_dim"):
+        head_dim = cfg["qk_rope_head_dim"]  # MLA rotates only the rope part of each head
     if not head_dim:
         raise ConfigError("config.json gives neither head_dim nor hidden_size", "add head_dim or hidden_size")
     return int(heads), int(kv), int(hidden) if hidden else None, int(head_dim)
@@ -106,7 +133,7 @@ def _partial(cfg: Mapping[str, Any], section: Mapping[str, Any], head_dim: int, 
     value = _first(section, "partial_rotary_factor")
     if value is None:
         value = _first(cfg, "partial_rotary_factor", "rotary_pct")
-    if value is None and cfg.get("rotary_dim"):
+    if value is None and cfg.get("rotary_dim") and model_type not in families.ROTARY_DIM_IGNORED:
         value = int(cfg["rotary_dim"]) / head_dim
     if value is None and model_type == "gptj":
         value = 64 / head_dim
@@ -131,9 +158,9 @@ def _section(cfg: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
 
 
 def _is_nested(section: Mapping[str, Any], cfg: Mapping[str, Any]) -> bool:
-    labels = set(cfg.get("layer_types") or ()) | {"full_attention", "sliding_attention"}
-    return bool(section) and all(k in labels for k in section) and all(
-        isinstance(v, Mapping) or v is None for v in section.values()
+    """A per-layer-type section: every value is a section (or null), whatever the labels are called."""
+    return bool(section) and all(isinstance(v, Mapping) or v is None for v in section.values()) and any(
+        isinstance(v, Mapping) for v in section.values()
     )
 
 
@@ -151,7 +178,9 @@ def _rope_type(section: Mapping[str, Any]) -> str:
 def _params(section: Mapping[str, Any], theta: float, rotary_dim: int, cfg: Mapping[str, Any]) -> RopeParams:
     rope_type = _rope_type(section)
     theta = float(section.get("rope_theta") or theta)
-    scaling = {k: v for k, v in section.items() if k not in ("rope_type", "type", "rope_theta", "partial_rotary_factor")}
+    # proportional keeps its own partial factor: it pads the unrotated part with zero frequencies.
+    own = ("rope_type", "type", "rope_theta") + (() if rope_type == "proportional" else ("partial_rotary_factor",))
+    scaling = {k: v for k, v in section.items() if k not in own}
     max_pos = _first(cfg, "max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
     if rope_type in SCALED_TYPES_WITH_ORIGINAL:
         # transformers 5: a top-level value silently overrides the dict's.
@@ -170,7 +199,13 @@ def _params(section: Mapping[str, Any], theta: float, rotary_dim: int, cfg: Mapp
 def _validate(params: RopeParams) -> None:
     from ropectl.rope.frequencies import compute_frequencies
 
-    known = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
+    known = ("default", "linear", "dynamic", "yarn", "llama3", "longrope", "proportional")
+    if params.rope_type in families.VISION_ROPE_TYPES:
+        raise NoRopeError(
+            f"rope type '{params.rope_type}' is a 2-D RoPE over image patch rows and columns, not text positions, "
+            "so there is no context length to scale",
+            "point ropectl at the text model's config.json (or the multimodal wrapper holding its text_config)",
+        )
     if params.rope_type not in known:
         hint = " (static NTK is a rope_theta change, not a rope type)" if params.rope_type == "ntk" else ""
         raise ConfigError(
@@ -193,33 +228,54 @@ def _validate(params: RopeParams) -> None:
         raise ConfigError(f"rope type '{params.rope_type}' section is malformed ({exc})", "fix the rope section") from None
 
 
+def _nested_ropes(cfg: Mapping[str, Any], section: Mapping[str, Any], head_dim: int, model_type: str,
+                  theta: float) -> tuple[dict[str, RopeParams], dict[str, float]]:
+    ropes, partials = {}, {}
+    dims = layer_head_dims(cfg, head_dim)
+    # transformers builds a rotary table only for the layer types in use (when they name the sections at all)
+    used = set(cfg.get("layer_types") or ()) & set(section) or set(section)
+    for label, sub in section.items():
+        if sub is None or label not in used:
+            continue
+        layer_dim = dims.get(label, head_dim)
+        partials[label] = _partial(cfg, sub, layer_dim, model_type)
+        rotary = layer_dim if _rope_type(sub) == "proportional" else _rotary_dim(layer_dim, partials[label])
+        ropes[label] = _params(sub, theta, rotary, cfg)
+    return ropes, partials
+
+
+def _rotary_dim(head_dim: int, partial: float) -> int:
+    return int(head_dim * partial)
+
+
 def read_model_rope(raw: Mapping[str, Any]) -> ModelRope:
     """Parse a config.json dict (either schema) into the RoPE that transformers 5 would build."""
-    cfg = text_config(raw)
+    cfg = with_aliases(text_config(raw))
     model_type = check_uses_rope(cfg)
     heads, kv, hidden, head_dim = _shapes(cfg)
     section, schema = _section(cfg)
-    nested = _is_nested(section, cfg)
-    partial_source = section.get("full_attention") or {} if nested else section
-    partial = _partial(cfg, partial_source, head_dim, model_type)
-    rotary_dim = int(head_dim * partial)
     theta = float(_first(cfg, "rope_theta", "rotary_emb_base") or DEFAULT_THETA.get(model_type, 1e4))
     layer_ropes: dict[str, RopeParams] = {}
-    if nested:
-        for label, sub in section.items():
-            if sub is not None:
-                layer_ropes[label] = _params(sub, theta, rotary_dim, cfg)
-    elif model_type.startswith("gemma3") or cfg.get("rope_local_base_freq") is not None:
-        # Gemma3: legacy scaling and rope_theta apply to full attention; sliding layers keep their own base.
-        full = layer_ropes["full_attention"] = _params(section, theta, rotary_dim, cfg)
-        local = float(cfg.get("rope_local_base_freq") or GEMMA_LOCAL_THETA)
-        layer_ropes["sliding_attention"] = RopeParams("default", local, rotary_dim, full.max_position_embeddings)
-    main = layer_ropes.get("full_attention") or next(iter(layer_ropes.values()), None) or _params(section, theta, rotary_dim, cfg)
+    partials: dict[str, float] = {}
+    main_name = None
+    if _is_nested(section, cfg):
+        layer_ropes, partials = _nested_ropes(cfg, section, head_dim, model_type, theta)
+        main_name = main_label(list(layer_ropes))
+        partial = partials[main_name]
+    else:
+        partial = _partial(cfg, section, head_dim, model_type)
+        if model_type.startswith("gemma3") or cfg.get("rope_local_base_freq") is not None:
+            # Gemma3: legacy scaling and rope_theta apply to full attention; sliding layers keep their own base.
+            main_name = "full_attention"
+            full = layer_ropes[main_name] = _params(section, theta, _rotary_dim(head_dim, partial), cfg)
+            local = float(cfg.get("rope_local_base_freq") or GEMMA_LOCAL_THETA)
+            layer_ropes["sliding_attention"] = RopeParams("default", local, full.rotary_dim, full.max_position_embeddings)
+    main = layer_ropes[main_name] if main_name else _params(section, theta, _rotary_dim(head_dim, partial), cfg)
     return ModelRope(
         model_type=model_type,
         architectures=tuple(cfg.get("architectures") or ()),
         head_dim=head_dim,
-        rotary_dim=rotary_dim,
+        rotary_dim=main.rotary_dim,
         partial_rotary_factor=partial,
         num_attention_heads=heads,
         num_key_value_heads=int(kv),
@@ -230,6 +286,8 @@ def read_model_rope(raw: Mapping[str, Any]) -> ModelRope:
         rope_interleave=cfg.get("rope_interleave"),
         record=dict(cfg.get("ropectl") or {}),
         warnings=tuple(_warnings(cfg, section, schema, main)),
+        main_layer=main_name,
+        layer_partials=partials,
     )
 
 

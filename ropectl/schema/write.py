@@ -15,6 +15,7 @@ from typing import Any
 from ropectl.errors import UsageError
 from ropectl.readers.transformers import exact_v4_keys, needs_head_dim
 from ropectl.rope.params import RopeParams
+from ropectl.schema.families import LEGACY_NESTED_MERGE, MSCALE_TYPES
 from ropectl.schema.read import ROPE_KEYS, ModelRope
 
 SCHEMAS = ("both", "v4", "v5")
@@ -125,19 +126,24 @@ def write_rope(
     check_schema(schema)
     out = copy.deepcopy(dict(config))
     holder = rope_holder(out)
+    old = holder.get("rope_parameters")
     for key in ("rope_scaling", "rope_parameters"):
         holder.pop(key, None)
     trained = trained or rope.trained_context
-    rope = _explicit_longrope_attention(rope, model.model_type)
+    rope = _explicit_longrope_attention(_with_mscales(model, rope), model.model_type)
     max_pos = written_max_positions(rope, trained)
     scaling = v4_scaling(rope, model.model_type, max_pos)
     if layer_ropes:
         _write_nested(holder, model, rope, dict(layer_ropes), schema, scaling)
+        _keep_other_sections(holder, old)
     else:
         _write_flat(holder, model, rope, schema, scaling)
     _write_max_positions(holder, model, rope, trained, max_pos)
-    if needs_head_dim(model.model_type) and not holder.get("head_dim"):
-        holder["head_dim"] = model.head_dim  # MistralConfig 4.55+ keeps None, and scaled RoPE then fails to build
+    if model.head_dim and (holder.get("head_dim", 0) is None or (needs_head_dim(model.model_type)
+                                                                  and not holder.get("head_dim"))):
+        # transformers' yarn/llama3/dynamic code multiplies config.head_dim: null crashes it (Mixtral, MiniMax),
+        # and MistralConfig 4.55+ keeps None when config.json has none.
+        holder["head_dim"] = int(model.head_dim)
     return out
 
 
@@ -172,21 +178,48 @@ def _write_nested(
     holder: dict[str, Any], model: ModelRope, rope: RopeParams, layers: dict[str, RopeParams], schema: str,
     scaling: dict[str, Any] | None,
 ) -> None:
-    # Only full attention is scaled; sliding-window layers keep their own (local) base.
-    layers["full_attention"] = rope
-    if schema in ("both", "v4"):
+    # Only the global-attention layers are scaled; the others keep their own (local) base.
+    layers[model.main_layer or "full_attention"] = rope
+    # A flat rope_scaling is merged into full_attention only by Gemma3's config class; any other per-layer
+    # model would fail on it in transformers 5 (KeyError), so those get the nested v5 form alone.
+    legacy = schema in ("both", "v4") and (model.model_type in LEGACY_NESTED_MERGE or schema == "v4")
+    if legacy:
         _write_theta(holder, model, rope.rope_theta)
         if "sliding_attention" in layers:
             holder[LOCAL_THETA_KEY] = float(layers["sliding_attention"].rope_theta)
         if scaling is not None:
-            # Gemma3 merges a flat rope_scaling into full_attention of a nested rope_parameters.
             holder["rope_scaling"] = scaling
     else:
         _drop_theta(holder)
         holder.pop(LOCAL_THETA_KEY, None)
-    if schema in ("both", "v5"):
-        partial = _partial_for_v5(model)
-        holder["rope_parameters"] = {label: v5_parameters(p, partial) for label, p in sorted(layers.items())}
+    if schema in ("both", "v5") or not legacy:
+        holder["rope_parameters"] = {label: v5_parameters(p, _layer_partial(model, label, p))
+                                     for label, p in sorted(layers.items())}
+
+
+def _with_mscales(model: ModelRope, rope: RopeParams) -> RopeParams:
+    if model.model_type not in MSCALE_TYPES or rope.rope_type == "default":
+        return rope
+    from ropectl.rope.frequencies import compute_frequencies
+
+    scale = compute_frequencies(rope).attention_factor  # what the rotary init computes, used at any length
+    return rope.with_(scaling={**rope.scaling, "short_mscale": scale, "long_mscale": scale})
+
+
+def _keep_other_sections(holder: dict[str, Any], old: Any) -> None:
+    """Layer-type sections the model does not use, or that are null (no RoPE), stay as they were."""
+    new = holder.get("rope_parameters")
+    if isinstance(old, Mapping) and isinstance(new, dict):
+        for label, value in old.items():
+            if label not in new and (value is None or isinstance(value, Mapping)):
+                new[label] = copy.deepcopy(value)
+
+
+def _layer_partial(model: ModelRope, label: str, rope: RopeParams) -> float | None:
+    if rope.rope_type == "proportional":
+        return None  # p-RoPE keeps its partial factor among its own keys
+    partial = model.layer_partials.get(label, model.partial_rotary_factor)
+    return partial if partial != 1.0 else None
 
 
 def _write_theta(holder: dict[str, Any], model: ModelRope, theta: float) -> None:

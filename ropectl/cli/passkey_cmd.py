@@ -1,0 +1,107 @@
+"""``ropectl eval-passkey``: passkey retrieval over lengths x depths x RoPE methods, weights loaded once."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Optional
+
+import typer
+
+from ropectl.cli.errors import handle_errors
+from ropectl.cli.options import ForceOpt, JsonOpt
+from ropectl.cli.ppl_cmd import (
+    RUN,
+    DeviceOpt,
+    DtypeOpt,
+    LengthsOpt,
+    MethodOpt,
+    ModelOpt,
+    OutOpt,
+    ReplaceOpt,
+    ResumeOpt,
+    _opt,
+    _resume_command,
+    progress_bar,
+)
+
+DepthsOpt = Annotated[Optional[str], _opt("--depths", panel=RUN, help=(
+    "Comma-separated depths of the key in the filler, 0 (start) to 1 (end) [default: 0.1,0.5,0.9]."))]
+TrialsOpt = Annotated[Optional[int], _opt("--trials", "-n", panel=RUN,
+                                          help="Trials (random keys) per method x length x depth [default: 1].")]
+SeedOpt = Annotated[Optional[int], _opt("--seed", panel=RUN, help="Seed of the keys [default: 0].")]
+DigitsOpt = Annotated[Optional[int], _opt("--key-digits", panel=RUN, help="Digits of the key [default: 5].")]
+BatchOpt = Annotated[Optional[int], _opt("--batch-tokens", panel=RUN, help=(
+    "Trials of one method and length share a forward, batch-tokens // length at a time [default: 8192]."))]
+
+
+@handle_errors
+def eval_passkey(
+    model: ModelOpt = None, method: MethodOpt = None, lengths: LengthsOpt = None, depths: DepthsOpt = None,
+    trials: TrialsOpt = None, seed: SeedOpt = None, key_digits: DigitsOpt = None, dtype: DtypeOpt = None,
+    device: DeviceOpt = None, out: OutOpt = None, resume: ResumeOpt = False, force: ForceOpt = False,
+    json_out: JsonOpt = False, batch_tokens: BatchOpt = None, replace_existing: ReplaceOpt = False,
+) -> None:
+    """Passkey retrieval (YaRN / LongLoRA prompt) over lengths x depths x RoPE methods, in one run.
+
+    Scored by teacher forcing in one forward per batch: a trial succeeds when greedy decoding would
+    produce the key. With no arguments: SmolLM2-135M, none vs dynamic:2 at 2k/8k/12k (trained at 8k).
+    """
+    from ropectl.passkey import build_passkey_spec, run_passkey
+    from ropectl.ppl import SweepInterrupted
+    from ropectl.ppl.dist import world_from_env
+
+    spec = build_passkey_spec(model=model, methods=method or None, lengths=lengths, depths=depths, trials=trials,
+                              seed=seed, key_digits=key_digits, dtype=dtype, device=device, out=out,
+                              resume=resume or None, force=force or None, batch_tokens=batch_tokens,
+                              replace_existing=replace_existing or None)
+    main = world_from_env().is_main
+    try:
+        with progress_bar(enabled=main) as on_progress:
+            result = run_passkey(spec, on_progress)
+    except SweepInterrupted as exc:
+        if main:
+            typer.echo(f"interrupted: {exc.kept} finished trials kept in {exc.out}; resume with: "
+                       f"{_resume_command(exc.out).replace('eval-ppl', 'eval-passkey')}", err=True)
+        raise typer.Exit(130) from None
+    if not main:
+        return
+    if json_out:
+        typer.echo(json.dumps(result.to_dict()))
+        return
+    print_passkey_table(result)
+
+
+def print_passkey_table(result: Any) -> None:
+    """Accuracy per method x depth (rows) and length (columns), then every depth pooled."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ropectl.ppl.plot import length_label
+
+    meta = result.meta
+    trained = meta.get("trained_context")
+    table = Table(title=f"passkey retrieval · {meta['model']} · {meta['dtype']} · {meta['trials']} trial(s) per cell")
+    table.add_column("method", style="bold")
+    table.add_column("depth", justify="right")
+    for n in meta["lengths"]:
+        table.add_column(length_label(n) + (" *" if trained and n > trained else ""), justify="right")
+    cells = {(a.method, a.length, a.depth): a for a in (*result.table, *result.by_length)}
+    for method in meta["methods"]:
+        for depth in [*meta["depths"], None]:
+            row = [_cell(cells.get((method, n, depth))) for n in meta["lengths"]]
+            table.add_row(method if depth == meta["depths"][0] else "", "all" if depth is None else f"{depth:g}", *row,
+                          end_section=depth is None)
+    console = Console()
+    console.print(table)
+    if trained:
+        console.print(f"* beyond the trained context ({trained} tokens). Success: greedy decoding would give the key.")
+    console.print(f"results: {result.out}/passkey.json, passkey.csv, passkey-summary.json, passkey.png "
+                  f"({meta['wall_s']:.0f} s, dtype {meta['dtype']}: {meta['dtype_choice']})")
+
+
+def _cell(a: Any) -> str:
+    return "-" if a is None else f"{a.accuracy:.0%} ({a.correct}/{a.trials})"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval-passkey")(eval_passkey)

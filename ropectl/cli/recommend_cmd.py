@@ -1,0 +1,123 @@
+"""``ropectl recommend``: the method and factor to ship for a target length, with the evidence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from ropectl.cli.errors import handle_errors
+from ropectl.cli.options import JsonOpt
+from ropectl.cli.ppl_cmd import DeviceOpt, DtypeOpt, ModelOpt, _opt, print_table, progress_bar
+
+IN, RULE = "Inputs", "Rule"
+TargetOpt = Annotated[str, _opt("--target-length", "-t", panel=RULE, help="Context to ship, in tokens (16k, 32768).")]
+PplOpt = Annotated[Optional[Path], _opt("--ppl", panel=IN, help="An eval-ppl --out folder to read (no new run).")]
+PasskeyOpt = Annotated[Optional[Path], _opt("--passkey", panel=IN,
+                                            help="An eval-passkey --out folder to read (with --ppl).")]
+FactorOpt = Annotated[Optional[float], _opt("--factor", "-f", panel=RULE, help=(
+    "Candidates' factor when running the sweeps [default: target / trained context; the embedded demo: 2]."))]
+OutOpt = Annotated[Optional[Path], _opt("--out", "-o", panel=IN, help=(
+    "Where the sweeps write when they run: OUT/ppl and OUT/passkey [default: runs/recommend-<timestamp>]."))]
+RegressionOpt = Annotated[Optional[float], _opt("--max-regression", panel=RULE, help=(
+    "Largest PPL increase over `none` allowed at lengths up to the trained context [default: 0.05]."))]
+
+
+@handle_errors
+def recommend_cmd(
+    model: ModelOpt = None, target_length: TargetOpt = "", ppl: PplOpt = None, passkey: PasskeyOpt = None,
+    factor: FactorOpt = None, max_regression: RegressionOpt = None, dtype: DtypeOpt = None, device: DeviceOpt = None,
+    out: OutOpt = None, json_out: JsonOpt = False,
+) -> None:
+    """Rank RoPE methods for --target-length: in-window regression vs none, passkey at the target, PPL at it.
+
+    Reads eval-ppl / eval-passkey results (--ppl, --passkey) or runs both sweeps. Prints the winner, the
+    evidence table and the `ropectl patch` commands that ship it.
+    """
+    from ropectl.errors import UsageError
+    from ropectl.ppl.spec import parse_length
+    from ropectl.recommend import DEFAULT_MAX_REGRESSION, load_passkey, load_ppl, recommend
+
+    if not target_length:
+        raise UsageError("--target-length is required", "pass the context you want to ship, e.g. --target-length 16k")
+    target = parse_length(target_length)
+    limit = DEFAULT_MAX_REGRESSION if max_regression is None else max_regression
+    if limit < 0:
+        raise UsageError(f"--max-regression must be 0 or more, got {limit}", "pass e.g. --max-regression 0.05")
+    if passkey is not None and ppl is None:
+        raise UsageError("--passkey needs --ppl", "pass both results folders, or neither to run the sweeps")
+    if ppl is not None:
+        ppl_data = load_ppl(ppl)
+        result = recommend(ppl_data, load_passkey(passkey) if passkey else None, target, limit)
+        model_name = model or ppl_data["meta"]["model"]
+    else:
+        from ropectl.recommend_run import run_sweeps
+
+        with progress_bar(enabled=not json_out) as on_progress:
+            sweeps = run_sweeps(model, target, factor, out, dtype or "auto", device or "auto", limit, on_progress,
+                                None if json_out else print_table)
+        result, model_name = sweeps.recommendation, model or _default_path()
+        if not json_out:
+            from ropectl.cli.passkey_cmd import print_passkey_table
+
+            print_passkey_table(sweeps.passkey)
+    if json_out:
+        typer.echo(json.dumps({**result.to_dict(), "commands": _commands(model_name, result)}))
+        return
+    print_recommendation(result, model_name)
+
+
+def _default_path() -> str:
+    from ropectl.ppl.model import default_model_path
+
+    return str(default_model_path())
+
+
+def _commands(model: str, result: Any) -> list[str]:
+    from ropectl.recommend import patch_commands
+
+    winner = result.winner.method
+    return [] if winner in ("none", "as-is") else patch_commands(_model_arg(model), winner)
+
+
+def _model_arg(model: str) -> str:
+    """Results name the embedded default by a label; the patch command needs its path."""
+    from ropectl.ppl.model import DEFAULT_MODEL_LABEL
+
+    return _default_path() if model == DEFAULT_MODEL_LABEL else model
+
+
+def print_recommendation(result: Any, model: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ropectl.ppl.plot import length_label
+
+    t = length_label(result.target)
+    table = Table(title=f"recommendation for {t} tokens (trained context {length_label(result.trained)})")
+    for col in ("rank", "method", f"PPL @ {t}", "÷ none", f"in-window regression (≤ {length_label(result.trained)})",
+                f"passkey @ {t}", "note"):
+        table.add_column(col, justify="left" if col in ("method", "note") else "right")
+    for e in result.evidence:
+        reg = "-" if e.regression is None else f"{e.regression:+.1%} @ {length_label(e.regression_at)}"
+        key = "-" if e.passkey is None else f"{e.passkey:.0%} ({round(e.passkey * e.passkey_trials)}/{e.passkey_trials})"
+        vs = "-" if e.vs_none_target is None else f"{e.vs_none_target:.3f}"
+        table.add_row(str(e.rank), e.method, f"{e.ppl_target:.2f}", vs, reg, key, e.note or ("ok" if e.eligible else ""))
+    console = Console()
+    console.print(table)
+    console.print(f"rule: drop methods more than {result.max_regression:.0%} worse than none at any length ≤ the "
+                  "trained context; then highest passkey accuracy at the target; then lowest PPL at the target; "
+                  "ties go to none.")
+    winner = result.winner
+    if winner.method in ("none", "as-is"):
+        console.print(f"winner: {winner.method} — no scaling beats the unscaled model at {t}; ship it unchanged.")
+        return
+    console.print(f"winner: [bold]{winner.method}[/bold]. Ship it with:")
+    for line in _commands(model, result):
+        typer.echo(f"  {line}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("recommend")(recommend_cmd)

@@ -1,0 +1,127 @@
+"""Passkey rows (one per method x length x depth x trial), the append-only log, and accuracy tables."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ropectl.fsutil import atomic_write_text
+
+LOG = "passkey.jsonl"
+JSON = "passkey.json"
+CSV = "passkey.csv"
+SUMMARY = "passkey-summary.json"
+PLOT = "passkey.png"
+COLUMNS = ("model", "method", "params", "length", "depth", "trial", "key", "success", "answer_nll", "predicted",
+           "key_at")
+
+
+@dataclass(frozen=True)
+class Row:
+    model: str
+    method: str
+    length: int
+    depth: float
+    trial: int
+    key: str
+    success: bool
+    answer_nll: float
+    predicted: str  # the decoded argmax tokens at the answer positions
+    key_at: int
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def ident(self) -> tuple[str, int, float, int]:
+        return (self.method, self.length, self.depth, self.trial)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["params"] = dict(self.params)
+        return {k: out[k] for k in COLUMNS}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Row:
+        return cls(str(d["model"]), str(d["method"]), int(d["length"]), float(d["depth"]), int(d["trial"]),
+                   str(d["key"]), bool(d["success"]), float(d["answer_nll"]), str(d["predicted"]), int(d["key_at"]),
+                   dict(d.get("params") or {}))
+
+
+def append_rows(out: Path, rows: Iterable[Row]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        for row in rows:
+            os.write(fd, (json.dumps(row.to_dict()) + "\n").encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_rows(out: Path) -> list[Row]:
+    """Finished trials: passkey.json of a completed run, then the log (a torn or foreign line is skipped)."""
+    rows: dict[tuple[str, int, float, int], Row] = {}
+    sources: list[Any] = []
+    if (out / JSON).is_file():
+        try:
+            sources += json.loads((out / JSON).read_text(encoding="utf-8")).get("results", [])
+        except (ValueError, AttributeError):
+            pass
+    if (out / LOG).is_file():
+        for line in (out / LOG).read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                sources.append(json.loads(line))
+            except ValueError:
+                continue
+    for data in sources:
+        try:
+            row = Row.from_dict(data)
+        except (ValueError, KeyError, TypeError):
+            continue
+        rows[row.ident] = row
+    return list(rows.values())
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    method: str
+    length: int
+    depth: float | None  # None: every depth of this length
+    trials: int
+    correct: int
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.trials
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "accuracy": self.accuracy}
+
+
+def accuracies(rows: list[Row], methods: list[str], lengths: list[int], depths: list[float],
+               by_depth: bool = True) -> list[Accuracy]:
+    out = []
+    for m in methods:
+        for n in lengths:
+            for d in (depths if by_depth else [None]):
+                hits = [r for r in rows if r.method == m and r.length == n and (d is None or r.depth == d)]
+                if hits:
+                    out.append(Accuracy(m, n, d, len(hits), sum(r.success for r in hits)))
+    return out
+
+
+def write_outputs(out: Path, rows: list[Row], summary: Mapping[str, Any]) -> None:
+    data = [r.to_dict() for r in rows]
+    atomic_write_text(out / JSON, json.dumps({"meta": summary.get("meta", {}), "results": data}, indent=1) + "\n")
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(COLUMNS)
+    for row in data:
+        writer.writerow([json.dumps(row[k], sort_keys=True) if k == "params" else row[k] for k in COLUMNS])
+    atomic_write_text(out / CSV, buf.getvalue())
+    atomic_write_text(out / SUMMARY, json.dumps(summary, indent=2) + "\n")

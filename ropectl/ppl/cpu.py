@@ -1,0 +1,95 @@
+"""Which dtype runs fastest on this CPU: detected, never assumed.
+
+bf16 matmuls are fast only on CPUs with bf16 units (AVX512-BF16 or AMX: oneDNN uses them); elsewhere
+they are emulated and about 10x slower than fp32 (measured on an AVX2-only EPYC: 20 vs 187 GFLOP/s).
+Linux: the kernel's CPU flags decide at once. Where they cannot be read, a sub-second probe times the
+same F.linear in both dtypes; its verdict is cached per CPU and torch version.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+PROBE_SHAPE = (128, 576, 1536)  # tokens x hidden -> MLP width, SmolLM2-sized
+PROBE_MARGIN = 1.2  # bf16 must beat fp32 clearly: "auto" must never be slower than fp32
+
+
+def cpu_dtype(cpuinfo: str | None = None) -> tuple[str, str]:
+    """(dtype, why) for CPU inference."""
+    text = read_cpuinfo() if cpuinfo is None else cpuinfo
+    flags = cpu_flags(text) if text else None
+    if flags is not None:
+        return choose_from_flags(flags)
+    return probe_cached()
+
+
+def read_cpuinfo() -> str | None:
+    try:
+        return Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def cpu_flags(cpuinfo: str) -> set[str] | None:
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):  # x86 / ARM
+            return set(value.split())
+    return None
+
+
+def choose_from_flags(flags: set[str]) -> tuple[str, str]:
+    found = [f for f in BF16_FLAGS if f in flags]
+    if found:
+        return "bf16", f"auto: CPU has {'/'.join(found)} (bf16 matmul units)"
+    if "bf16" in flags:  # ARMv8.6 BF16 (e.g. Graviton3, Apple M2+ under Linux)
+        return "bf16", "auto: CPU has bf16 (ARM BF16 extension)"
+    best = next((f for f in ("avx512f", "avx2", "avx") if f in flags), "no AVX")
+    return "fp32", f"auto: CPU has no AVX512-BF16/AMX ({best.upper()} only), bf16 would be emulated"
+
+
+def probe_cached(cache_dir: Path | None = None) -> tuple[str, str]:
+    import torch
+
+    from ropectl.ppl.data import cache_root
+
+    key = f"{platform.machine()}|{platform.processor()}|{torch.__version__}|{torch.get_num_threads()}"
+    path = (cache_dir or cache_root()) / "cpu-dtype.json"
+    try:
+        cached = json.loads(path.read_text(encoding="utf-8"))
+        if cached.get("key") == key:
+            return cached["dtype"], cached["why"] + " (cached)"
+    except (OSError, ValueError, KeyError, AttributeError):
+        pass
+    dtype, why = probe()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"key": key, "dtype": dtype, "why": why}), encoding="utf-8")
+    except OSError:
+        pass  # a cache that cannot be written only costs the probe next time
+    return dtype, why
+
+
+def probe() -> tuple[str, str]:
+    """Best-of-3 timing of one F.linear in fp32 and bf16 (well under a second on any CPU)."""
+    import torch
+    import torch.nn.functional as F
+
+    m, k, n = PROBE_SHAPE
+    speed = {}
+    for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        x, w = torch.randn(m, k, dtype=dt), torch.randn(n, k, dtype=dt)
+        F.linear(x, w)
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            F.linear(x, w)
+            best = min(best, time.perf_counter() - start)
+        speed[name] = 2 * m * k * n / best / 1e9
+    ratio = speed["bf16"] / speed["fp32"]
+    dtype = "bf16" if ratio >= PROBE_MARGIN else "fp32"
+    return dtype, f"auto: probe bf16 {speed['bf16']:.0f} vs fp32 {speed['fp32']:.0f} GFLOP/s ({ratio:.2f}x)"

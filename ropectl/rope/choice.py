@@ -1,0 +1,117 @@
+"""A scaling-method choice layered from every place a user can give one: the one engine ``patch`` and ``eval-ppl`` share.
+
+Layers, lowest first: a preset table, a ``--config`` table, a spec string (``yarn:4,beta_fast=16``), typed flags,
+``--set key=value``. A later layer overrides an earlier one key by key; an option a layer does not give keeps
+the lower layer's value. Pure: tables come in already read, nothing here touches files or the CLI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ropectl.errors import MethodError, UsageError
+from ropectl.rope.methods import MethodSpec, Param, get_method, parse_spec, parse_value
+
+# Keys a preset / config table may hold besides the method's own options.
+SPEC_KEYS = ("method", "factor", "target_length", "schema", "options", "longrope_file", "description")
+_FACTOR = Param("factor", float)
+_TARGET = Param("target_length", int)
+
+
+@dataclass(frozen=True)
+class MethodChoice:
+    """One layer (or the merged result): what is set, and nothing else (None / absent = not given here)."""
+
+    method: str | None = None
+    factor: float | None = None
+    target_length: int | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    longrope_file: Path | None = None
+    schema: str | None = None
+
+
+def from_table(table: Mapping[str, Any]) -> MethodChoice:
+    """A ``[patch]`` table (preset or --config file), an eval preset's method table, or parsed ``--set`` pairs."""
+    method = table.get("method")
+    options = dict(table.get("options") or {})
+    for key, value in table.items():
+        if key not in SPEC_KEYS:
+            options[key] = value  # a method option written directly in the table
+    path = table.get("longrope_file")
+    factor = None if table.get("factor") is None else parse_value(_FACTOR, table["factor"])
+    target = None if table.get("target_length") is None else parse_value(_TARGET, table["target_length"])
+    return MethodChoice(None if method is None else str(method), factor, target, options,
+                        Path(path) if path else None, table.get("schema"))
+
+
+def from_spec(text: str) -> MethodChoice:
+    """``name[:factor][,key=value...]`` through the registry's parser."""
+    if not str(text).strip():
+        raise UsageError("empty method spec", "write name[:factor][,key=value...], e.g. yarn:4")
+    spec = parse_spec(str(text))
+    return MethodChoice(spec.name, spec.factor, None, dict(spec.options))
+
+
+def from_sets(items: Sequence[str]) -> MethodChoice:
+    """``--set key=value`` items (dashes in keys read as underscores)."""
+    out = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise UsageError(f"malformed --set '{item}'", "write --set key=value, e.g. --set beta_fast=16")
+        out[key.strip().replace("-", "_")] = value.strip()
+    return from_table(out)
+
+
+def merge(*choices: MethodChoice) -> MethodChoice:
+    """Later choices override earlier ones, key by key; a different method drops the old method's options.
+
+    A factor given later replaces an earlier target length and vice versa (they are two ways to say one thing).
+    """
+    out = MethodChoice()
+    for c in choices:
+        same = c.method is None or out.method is None or get_method(c.method).name == get_method(out.method).name
+        options = {**(dict(out.options) if same else {}), **{k: v for k, v in c.options.items() if v is not None}}
+        factor, target = out.factor, out.target_length
+        if c.factor is not None or c.target_length is not None:
+            factor, target = c.factor, c.target_length
+        out = MethodChoice(c.method or out.method, factor, target, options, c.longrope_file or out.longrope_file,
+                           c.schema or out.schema)
+    return out
+
+
+def layer(preset: Mapping[str, Any] | None = None, config: Mapping[str, Any] | None = None,
+          spec: str | None = None, flags: MethodChoice | None = None, sets: Sequence[str] = ()) -> MethodChoice:
+    """THE layering: preset, --config, spec string, flags, --set (each optional), lowest first."""
+    layers = []
+    if preset is not None:
+        layers.append(from_table(preset))
+    if config is not None:
+        layers.append(from_table(config))
+    if spec is not None:
+        layers.append(from_spec(spec))
+    if flags is not None:
+        layers.append(flags)
+    if sets:
+        layers.append(from_sets(sets))
+    return merge(*layers)
+
+
+def to_method_spec(choice: MethodChoice, extra_options: Mapping[str, Any] | None = None) -> MethodSpec:
+    """A validated MethodSpec: options typed by the registry, factor and target length not both given.
+
+    ``extra_options`` sit under the choice's own options (patch's --longrope-file lists).
+    """
+    if not choice.method:
+        raise MethodError("no scaling method given", "pass --method (linear, ntk, dynamic, yarn, llama3, longrope) "
+                                                     "or --preset NAME")
+    method = get_method(choice.method)
+    if choice.factor is not None and choice.target_length is not None:
+        raise UsageError("both a factor and a target length are given", "pass only one of --factor / --target-length")
+    options = {**dict(extra_options or {}), **dict(choice.options)}
+    typed = tuple((key, parse_value(method.param(key), value)) for key, value in options.items() if value is not None)
+    factor = None if choice.factor is None else parse_value(_FACTOR, choice.factor)
+    return MethodSpec(method.name, factor, typed)

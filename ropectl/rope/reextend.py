@@ -1,0 +1,68 @@
+"""Re-extension: a new factor or target for a model that ships already scaled (Llama 3.1 llama3 8k->128k,
+gpt-oss yarn x32, Mistral 4 yarn, Apertus / CWM / Higgs llama3).
+
+The published scaling is measured from the model's true pretraining length (original_max_position_embeddings),
+so the new one is too: the unscaled base is (rope_theta, original length), the factor the user gives counts from
+that length, and a re-extension with the model's own method keeps the model's own options (YaRN betas, mscale,
+truncate; llama3 frequency bands) unless the user overrides them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ropectl.rope.methods import MethodSpec
+from ropectl.rope.params import RopeParams
+
+# Types whose config names the pretraining length, so the published scaling can be undone exactly.
+REEXTENDABLE = ("yarn", "llama3")
+# The model's own options that a re-extension with the same method keeps.
+CARRIED = {
+    "yarn": ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate"),
+    "llama3": ("low_freq_factor", "high_freq_factor"),
+}
+
+
+@dataclass(frozen=True)
+class Reextension:
+    """The scaling the model shipped with, and where the new one starts from."""
+
+    shipped: RopeParams
+    original: int
+
+    @property
+    def shipped_context(self) -> int:
+        factor = self.shipped.factor or 1.0
+        return int(round(self.original * factor))
+
+    def summary(self, new: RopeParams, factor: float | None) -> str:
+        own = f"{self.shipped.rope_type} x{self.shipped.factor:g}" if self.shipped.factor else self.shipped.rope_type
+        target = int(round(self.original * factor)) if factor else new.max_position_embeddings
+        line = (f"re-extension: the model ships {own} ({self.original} -> {self.shipped_context}); the new "
+                f"{new.rope_type} x{factor:g} is measured from the original {self.original} (-> {target}), "
+                "replacing the shipped scaling instead of stacking on it")
+        if target is not None and target <= self.shipped_context:
+            line += f"; note the new context {target} is not beyond the shipped {self.shipped_context}"
+        return line
+
+
+def reextension_of(rope: RopeParams) -> Reextension | None:
+    """A Reextension when ``rope`` is a published yarn/llama3 scaling with a known original length."""
+    original = rope.original_max_position_embeddings
+    if rope.rope_type not in REEXTENDABLE or not original:
+        return None
+    return Reextension(rope, int(original))
+
+
+def unscaled_base(re: Reextension, rotary_dim: int) -> RopeParams:
+    return RopeParams("default", re.shipped.rope_theta, rotary_dim, re.original, {})
+
+
+def with_carried_options(re: Reextension, spec: MethodSpec) -> MethodSpec:
+    """``spec`` plus the shipped method's own options the user did not set (same method only)."""
+    if spec.name != re.shipped.rope_type:
+        return spec
+    given = {k for k, _ in spec.options}
+    carried = tuple((k, re.shipped.scaling[k]) for k in CARRIED.get(spec.name, ())
+                    if k not in given and re.shipped.scaling.get(k) is not None)
+    return MethodSpec(spec.name, spec.factor, spec.options + carried)

@@ -1,0 +1,93 @@
+"""Per-family facts about where a config.json keeps what RoPE depends on, in one place.
+
+Each entry mirrors what transformers' config class for that model type does (its ``attribute_map``,
+``__post_init__`` or rotary class), so that ``read_model_rope`` reports what transformers builds.
+"""
+
+from __future__ import annotations
+
+# transformers' attribute_map entries for the keys RoPE depends on: canonical key -> the key config.json uses.
+KEY_ALIASES: dict[str, dict[str, str]] = {
+    "jetmoe": {"head_dim": "kv_channels"},
+    "zamba2": {"head_dim": "attention_head_dim", "layer_types": "layers_block_type"},
+    "glm4_moe_lite": {"head_dim": "qk_rope_head_dim"},
+    "dbrx": {"num_attention_heads": "n_heads", "hidden_size": "d_model", "max_position_embeddings": "max_seq_len"},
+    "bailing_hybrid": {"max_position_embeddings": "model_max_length"},
+    "bamba": {"layer_types": "layers_block_type"},
+    "falcon_h1": {"layer_types": "layers_block_type"},
+    "recurrent_gemma": {"layer_types": "layers_block_type"},
+}
+# Config-class defaults that published config.json files rely on (gemma-3-4b-it's text_config names no heads).
+CLASS_DEFAULTS: dict[str, dict[str, object]] = {
+    "gemma3_text": {"hidden_size": 2304, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                    "max_position_embeddings": 131072},
+}
+
+# Keys kept in a sub-dict: canonical key -> (sub-dict, key). DBRX's kv heads live in attn_config.
+NESTED_ALIASES: dict[str, dict[str, tuple[str, str]]] = {
+    "dbrx": {"num_key_value_heads": ("attn_config", "kv_n_heads")},
+}
+
+# Multi-head latent attention (DeepSeek-V2/V3, Kimi K2, ...): the config class sets head_dim to
+# qk_rope_head_dim, the only part of each q/k head that is rotated.
+MLA_ROPE_HEAD_DIM = frozenset({
+    "axk1", "axk2", "bailing_hybrid", "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm5_next", "glm_moe_dsa",
+    "hy_v4", "kimi_k2", "kimi_linear", "minicpm3", "mistral_large4", "mistral_large4_text", "youtu",
+})
+
+# Rope types that rotate image patches in two dimensions: nothing to do with a text context length.
+VISION_ROPE_TYPES = frozenset({"axial"})
+
+# Model types whose RoPE belongs to a vision or audio encoder (or a non-text model), not to a text decoder.
+NOT_TEXT_TYPES: dict[str, str] = {
+    "dots3_note_audio_encoder": "an audio encoder",
+    "efficientloftr": "an image feature matcher",
+    "eomt_dinov3": "a vision transformer with 2-D patch positions",
+    "llama4_vision_model": "a vision encoder",
+    "pe_audio_encoder": "an audio encoder",
+    "pe_audio_video_encoder": "an audio-video encoder",
+    "pocket_tts_audio_tokenizer": "an audio tokenizer",
+    "pocket_tts_audio_tokenizer_decoder": "an audio tokenizer",
+    "pocket_tts_audio_tokenizer_encoder": "an audio tokenizer",
+    "moonshine": "a speech encoder-decoder",
+    "blt": "a byte-level composite whose RoPE lives in its sub-configs",
+}
+
+# Per-layer rope sections: the label that holds the global (long-context) attention, in order of preference.
+MAIN_LAYER_LABELS = ("full_attention", "global_attention", "main", "hybrid", "indexed_attention")
+
+# transformers 5 merges a flat legacy rope_scaling into the nested full_attention section for these only;
+# any other per-layer model must get the nested form.
+LEGACY_NESTED_MERGE = frozenset({"gemma3", "gemma3_text"})
+
+# Config classes that keep a top-level ``rotary_dim`` that their rotary class never reads.
+ROTARY_DIM_IGNORED = frozenset({"minimax_m3_vl", "minimax_m3_vl_text"})
+# Multimodal RoPE whose default inverse frequencies transformers stores pre-permuted (ERNIE-4.5-VL
+# interleaves the height/width sections): another ordering of the same frequencies.
+PRE_ROTATED_MROPE = frozenset({"ernie4_5_vl_moe_text", "ernie4_5_vl_moe"})
+# PhiMoE's rotary forward replaces the attention factor by short_mscale / long_mscale for any scaled type,
+# and its config rejects a scaled section without both numbers.
+MSCALE_TYPES = frozenset({"phimoe"})
+
+# Rope types that transformers cannot build for these model types, with the reason (None: every type).
+_ERNIE_VL = "transformers' ERNIE-4.5-VL accepts only the default rope type and stores its frequencies pre-permuted " \
+            "for its 3-D RoPE, so ropectl cannot write one it builds the same way"
+_PER_LAYER_HEADS = "transformers' longrope reads one global head_dim, which this per-layer-head model does not have"
+PATCH_REFUSED: dict[str, tuple[tuple[str, ...] | None, str]] = {
+    "ernie4_5_vl_moe_text": (None, _ERNIE_VL),
+    "ernie4_5_vl_moe": (None, _ERNIE_VL),
+    "cosmos3_edge_text": (None, "transformers' Cosmos3 Edge accepts only its default RoPE"),
+    "cosmos3_edge": (None, "transformers' Cosmos3 Edge accepts only its default RoPE"),
+    "mistral4": (("default",), "transformers' Mistral 4 default RoPE ignores partial_rotary_factor and would rotate "
+                               "the whole 128-dim head instead of the 64 rope dims"),
+    "dots3_note_text": (("longrope",), _PER_LAYER_HEADS),
+    "recurrent_gemma": (("linear", "yarn", "dynamic", "llama3", "longrope"),
+                        "transformers' RecurrentGemma builds only the default rope type (ntk, a base change, works)"),
+    "deepseek_v4": (None, "DeepSeek-V4's compressed-attention RoPE ('compress') is built outside the rotary module "
+                          "transformers exposes, so ropectl cannot verify a patch of it"),
+    "embedding_gemma2_text": (("longrope",), _PER_LAYER_HEADS),
+}
+
+# Keys of a rope section that describe the model, not the scaling: every method keeps them (Qwen2-VL / Qwen3-VL
+# multimodal RoPE splits the frequencies into temporal / height / width sections).
+STRUCTURAL_ROPE_KEYS = ("mrope_section", "mrope_interleaved")

@@ -1,0 +1,26 @@
+"""Per-layer-type rope sections: which label is the global attention, and each label's head dim."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ropectl.schema import families
+
+
+def layer_head_dims(cfg: Mapping[str, Any], head_dim: int) -> dict[str, int]:
+    """Head dims that ``per_layer_config`` overrides, per layer type (Gemma 4's global layers: 512)."""
+    types = list(cfg.get("layer_types") or ())
+    overrides = cfg.get("per_layer_config") or {}
+    out: dict[str, int] = {}
+    if not isinstance(overrides, Mapping):
+        return out
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and value.get("head_dim") and str(key).isdigit() and int(key) < len(types):
+            out.setdefault(types[int(key)], int(value["head_dim"]))
+    return out
+
+
+def main_label(labels: list[str]) -> str:
+    return next((x for x in families.MAIN_LAYER_LABELS if x in labels), None) or next(
+        (x for x in labels if "sliding" not in x and "local" not in x), labels[0])

@@ -1,0 +1,94 @@
+"""ropectl recommend: the rule on fixed results files, hand-checked, and the same answer every time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ropectl.cli.app import app
+from ropectl.recommend import recommend
+
+runner = CliRunner()
+TRAINED, TARGET = 8192, 16384
+# PPL by method and length (1k, 4k, 8k, 16k), written by hand.
+PPL = {
+    "none": [20.0, 20.0, 21.0, 60.0],
+    "yarn:2": [20.9, 20.8, 21.8, 22.5],  # +4.5% in window: allowed at 5%
+    "ntk:2": [20.2, 20.3, 21.2, 22.0],  # lowest PPL at 16k among the eligible
+    "dynamic:2": [20.0, 20.0, 21.0, 22.4],  # no regression
+    "linear:2": [50.0, 52.0, 55.0, 21.0],  # best at 16k, but 2.6x worse in window: out
+}
+PASSKEY = {"none": 0.0, "yarn:2": 1.0, "dynamic:2": 1.0, "ntk:2": 2 / 3, "linear:2": 1.0}
+
+
+def write(folder: Path) -> tuple[Path, Path]:
+    ppl, pk = folder / "ppl", folder / "pk"
+    ppl.mkdir(parents=True)
+    pk.mkdir(parents=True)
+    lengths = [1024, 4096, 8192, TARGET]
+    table = [{"method": m, "length": n, "ppl": v} for m, vs in PPL.items() for n, v in zip(lengths, vs)]
+    meta = {"model": "./my-llama", "methods": list(PPL), "lengths": lengths, "trained_context": TRAINED}
+    (ppl / "summary.json").write_text(json.dumps({"meta": meta, "table": table}))
+    by_length = [{"method": m, "length": TARGET, "trials": 3, "correct": round(a * 3), "accuracy": a}
+                 for m, a in PASSKEY.items()]
+    (pk / "passkey-summary.json").write_text(json.dumps({"meta": {}, "table": [], "by_length": by_length}))
+    return ppl, pk
+
+
+def test_rule_by_hand(tmp_path: Path) -> None:
+    ppl, pk = write(tmp_path)
+    result = recommend(json.loads((ppl / "summary.json").read_text()),
+                       json.loads((pk / "passkey-summary.json").read_text()), TARGET)
+    order = [e.method for e in result.evidence]
+    # Eligible (<= 5% in window): none, yarn, ntk, dynamic. Passkey 100%: yarn, dynamic -> lower PPL: dynamic.
+    assert order == ["dynamic:2", "yarn:2", "ntk:2", "none", "linear:2"]
+    linear = result.evidence[-1]
+    assert not linear.eligible and "in-window regression +161.9% at 8192" in linear.note
+    yarn = next(e for e in result.evidence if e.method == "yarn:2")
+    assert yarn.regression == pytest.approx(20.9 / 20.0 - 1) and yarn.regression_at == 1024
+    # A stricter limit drops yarn too; without passkey results, PPL at the target decides.
+    strict = recommend(json.loads((ppl / "summary.json").read_text()), None, TARGET, max_regression=0.02)
+    assert [e.method for e in strict.evidence][:3] == ["ntk:2", "dynamic:2", "none"]
+
+
+def test_cli_is_deterministic_and_prints_the_patch_commands(tmp_path: Path) -> None:
+    ppl, pk = write(tmp_path)
+    args = ["recommend", "--target-length", "16k", "--ppl", str(ppl), "--passkey", str(pk)]
+    first, second = runner.invoke(app, args), runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert first.stdout == second.stdout
+    assert "winner: dynamic:2" in first.stdout
+    assert "ropectl patch ./my-llama -m dynamic:2 -o my-llama-dynamic2" in first.stdout
+    assert "ropectl patch ./my-llama -m dynamic:2 --emit vllm" in first.stdout
+    data = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert data["winner"] == "dynamic:2" and len(data["commands"]) == 3
+
+
+def test_none_wins_when_scaling_does_not_help(tmp_path: Path) -> None:
+    ppl, _ = write(tmp_path)
+    result = runner.invoke(app, ["recommend", "-t", "8k", "--ppl", str(ppl), "--json"])
+    data = json.loads(result.stdout)
+    assert data["winner"] == "none" and data["commands"] == []
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["-t", "12k"], "no cell at --target-length 12288"),
+    (["-t", "16k", "--passkey", "x"], "--passkey needs --ppl"),
+    (["-t", "16k", "--max-regression", "-1"], "--max-regression must be 0 or more"),
+    ([], "--target-length is required"),
+])
+def test_bad_input_is_one_line(tmp_path: Path, args: list[str], words: str) -> None:
+    ppl, _ = write(tmp_path)
+    extra = ["--ppl", str(ppl)] if "--passkey" not in args else []
+    result = runner.invoke(app, ["recommend", *extra, *args])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], result.stderr
+
+
+def test_missing_results_folder(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["recommend", "-t", "16k", "--ppl", str(tmp_path / "nope")])
+    assert result.exit_code == 1 and "does not exist" in result.stderr and "eval-ppl" in result.stderr
