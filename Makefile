@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ropectl-installed
 
-.PHONY: demo test test-fast lint bench clean
+.PHONY: demo test test-fast lint bench clean compat compat-transformers
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,13 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# Real engines in cached venvs (~/.cache/ropectl-compat): each tier skips with a message when its engine is missing.
+compat: compat-transformers
+
+compat-transformers: $(STAMP)
+	sh tests/compat/tf_venvs.sh
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/compat/test_transformers.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check ropectl tests bench

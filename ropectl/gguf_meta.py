@@ -100,13 +100,13 @@ def gguf_config(meta: Mapping[str, Any], path: Path) -> dict[str, Any]:
 
 
 def _record(meta: Mapping[str, Any], layout: str, arch: str) -> dict[str, Any]:
-    record: dict[str, Any] = {"layout": layout, "layout_source": f"GGUF arch '{arch}'"}
+    from ropectl.schema.record import BaseRope, Record
+
+    base = None
     if meta.get(BASE_THETA_KEY) is not None:
-        record["base"] = {"rope_theta": float(meta[BASE_THETA_KEY]),
-                          "trained_context": int(meta.get(BASE_CONTEXT_KEY) or 0) or None}
-    if meta.get(METHOD_KEY):
-        record["method"] = str(meta[METHOD_KEY])
-    return record
+        base = BaseRope(float(meta[BASE_THETA_KEY]), None, int(meta.get(BASE_CONTEXT_KEY) or 0) or None)
+    method = str(meta[METHOD_KEY]) if meta.get(METHOD_KEY) else None
+    return Record(base, method, layout, f"GGUF arch '{arch}'").to_json()
 
 
 def gguf_scaling(meta: Mapping[str, Any], arch: str) -> dict[str, Any] | None:

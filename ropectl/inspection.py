@@ -9,11 +9,13 @@ from typing import Any
 from ropectl.errors import UsageError
 from ropectl.layout.detect import known_layout
 from ropectl.limits import MAX_POSITIONS
+from ropectl.readers.view import engine_section, engine_warnings
 from ropectl.resolve import resolve_model
 from ropectl.rope.analysis import PairReport, first_non_rotating, pair_reports
 from ropectl.rope.frequencies import base_inv_freq, compute_frequencies, mrope_prerotated
 from ropectl.rope.params import Frequencies, RopeParams
 from ropectl.schema import ModelRope, families, read_model_rope
+from ropectl.schema.record import Record
 
 ERNIE_MROPE_SECTION = (22, 22, 20)  # transformers' default when the config names none
 
@@ -23,6 +25,7 @@ class InspectSpec:
     model: str
     seq_len: int | None = None
     plot: Path | None = None
+    engines: bool = False  # include each reader's full view (always: its disagreements as warnings)
 
     def __post_init__(self) -> None:
         if self.seq_len is not None and not 1 <= self.seq_len <= MAX_POSITIONS:
@@ -49,6 +52,8 @@ class InspectReport:
     pairs: tuple[PairReport, ...]
     layers: dict[str, dict[str, Any]] = field(default_factory=dict)
     plot: Path | None = None
+    engines: tuple[dict[str, Any], ...] = ()  # per-reader views (inspect --engines)
+    engine_warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         m, rope = self.model, self.model.rope
@@ -83,23 +88,23 @@ class InspectReport:
             "layout_reason": self.layout_reason,
             "schema": m.schema,
             "layers": self.layers,
-            "warnings": list(m.warnings),
+            "warnings": [*m.warnings, *self.engine_warnings],
+            "engines": list(self.engines),
             "plot": str(self.plot) if self.plot else None,
         }
 
 
 def _base_theta(model: ModelRope) -> float:
     """The unscaled base: what ropectl recorded before patching, else the current theta."""
-    base = model.record.get("base") or {}
-    return float(base.get("rope_theta") or model.rope.rope_theta)
+    base = Record.from_json(model.record).base
+    return float(base.rope_theta if base else model.rope.rope_theta)
 
 
-def _contexts(rope: RopeParams, record: dict[str, Any]) -> tuple[int | None, int | None]:
-    base = record.get("base") or {}
-    trained = base.get("trained_context") or base.get("max_position_embeddings") or rope.trained_context
-    if rope.rope_type == "dynamic":
-        # Dynamic scales past max_position_embeddings, up to factor times it.
-        target = int(rope.max_position_embeddings * rope.factor) if rope.max_position_embeddings and rope.factor else None
+def _contexts(rope: RopeParams, record: Record) -> tuple[int | None, int | None]:
+    trained = (record.base.context if record.base else None) or rope.trained_context
+    if rope.rope_type in ("dynamic", "linear", "yarn") and rope.factor and (trained or rope.max_position_embeddings):
+        # These keep max_position_embeddings at the trained length (patch's write form): the target is factor x it.
+        target = int(round(int(trained or rope.max_position_embeddings) * rope.factor))
     else:
         target = rope.max_position_embeddings
     return (int(trained) if trained else None), (target if target and trained and target > int(trained) else None)
@@ -128,15 +133,18 @@ def inspect_model(spec: InspectSpec) -> InspectReport:
     model = read_model_rope(resolved.config)
     rope = model.rope
     freqs = _model_frequencies(model, spec.seq_len)
-    trained, target = _contexts(rope, dict(model.record))
+    trained, target = _contexts(rope, Record.from_json(model.record))
     base_inv = base_inv_freq(_base_theta(model), model.rotary_dim)
     pairs = tuple(pair_reports(base_inv, freqs.inv_freq, trained or rope.max_position_embeddings or 1))
     layout, reason = known_layout(resolved.config)
+    views = engine_section(resolved.config, model, target or trained)
     report = InspectReport(
         source=resolved.source, kind=resolved.kind, model=model, layout=layout, layout_reason=reason,
         seq_len=spec.seq_len, inv_freq=freqs.inv_freq, attention_factor=freqs.attention_factor,
         effective_theta=freqs.effective_theta, base_theta=_base_theta(model), trained_context=trained,
         target_context=target, pairs=pairs, layers=_layer_summary(model, spec.seq_len), plot=spec.plot,
+        engines=tuple(v.to_json() for v in views) if spec.engines else (),
+        engine_warnings=tuple(engine_warnings(resolved.config, views)),
     )
     if spec.plot is not None:
         from ropectl.plotting import plot_wavelengths

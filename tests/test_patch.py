@@ -64,7 +64,8 @@ def expected_rope(method: str, theta: float, dim: int, trained: int, args: list[
     if method == "longrope":
         scaling["short_factor"] = [float(v) for v in args[args.index("--short-factor") + 1].split(",")]
         scaling["long_factor"] = [float(v) for v in args[args.index("--long-factor") + 1].split(",")]
-    max_pos = trained if method == "dynamic" else trained * 4
+    # The write form: yarn, linear and dynamic keep the trained length (README, "Write form").
+    max_pos = trained if method in ("dynamic", "linear", "yarn") else trained * 4
     return RopeParams(method, theta, dim, max_pos, scaling)
 
 
@@ -101,10 +102,19 @@ def check_v4_form(cfg: dict, arch: str, rope: RopeParams) -> None:
         assert cfg["rope_local_base_freq"] == 10000.0
     if rope.rope_type == "default":
         assert legacy is None
+    elif arch == "phi3":  # Phi3Config 4.x demands exactly these keys; the original length is top-level
+        assert set(legacy) == {"type", "short_factor", "long_factor"} and legacy["type"] == rope.rope_type
+        assert cfg["original_max_position_embeddings"] == rope.original_max_position_embeddings
+    elif arch == "neox" and rope.rope_type in ("linear", "dynamic"):  # GPTNeoXConfig 4.43: two keys
+        assert legacy == {"type": rope.rope_type, "factor": 4.0}
     else:
         assert legacy["rope_type"] == legacy["type"] == rope.rope_type
         assert isinstance(legacy["factor"], float) and "rope_theta" not in legacy
+        # yarn leaves out an original length equal to max_position_embeddings (4.51-4.55 would derive the factor)
         same = {k: v for k, v in modern.items() if k not in ("rope_theta", "partial_rotary_factor")}
+        if rope.rope_type == "yarn":
+            assert "original_max_position_embeddings" not in legacy
+            assert same.pop("original_max_position_embeddings") == cfg["max_position_embeddings"]
         assert same == {k: v for k, v in legacy.items() if k != "type"}
     assert modern["rope_theta"] == pytest.approx(rope.rope_theta)
 
@@ -198,7 +208,8 @@ def test_patch_twice_replaces_instead_of_stacking(ckpts: dict[str, Path], tmp_pa
     code, data, err = invoke(first, "-m", "linear", "-f", "2", "-o", second, "--json")
     assert code == 0, err
     cfg = json.loads((second / "config.json").read_text())
-    assert cfg["rope_scaling"]["factor"] == 2.0 and cfg["max_position_embeddings"] == 512
+    # linear keeps the trained length (vLLM multiplies max_position_embeddings by the factor)
+    assert cfg["rope_scaling"]["factor"] == 2.0 and cfg["max_position_embeddings"] == 256
     assert data["composed_from_record"] and data["before"]["factor"] == 4.0
     back = tmp_path / "c"
     assert invoke(second, "-m", "none", "-o", back)[0] == 0
@@ -299,3 +310,55 @@ def test_presets_and_config_file(ckpts: dict[str, Path], tmp_path: Path) -> None
     assert data["method"] == "yarn:4,beta_fast=16,beta_slow=2"
     code, data, _ = invoke(ckpts["llama"], "--config", toml, "-f", "2", "--dry-run", "--json")
     assert data["target_context"] == 512  # a flag's factor overrides the file's target length
+
+
+def test_transformers_warning_during_verification_is_reported(ckpts: dict[str, Path], tmp_path: Path) -> None:
+    """Phi-3 longrope without a factor key makes transformers 5 warn; patch must pass that on, every time."""
+    from transformers import __version__
+
+    n = source_info(ckpts["phi3"])[1] // 2
+    args = ["-m", "longrope", "-f", "4", "--short-factor", ",".join(["1.0"] * n), "--long-factor", ",".join(["2.0"] * n)]
+    for out in (tmp_path / "a", tmp_path / "b"):  # twice: transformers' warning_once must not hide the second
+        code, data, err = invoke(ckpts["phi3"], *args, "-o", out, "--json")
+        assert code == 0, err
+        said = [w for w in data["warnings"] if w.startswith(f"transformers {__version__} warned")]
+        assert said and "original_max_position_embeddings" in said[0]
+        assert data["verification"]["warnings"] == said
+
+
+def test_non_integer_yarn_factor_reads_the_same_everywhere(ckpts: dict[str, Path], tmp_path: Path) -> None:
+    """-f 3.3: no version may derive another factor from max_position_embeddings / original."""
+    out = tmp_path / "out"
+    code, data, err = invoke(ckpts["llama"], "-m", "yarn", "-f", "3.3", "-o", out, "--json")
+    assert code == 0, err
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["max_position_embeddings"] == 256 and "original_max_position_embeddings" not in cfg["rope_scaling"]
+    assert data["target_context"] == round(256 * 3.3)
+    readers = {r["reader"]: r for r in data["readers"]}
+    # 4.43 sizes the rotary embedding from hidden_size / heads (48 / 8), not head_dim 16: that alone differs.
+    old = readers.pop("transformers 4.43 to <4.45")
+    assert not old["agrees"] and "3 frequencies instead of 8" in old["differs"]
+    assert len(readers) >= 6 and all(r["agrees"] for r in readers.values() if r["engine"] == "transformers")
+    assert [w for w in data["warnings"] if w.startswith("transformers")] == [
+        f"transformers 4.43 to <4.45: {old['differs']}" + (f"; fix: {old['fix']}" if old["fix"] else "")]
+
+
+def test_v5_only_schema_names_every_v4_range(ckpts: dict[str, Path], tmp_path: Path) -> None:
+    code, data, err = invoke(ckpts["llama"], "-m", "linear", "-f", "2", "--schema", "v5", "-o", tmp_path / "o", "--json")
+    assert code == 0, err
+    named = [w.split(":")[0] for w in data["warnings"] if w.startswith("transformers 4")]
+    assert named == ["transformers 4.43 to <4.45", "transformers 4.45 to <4.48", "transformers 4.48 to <4.51",
+                     "transformers 4.51 to <4.55", "transformers 4.55 to <4.56", "transformers 4.56 to <5.0"]
+
+
+def test_null_rope_theta_is_refused(ckpts: dict[str, Path], tmp_path: Path) -> None:
+    """transformers 5.23 saves "rope_theta": null after config.rope_scaling = {...}: never write the default."""
+    src = tmp_path / "src"
+    src.mkdir()
+    cfg = json.loads((ckpts["llama"] / "config.json").read_text())
+    cfg["rope_parameters"] = {"rope_type": "linear", "factor": 2.0, "rope_theta": None}
+    cfg.pop("rope_theta", None)
+    (src / "config.json").write_text(json.dumps(cfg))
+    code, _, err = invoke(src, "-m", "yarn", "-f", "4", "--replace-existing", "-o", tmp_path / "o")
+    assert code != 0 and "rope_theta" in err and "null" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -12,20 +12,50 @@ from ropectl.cli.options import JsonOpt, ModelArg, SeqLenOpt
 from ropectl.jsonio import dumps
 
 PlotOpt = Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG of wavelength per dimension pair.")]
+EnginesOpt = Annotated[bool, typer.Option(
+    "--engines", help="Show what each reader (transformers version ranges, vLLM, llama.cpp) computes from this "
+                      "checkpoint, and each disagreement with its fix.")]
 
 
 @handle_errors
-def inspect(model: ModelArg, json_out: JsonOpt = False, plot: PlotOpt = None, seq_len: SeqLenOpt = None) -> None:
+def inspect(model: ModelArg, json_out: JsonOpt = False, plot: PlotOpt = None, seq_len: SeqLenOpt = None,
+            engines: EnginesOpt = False) -> None:
     """Explain a checkpoint's RoPE: frequencies, wavelengths against the trained context, layout."""
     from ropectl.inspection import InspectSpec, inspect_model
 
-    report = inspect_model(InspectSpec(model=model, seq_len=seq_len, plot=plot))
+    report = inspect_model(InspectSpec(model=model, seq_len=seq_len, plot=plot, engines=engines))
     if json_out:
         typer.echo(dumps(report.to_dict(), indent=2))
         return
     from ropectl.cli.render import print_inspect
 
     print_inspect(report.to_dict())
+    if engines:
+        print_engines(report.to_dict()["engines"])
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None else f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def print_engines(views: list[dict[str, Any]]) -> None:
+    """One block per reader: its RoPE per layer type, serving length, and how it differs (with the fix)."""
+    typer.echo("\nper reader:")
+    for view in views:
+        mark = "same" if view["agrees"] else "DIFFERS"
+        typer.echo(f"  {view['reader']}: {mark}")
+        for layer, rope in view["layers"].items():
+            where = "" if layer == "main" else f"{layer}: "
+            typer.echo(f"    {where}{rope['rope_type']} theta {_fmt(rope['rope_theta'])}, factor {_fmt(rope['factor'])}, "
+                       f"original {_fmt(rope['original'])}, {rope['frequencies']} frequencies "
+                       f"{_fmt(rope['inv_freq_max'])} .. {_fmt(rope['inv_freq_min'])}, "
+                       f"attention {_fmt(rope['attention_factor'])}")
+        length = view["serving_length"]
+        typer.echo(f"    serving length: {_fmt(length) if length else view['serving_rule'] or '-'}")
+        if view["differs"]:
+            typer.echo(f"    differs: {view['differs']}")
+        if view["fix"]:
+            typer.echo(f"    fix: {view['fix']}")
 
 
 def register(app: typer.Typer) -> None:

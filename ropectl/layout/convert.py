@@ -19,6 +19,8 @@ from ropectl.layout.io import fsync_file, write_streaming, write_tensors
 from ropectl.layout.plan import Geometry, TensorPlan, check_layouts, plan_tensors
 from ropectl.layout.verify import VerifyReport, verify_conversion
 from ropectl.layout.weights import ST_INDEX, WeightStore, open_weights, other_files, output_name
+from ropectl.schema.record import KEY as RECORD_KEY
+from ropectl.schema.record import Record
 
 ProgressCallback = Callable[[int, int], None]  # (bytes_done, bytes_total)
 METADATA_KEY = "ropectl_layout"
@@ -207,9 +209,8 @@ def _write_index(store: WeightStore, tmp: Path, names: Mapping[Path, str], to: s
 
 
 def _write_config(cfg: dict[str, Any], tmp: Path, source: str, to: str) -> None:
-    record = dict(cfg.get("ropectl") or {})
-    record.update(layout=to, layout_source=f"converted from {source} by ropectl convert-layout")
-    out = {**cfg, "ropectl": record}
+    record = Record.of(cfg).with_(layout=to, layout_source=f"converted from {source} by ropectl convert-layout")
+    out = record.written_into(cfg)
     if "rope_interleave" in cfg:  # the one HF flag that selects the pairing (DeepSeek-V3, Kimi): keep it true
         out["rope_interleave"] = to == INTERLEAVED
     (tmp / "config.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
@@ -224,7 +225,7 @@ def _inv_freq(mr: Any, geo: Geometry) -> tuple[float, ...]:
 
 def layout_warnings(cfg: Mapping[str, Any], model_type: str, to: str) -> list[str]:
     """Say when transformers would load the result without complaint and compute the wrong thing."""
-    native, _ = known_layout({k: v for k, v in cfg.items() if k != "ropectl"})
+    native, _ = known_layout({k: v for k, v in cfg.items() if k != RECORD_KEY})
     if to == native or "rope_interleave" in cfg:  # the flag is rewritten to the new layout
         return []
     out = [f"transformers' '{model_type}' attention expects {native} q/k: it will load this {to} checkpoint without "

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ropectl.schema.record import Record
+
 INTERLEAVED = "interleaved"
 HALF_SPLIT = "half-split"
 LAYOUTS = (INTERLEAVED, HALF_SPLIT)
@@ -18,9 +20,9 @@ INTERLEAVED_MODEL_TYPES = frozenset({
 
 def known_layout(cfg: Mapping[str, Any]) -> tuple[str, str]:
     """(layout, reason). The layout ropectl recorded wins, then format flags, then the model type."""
-    record = cfg.get("ropectl") or {}
-    if record.get("layout") in LAYOUTS:
-        return record["layout"], str(record.get("layout_source") or "recorded by ropectl in config.json")
+    record = Record.of(cfg)
+    if record.layout in LAYOUTS:
+        return record.layout, record.layout_source or "recorded by ropectl in config.json"
     if cfg.get("rope_interleave"):
         return INTERLEAVED, "config sets rope_interleave=true"
     model_type = str(cfg.get("model_type") or "")

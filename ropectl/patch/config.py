@@ -1,7 +1,7 @@
 """Apply a scaling method to a config dict: the one code path shared by ``patch`` and ``eval-ppl``.
 
 Scaling always starts from the unscaled base (theta and trained context), recorded under
-``config["ropectl"]["base"]`` the first time ropectl patches a model, so patching twice replaces the
+``config["ropectl"]["base"]`` (``ropectl.schema.record``) the first time ropectl patches a model, so patching twice replaces the
 scaling instead of stacking factors.
 """
 
@@ -17,9 +17,10 @@ from ropectl.rope.params import RopeParams
 from ropectl.rope.reextend import reextension_of, with_carried_options
 from ropectl.schema import families
 from ropectl.schema.read import ModelRope, read_model_rope
-from ropectl.schema.write import allowed_types, check_schema, rope_holder, write_rope
+from ropectl.schema.record import KEY as RECORD_KEY
+from ropectl.schema.record import BaseRope, Record
+from ropectl.schema.write import allowed_types, check_schema, rope_holder, write_rope, written_max_positions
 
-RECORD = "ropectl"
 # transformers builds these models' rotary embedding from fixed values that no config key changes.
 FIXED_ROPE_TYPES = {"gptj": "GPT-J", "codegen": "CodeGen"}
 
@@ -74,13 +75,12 @@ def base_rope(model: ModelRope, replace_existing: bool = False) -> tuple[RopePar
 
 
 def _base_rope(model: ModelRope, replace_existing: bool) -> tuple[RopeParams, bool]:
-    recorded = model.record.get("base")
-    if isinstance(recorded, Mapping) and recorded.get("rope_theta"):
-        max_pos = recorded.get("max_position_embeddings") or recorded.get("trained_context")
-        trained = recorded.get("trained_context") or max_pos
+    recorded = Record.from_json(model.record).base
+    if recorded is not None:
+        max_pos = recorded.max_position_embeddings or recorded.trained_context
+        trained = recorded.context
         scaling = {} if not trained or trained == max_pos else {"original_max_position_embeddings": int(trained)}
-        theta = float(recorded["rope_theta"])
-        return RopeParams("default", theta, model.rotary_dim, int(max_pos) if max_pos else None, scaling), True
+        return RopeParams("default", recorded.rope_theta, model.rotary_dim, max_pos, scaling), True
     rope = model.rope
     if is_scaled(model):
         if not replace_existing and reextension_of(rope) is None:
@@ -122,15 +122,23 @@ def _check_model(model: ModelRope, rope: RopeParams, transformers: bool) -> None
         )
 
 
-def _record(model: ModelRope, base: RopeParams, spec: MethodSpec) -> dict[str, Any]:
-    record = dict(model.record)  # keep other keys (layout ...)
-    record["base"] = {
-        "rope_theta": float(base.rope_theta),
-        "max_position_embeddings": base.max_position_embeddings,
-        "trained_context": base.trained_context,
-    }
-    record["method"] = spec.label
-    return record
+def _check_theta_known(config: Mapping[str, Any]) -> None:
+    """A null rope_theta would be read as the default base and written back as if it were the model's."""
+    from ropectl.readers.view import null_theta_warning
+
+    if null_theta_warning(config) and not Record.of(config).base:
+        raise ConfigError(
+            "config.json has \"rope_theta\": null (transformers 5 saves that after `config.rope_scaling = {...}` "
+            "on a config without rope_theta), so the model's base theta is unknown and patching would write the "
+            "default 10000 as if it were the model's",
+            "set rope_theta in config.json to the model's base (its model card or original config), then patch again",
+        )
+
+
+def _record(model: ModelRope, base: RopeParams, spec: MethodSpec) -> Record:
+    """The record with the unscaled base and the method; other parts (layout ...) are kept."""
+    recorded = BaseRope(float(base.rope_theta), base.max_position_embeddings, base.trained_context)
+    return Record.from_json(model.record).with_(base=recorded, method=spec.label)
 
 
 def effective_spec(base: RopeParams, spec: MethodSpec, target_length: int | None) -> MethodSpec:
@@ -153,6 +161,7 @@ def plan_config(
     ``transformers=False`` skips the checks of what transformers' config classes accept (for GGUF outputs).
     """
     check_schema(schema)
+    _check_theta_known(config)
     before = read_model_rope(config)
     base, from_record = base_rope(before, replace_existing)
     re = None if from_record or replace_existing else reextension_of(before.rope)
@@ -162,12 +171,14 @@ def plan_config(
     rope = apply_method(base, spec)
     kept = {k: before.rope.scaling[k] for k in families.STRUCTURAL_ROPE_KEYS if k in before.rope.scaling}
     rope = rope.with_(scaling={**rope.scaling, **kept}) if kept else rope
+    if transformers:  # the RoPE as written: max_position_embeddings in the form most config readers agree on
+        rope = rope.with_(max_position_embeddings=written_max_positions(rope, base.trained_context))
     _check_model(before, rope, transformers)
     layers = {**before.layer_ropes, before.main_layer or "full_attention": rope} if before.layer_ropes else {}
     new = write_rope(config, before, rope, schema, layer_ropes=layers or None, trained=base.trained_context)
-    new[RECORD] = _record(before, base, spec)
+    new = _record(before, base, spec).written_into(new)
     if rope_holder(new) is not new:
-        rope_holder(new).pop(RECORD, None)
+        rope_holder(new).pop(RECORD_KEY, None)
     line = re.summary(rope, spec.factor) if re is not None else None
     return ConfigPlan(new, before, base, rope, layers, from_record, before.warnings, spec, line)
 

@@ -7,6 +7,7 @@ import json
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from ropectl.patch.spec import PatchSpec
 from ropectl.patch.summary import PatchResult, pair_counts, rope_state
 from ropectl.patch.verify import expected_ropes, verify_config, verify_folder
 from ropectl.resolve import HUB_ID, ResolvedModel, resolve_model
+from ropectl.schema.record import BaseRope, Record
 
 CONFIG = "config.json"
 
@@ -70,10 +72,9 @@ def _gguf_config(model: ResolvedModel) -> dict[str, Any]:
     config = dict(model.config)
     theta, context = model.gguf.get(gguf_out.BASE_THETA_KEY), model.gguf.get(gguf_out.BASE_CONTEXT_KEY)
     if theta:
-        record = dict(config.get("ropectl") or {})
-        record["base"] = {"rope_theta": float(theta), "max_position_embeddings": int(context or 0) or None,
-                          "trained_context": int(context or 0) or None}
-        config["ropectl"] = record
+        context = int(context or 0) or None
+        record = Record.of(config).with_(base=BaseRope(float(theta), context, context))
+        config = record.written_into(config)
     return config
 
 
@@ -159,9 +160,17 @@ def _warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[s
     if not model.is_gguf and spec.emit == "config" and spec.schema != "v5":
         out.append("re-saving this checkpoint with transformers 5 (save_pretrained) drops the v4 keys rope_scaling "
                    "and top-level rope_theta; patch again after re-saving if transformers 4 readers matter")
-    if not model.is_gguf and spec.schema == "v5":
-        out.append("schema v5 only: transformers 4.x ignores rope_parameters and would load unscaled RoPE")
     return out
+
+
+def _reader_views(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[Any]:
+    """Every known reader's reading of the written config, against the RoPE ropectl means it to hold."""
+    if model.is_gguf or spec.emit != "config":
+        return []
+    from ropectl.readers.parity import engine_views
+
+    lengths = (None, plan.target_context) if plan.target_context else (None,)
+    return engine_views(plan.config, expected_ropes(plan.rope, plan.layer_ropes), lengths)
 
 
 def _mode(spec: PatchSpec) -> str:
@@ -193,6 +202,7 @@ def _result(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan, done: dict[
         warnings.append("the filesystem refused hardlinks, so files are symlinks to the source: keep the source, "
                         "or rerun with --copy")
     verification = done.get("verification")
+    warnings.extend(getattr(verification, "warnings", ()))
     if verification is not None and hasattr(verification, "to_dict"):
         verification = verification.to_dict()
     others = {k: float(v.rope_theta) for k, v in plan.layer_ropes.items() if k != "full_attention"}
@@ -218,5 +228,8 @@ def patch_checkpoint(spec: PatchSpec) -> PatchResult:
     config = _gguf_config(model) if model.is_gguf else dict(model.config)
     plan = plan_config(config, spec.method, spec.target_length, spec.schema,
                        replace_existing=spec.replace_existing, transformers=not model.is_gguf)
+    views = _reader_views(spec, plan, model)
     done, emit_warnings = _execute(spec, model, plan)
-    return _result(spec, model, plan, done, _warnings(spec, plan, model) + emit_warnings)
+    reader_warnings = [w for w in (v.warning() for v in views) if w]
+    result = _result(spec, model, plan, done, _warnings(spec, plan, model) + reader_warnings + emit_warnings)
+    return replace(result, readers=tuple(v.to_json() for v in views))

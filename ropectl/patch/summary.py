@@ -77,6 +77,7 @@ class PatchResult:
     diff: str | None = None
     emit: Mapping[str, Any] | None = None
     warnings: tuple[str, ...] = ()
+    readers: tuple[Mapping[str, Any], ...] = ()  # each known reader's view of the written config
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -88,4 +89,5 @@ class PatchResult:
             "files": [{"path": p, "how": how} for p, how in self.files], "backup": self.backup,
             "verification": dict(self.verification) if self.verification else None,
             "diff": self.diff, "emit": dict(self.emit) if self.emit else None, "warnings": list(self.warnings),
+            "readers": [dict(r) for r in self.readers],
         }

@@ -8,9 +8,12 @@ attention scaling the model will really use.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import tempfile
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,9 +31,47 @@ class Verification:
     engine: str
     layers: tuple[str, ...]
     max_rel_error: float
+    warnings: tuple[str, ...] = ()  # what transformers warned while loading the config: never swallowed
 
     def to_dict(self) -> dict[str, Any]:
-        return {"engine": self.engine, "layers": list(self.layers), "max_rel_error": self.max_rel_error}
+        return {"engine": self.engine, "layers": list(self.layers), "max_rel_error": self.max_rel_error,
+                "warnings": list(self.warnings)}
+
+
+# transformers messages that say nothing about the RoPE a checkpoint describes.
+_NOISE = ("torch_dtype", "`rope_scaling` is deprecated", "rope_scaling` was renamed")
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextmanager
+def transformers_warnings() -> Iterator[list[str]]:
+    """Collect what transformers logs or warns inside the block (its logger is silenced meanwhile)."""
+    collect = _Collect()
+    logger = logging.getLogger("transformers")
+    # transformers' own handler would print them too: they are reported once, as ropectl warnings.
+    saved = logger.handlers[:], logger.propagate, logger.level
+    logger.handlers, logger.propagate = [collect], False
+    logger.setLevel(min(logger.getEffectiveLevel(), logging.WARNING))
+    # warning_once caches what it said: a second patch in the same process must hear it again.
+    getattr(getattr(logging.Logger, "warning_once", None), "cache_clear", lambda: None)()
+    out: list[str] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield out
+    finally:
+        logger.handlers, logger.propagate = saved[0], saved[1]
+        logger.setLevel(saved[2])
+    seen = [*collect.messages, *(str(w.message) for w in caught)]
+    out.extend(m for m in dict.fromkeys(" ".join(m.split()) for m in seen) if not any(n in m for n in _NOISE))
 
 
 def _module_for(model_type: str) -> Any:
@@ -116,8 +157,12 @@ def compare(built: Mapping[str, tuple[list[float], float]], expected: Mapping[st
 def verify_folder(folder: Path, expected: Mapping[str, RopeParams]) -> Verification:
     import transformers
 
-    worst = compare(transformers_frequencies(folder), expected)
-    return Verification(f"transformers {transformers.__version__}", tuple(expected), worst)
+    with transformers_warnings() as said:
+        built = transformers_frequencies(folder)
+    worst = compare(built, expected)
+    version = transformers.__version__
+    return Verification(f"transformers {version}", tuple(expected), worst,
+                        tuple(f"transformers {version} warned while loading the patched config: {m}" for m in said))
 
 
 def verify_config(config: Mapping[str, Any], expected: Mapping[str, RopeParams]) -> Verification:

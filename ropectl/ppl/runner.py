@@ -226,11 +226,11 @@ def _model_source(spec: EvalSpec) -> tuple[Any, str, dict[str, Any], str, dict[s
 def _trained_context(config: dict[str, Any]) -> int | None:
     """The pretraining context: ropectl's record of the unscaled base if patched, else what the config says."""
     from ropectl.schema.read import read_model_rope
+    from ropectl.schema.record import Record
 
     model = read_model_rope(config)
-    base = model.record.get("base")
-    recorded = base.get("trained_context") if isinstance(base, dict) else None
-    return int(recorded) if recorded else model.rope.trained_context
+    base = Record.from_json(model.record).base
+    return (base.trained_context if base else None) or model.rope.trained_context
 
 
 def _check_corpus(corpus: Corpus, lengths: tuple[int, ...]) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropectl.errors import UsageError
+from ropectl.readers.transformers import exact_v4_keys, needs_head_dim
 from ropectl.rope.params import RopeParams
 from ropectl.schema.families import LEGACY_NESTED_MERGE, MSCALE_TYPES
 from ropectl.schema.read import ROPE_KEYS, ModelRope
@@ -29,6 +30,20 @@ TOP_LEVEL_ORIGINAL = frozenset({"phi3", "phi4_multimodal"})
 ALLOWED_TYPES = {"phi3": ("default", "longrope"), "phi4_multimodal": ("default", "longrope")}
 ORIGINAL = "original_max_position_embeddings"
 SCALED_WITH_ORIGINAL = ("llama3", "yarn", "longrope")
+TRAINED, TARGET = "trained", "target"
+# The write form: which max_position_embeddings each rope type gets, chosen so that the most readers compute
+# the same thing (the compat tier checks it; docs/write-form.md says why):
+# - yarn keeps the trained length, with no original_max_position_embeddings in rope_scaling (Qwen's model-card
+#   form): transformers 4.43-4.50 take the original length from max_position_embeddings, and 4.51-4.55 replace
+#   the factor by max_position_embeddings / original when the rope section names an original; this form gives
+#   the written factor and original to every version, so a non-integer factor is never rounded away.
+# - linear keeps the trained length: vLLM multiplies max_position_embeddings by the factor.
+# - dynamic keeps it: transformers scales only past it.
+# - llama3, longrope and static NTK (a theta change) get the target: llama3 and longrope name the original in
+#   the config (longrope derives its attention factor from max_position_embeddings / original), and NTK has
+#   no factor for an engine to multiply.
+MAX_POSITIONS = {"yarn": TRAINED, "linear": TRAINED, "dynamic": TRAINED, "llama3": TARGET, "longrope": TARGET,
+                 "default": TARGET}
 
 
 def check_schema(schema: str) -> str:
@@ -49,11 +64,39 @@ def scaling_dict(rope: RopeParams) -> dict[str, Any]:
     return out
 
 
-def v4_scaling(rope: RopeParams) -> dict[str, Any] | None:
-    """``rope_scaling`` in the v4 form, or None for unscaled RoPE (static NTK is only a base change)."""
+def written_max_positions(rope: RopeParams, trained: int | None) -> int | None:
+    """max_position_embeddings in the write form (see MAX_POSITIONS)."""
+    if MAX_POSITIONS.get(rope.rope_type) == TRAINED:
+        return rope.original_max_position_embeddings or trained or rope.max_position_embeddings
+    return rope.max_position_embeddings
+
+
+def v4_scaling(rope: RopeParams, model_type: str = "", max_pos: int | None = None) -> dict[str, Any] | None:
+    """``rope_scaling`` in the v4 form, or None for unscaled RoPE (static NTK is only a base change).
+
+    An original length equal to the written max_position_embeddings is left out: every version then
+    takes the same value, and transformers 4.51-4.55 do not replace the factor. Config classes that demand
+    exact keys (Phi-3, GPT-NeoX on 4.43) get only those when the rest is implied.
+    """
     if rope.rope_type == "default":
         return None
-    return {"rope_type": rope.rope_type, "type": rope.rope_type, **scaling_dict(rope)}
+    out = {"rope_type": rope.rope_type, "type": rope.rope_type, **scaling_dict(rope)}
+    if rope.rope_type == "yarn" and max_pos is not None and out.get(ORIGINAL) == max_pos:
+        del out[ORIGINAL]
+    exact = exact_v4_keys(model_type)
+    if exact is not None:
+        original = out.get(ORIGINAL)
+        implied = {"rope_type", ORIGINAL} | ({"factor"} if _factor_implied(out, original, max_pos) else set())
+        if set(out) - implied <= exact:
+            out = {k: v for k, v in out.items() if k in exact}
+    return out
+
+
+def _factor_implied(scaling: dict[str, Any], original: int | None, max_pos: int | None) -> bool:
+    """longrope without a factor takes max_position_embeddings / original: is that the written factor?"""
+    factor = scaling.get("factor")
+    return scaling.get("type") == "longrope" and (factor is None or bool(
+        original and max_pos and abs(max_pos / original - float(factor)) < 1e-12))
 
 
 def v5_parameters(rope: RopeParams, partial: float | None = None) -> dict[str, Any]:
@@ -86,28 +129,43 @@ def write_rope(
     old = holder.get("rope_parameters")
     for key in ("rope_scaling", "rope_parameters"):
         holder.pop(key, None)
-    rope = _with_mscales(model, rope)
+    trained = trained or rope.trained_context
+    rope = _explicit_longrope_attention(_with_mscales(model, rope), model.model_type)
+    max_pos = written_max_positions(rope, trained)
+    scaling = v4_scaling(rope, model.model_type, max_pos)
     if layer_ropes:
-        _write_nested(holder, model, rope, dict(layer_ropes), schema)
+        _write_nested(holder, model, rope, dict(layer_ropes), schema, scaling)
         _keep_other_sections(holder, old)
     else:
-        _write_flat(holder, model, rope, schema)
-    _write_max_positions(holder, model, rope, trained or rope.trained_context)
-    if "head_dim" in holder and holder["head_dim"] is None and model.head_dim:
-        # transformers 5's yarn/llama3/dynamic code multiplies config.head_dim: null crashes it (Mixtral, MiniMax)
+        _write_flat(holder, model, rope, schema, scaling)
+    _write_max_positions(holder, model, rope, trained, max_pos)
+    if model.head_dim and (holder.get("head_dim", 0) is None or (needs_head_dim(model.model_type)
+                                                                  and not holder.get("head_dim"))):
+        # transformers' yarn/llama3/dynamic code multiplies config.head_dim: null crashes it (Mixtral, MiniMax),
+        # and MistralConfig 4.55+ keeps None when config.json has none.
         holder["head_dim"] = int(model.head_dim)
     return out
+
+
+def _explicit_longrope_attention(rope: RopeParams, model_type: str) -> RopeParams:
+    """transformers 4.43's validation raises on longrope without attention_factor (except Phi-3, which takes only
+    three keys); writing the value every version would compute changes nothing for the others."""
+    if rope.rope_type != "longrope" or "attention_factor" in rope.scaling or exact_v4_keys(model_type) is not None:
+        return rope
+    from ropectl.rope.frequencies import compute_frequencies
+
+    return rope.with_(scaling={**rope.scaling, "attention_factor": compute_frequencies(rope).attention_factor})
 
 
 def _partial_for_v5(model: ModelRope) -> float | None:
     return model.partial_rotary_factor if model.partial_rotary_factor != 1.0 else None
 
 
-def _write_flat(holder: dict[str, Any], model: ModelRope, rope: RopeParams, schema: str) -> None:
+def _write_flat(holder: dict[str, Any], model: ModelRope, rope: RopeParams, schema: str,
+                scaling: dict[str, Any] | None) -> None:
     if schema in ("both", "v4"):
         _write_theta(holder, model, rope.rope_theta)
         _ensure_partial(holder, model)
-        scaling = v4_scaling(rope)
         if scaling is not None:
             holder["rope_scaling"] = scaling
     else:
@@ -117,7 +175,8 @@ def _write_flat(holder: dict[str, Any], model: ModelRope, rope: RopeParams, sche
 
 
 def _write_nested(
-    holder: dict[str, Any], model: ModelRope, rope: RopeParams, layers: dict[str, RopeParams], schema: str
+    holder: dict[str, Any], model: ModelRope, rope: RopeParams, layers: dict[str, RopeParams], schema: str,
+    scaling: dict[str, Any] | None,
 ) -> None:
     # Only the global-attention layers are scaled; the others keep their own (local) base.
     layers[model.main_layer or "full_attention"] = rope
@@ -128,7 +187,6 @@ def _write_nested(
         _write_theta(holder, model, rope.rope_theta)
         if "sliding_attention" in layers:
             holder[LOCAL_THETA_KEY] = float(layers["sliding_attention"].rope_theta)
-        scaling = v4_scaling(rope)
         if scaling is not None:
             holder["rope_scaling"] = scaling
     else:
@@ -186,14 +244,16 @@ def _ensure_partial(holder: dict[str, Any], model: ModelRope) -> None:
     holder[PARTIAL_KEYS.get(model.model_type, "partial_rotary_factor")] = model.partial_rotary_factor
 
 
-def _write_max_positions(holder: dict[str, Any], model: ModelRope, rope: RopeParams, trained: int | None) -> None:
-    if rope.max_position_embeddings is not None:
+def _write_max_positions(holder: dict[str, Any], model: ModelRope, rope: RopeParams, trained: int | None,
+                         max_pos: int | None) -> None:
+    if max_pos is not None:
         key = next((k for k in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
                     if k in holder), "max_position_embeddings")
-        holder[key] = int(rope.max_position_embeddings)
+        holder[key] = int(max_pos)
     # transformers 5 lets a top-level value override the dict's for llama3/yarn/longrope, so a stale one
-    # would silently change the scaling: it is rewritten to the value that is true now.
-    if ORIGINAL in holder or model.model_type in TOP_LEVEL_ORIGINAL:
+    # would silently change the scaling: it is rewritten to the value that is true now. transformers 4 reads
+    # longrope's original length only from the top level.
+    if ORIGINAL in holder or model.model_type in TOP_LEVEL_ORIGINAL or rope.rope_type == "longrope":
         original = rope.original_max_position_embeddings if rope.rope_type in SCALED_WITH_ORIGINAL else trained
         if original:
             holder[ORIGINAL] = int(original)

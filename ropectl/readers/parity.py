@@ -1,0 +1,120 @@
+"""The per-engine view: what each known reader computes from one config, and where it differs from ropectl.
+
+``patch`` warns with the disagreements of the config it wrote; ``inspect --engines`` shows every view.
+Both come from the reader entries, so a reader's knowledge lives in one place.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ropectl.readers import engines
+from ropectl.readers.base import Reader, Reading
+from ropectl.rope.frequencies import compute_frequencies
+from ropectl.rope.params import RopeParams
+
+REL_TOL = 1e-6
+
+
+@dataclass(frozen=True)
+class EngineView:
+    """One reader's reading of a config, compared with what ropectl means it to compute."""
+
+    reading: Reading
+    differs: str | None  # how it differs from ropectl (None: identical at every length checked)
+    fix: str | None = None
+
+    @property
+    def reader(self) -> Reader:
+        return self.reading.reader
+
+    def summary(self) -> dict[str, Any]:
+        """theta, frequency range and attention factor per layer type, at load time."""
+        out = {}
+        for layer, p in self.reading.ropes.items():
+            freqs = compute_frequencies(p)
+            inv = freqs.inv_freq
+            out[layer] = {"rope_type": p.rope_type, "rope_theta": p.rope_theta, "factor": p.factor,
+                          "original": p.original_max_position_embeddings, "frequencies": len(inv),
+                          "inv_freq_max": max(inv, default=None), "inv_freq_min": min(inv, default=None),
+                          "attention_factor": freqs.attention_factor}
+        return out
+
+    def warning(self) -> str | None:
+        if self.differs is None:
+            return None
+        return f"{self.reader.label}: {self.differs}" + (f"; fix: {self.fix}" if self.fix else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"reader": self.reader.label, "engine": self.reader.engine, "agrees": self.differs is None,
+                "differs": self.differs, "fix": self.fix, "error": self.reading.error,
+                "notes": list(self.reading.notes), "serving_length": self.reading.serving_length,
+                "serving_rule": self.reader.serving_length, "layers": self.summary()}
+
+
+def _layer(ropes: Mapping[str, RopeParams], name: str) -> RopeParams | None:
+    return ropes.get(name) or (ropes.get("main") or ropes.get("full_attention") if name in ("main",
+                                                                                             "full_attention") else None)
+
+
+def rope_difference(got: Mapping[str, RopeParams], want: Mapping[str, RopeParams],
+                    lengths: Iterable[int | None]) -> str | None:
+    """How ``got`` differs from ``want`` (largest relative error, per layer and length), or None."""
+    for layer, expected in want.items():
+        actual = _layer(got, layer)
+        if actual is None:
+            return f"builds no rotary embedding for {layer}"
+        for length in lengths:
+            a, e = compute_frequencies(actual, length), compute_frequencies(expected, length)
+            where = f"{layer} " if layer != "main" else ""
+            at = f" at {length} tokens" if length else ""
+            if len(a.inv_freq) != len(e.inv_freq):
+                return f"builds {len(a.inv_freq)} {where}frequencies instead of {len(e.inv_freq)}{at}"
+            err = max((abs(x - y) / y for x, y in zip(a.inv_freq, e.inv_freq)), default=0.0)
+            att = abs(a.attention_factor - e.attention_factor) / e.attention_factor
+            if not (err <= REL_TOL and att <= REL_TOL) or not math.isfinite(err):
+                return (f"computes other {where}RoPE{at}: {actual.rope_type} theta {actual.rope_theta:g}, factor "
+                        f"{actual.factor}, original {actual.original_max_position_embeddings} (inv_freq relative "
+                        f"error {err:.1e}, attention {a.attention_factor:.4f} vs {e.attention_factor:.4f})")
+    return None
+
+
+def _short(reading: Reading, target: int | None) -> str | None:
+    """An engine that enforces a length shorter than the target refuses longer prompts (loudly)."""
+    served = reading.serving_length
+    if target and served and served < target:
+        return f"accepts at most {served} tokens by default, below the target {target}"
+    return None
+
+
+def _fix(reading: Reading, later: list[tuple[Reader, bool]]) -> str | None:
+    quirk_fix = next((q.fix for q in reading.reader.quirks if q.fix and q.note in (reading.error or "")
+                      or q.note in reading.notes and q.fix), None)
+    if quirk_fix:
+        return quirk_fix
+    first_good = next((r for r, ok in later if ok), None)
+    if first_good is not None and first_good.engine == reading.reader.engine:
+        return f"use {first_good.engine} >= {first_good.versions.low}"
+    return None
+
+
+def engine_views(config: Mapping[str, Any], expected: Mapping[str, RopeParams],
+                 lengths: Iterable[int | None] = (None,)) -> list[EngineView]:
+    """Every reader's view of ``config`` against the ``expected`` RoPE (layer type or "main" -> params)."""
+    lengths = tuple(lengths)
+    target = max((n for n in lengths if n), default=None)
+    readings = [(reader, predict(reader, config)) for reader, predict in engines()]
+    differs = [reading.error and f"cannot load it: {reading.error}" or rope_difference(reading.ropes, expected, lengths)
+               or _short(reading, target) for _, reading in readings]
+    views = []
+    for i, (_, reading) in enumerate(readings):
+        later = [(r, d is None) for (r, _), d in zip(readings[i + 1:], differs[i + 1:])]
+        views.append(EngineView(reading, differs[i], _fix(reading, later) if differs[i] else None))
+    return views
+
+
+def disagreement_warnings(views: Iterable[EngineView]) -> list[str]:
+    return [w for w in (v.warning() for v in views) if w]

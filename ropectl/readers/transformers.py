@@ -1,0 +1,142 @@
+"""How each transformers version range reads a RoPE config: the entries, and ``predict`` that applies them.
+
+Every entry was checked against the real version named in ``tested`` by the compat tier
+(``make compat``, tests/compat/): a tiny model of each architecture, patched with every method and
+schema, run forward, and the cos/sin it really used compared with ``predict``. Versions between two
+tested ones are assumed to behave like the older one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ropectl.readers.base import (
+    DICT,
+    EXACT_KEYS,
+    FAILS,
+    FIXED_LONGROPE,
+    FLAT_V5_UNSCALED,
+    HEAD_DIM_IGNORED,
+    IGNORES_SCALING,
+    MAX_POS,
+    NEEDS_HEAD_DIM,
+    NEEDS_KEYS,
+    NO_PARTIAL,
+    ONLY_TYPES,
+    PARTIAL_IGNORED,
+    TOP,
+    UNKNOWN_MODEL,
+    Quirk,
+    Reader,
+    Reading,
+    VersionRange,
+)
+
+ENGINE = "transformers"
+V4 = ("rope_theta", "rope_scaling")
+V5 = ("rope_scaling", "rope_parameters", "rope_theta")  # rope_scaling wins when both are present
+GEMMA3 = frozenset({"gemma3", "gemma3_text"})
+PHI3 = frozenset({"phi3"})
+PHI3_KEYS = frozenset({"type", "short_factor", "long_factor"})
+NO_LIMIT = "none enforced: max_position_embeddings is metadata (dynamic scales past it)"
+TOP_FACTOR = "factor = max_position_embeddings / top-level original_max_position_embeddings when that is set"
+DICT_FACTOR = "factor = max_position_embeddings / original_max_position_embeddings when the rope section has it"
+
+_GEMMA3_NEW = Quirk(UNKNOWN_MODEL, "has no Gemma3 (added in 4.50)", GEMMA3, versions=VersionRange("4.0", "4.50"))
+_PHI3_EXACT = Quirk(EXACT_KEYS, "Phi3Config requires rope_scaling to hold exactly type, short_factor and long_factor",
+                    PHI3, keys=PHI3_KEYS, fix="write only those three keys and a top-level original_max_position_embeddings")
+_PHI3_PARTIAL = Quirk(PARTIAL_IGNORED, "Phi-3 ignores partial_rotary_factor: every dimension rotates (fixed in 4.51)",
+                      PHI3, fix="use transformers >= 4.51")
+_GEMMA3_FLAT = Quirk(FLAT_V5_UNSCALED, "Gemma3 takes a flat rope_parameters as unscaled full attention", GEMMA3,
+                     fix="nest rope_parameters by layer type ({full_attention, sliding_attention}): "
+                         "`ropectl patch --replace-existing` writes that")
+_MISTRAL_HEAD_DIM = Quirk(NEEDS_HEAD_DIM, "MistralConfig keeps head_dim None when config.json has none, and the "
+                         "dynamic, yarn and longrope init functions then raise TypeError", frozenset({"mistral"}),
+                         frozenset({"dynamic", "yarn", "longrope"}), fix="set head_dim in config.json (ropectl patch does)")
+
+
+def _fixed_longrope(which: str, why: str) -> Quirk:
+    # Phi-3 has its own rotary class in these versions, which switches lists by length.
+    return Quirk(FIXED_LONGROPE, f"longrope uses {which} at every length ({why}; fixed in 4.51)",
+                 rope_types=frozenset({"longrope"}), keys=frozenset({which}), exclude=PHI3, fix="use transformers >= 4.51")
+
+
+_V4_LONGROPE = {"yarn": (MAX_POS,), "llama3": (DICT,), "longrope": (TOP, MAX_POS)}
+_V4_LATE = {"yarn": (DICT, MAX_POS), "llama3": (DICT,), "longrope": (TOP, MAX_POS)}
+_V5 = {t: (TOP, DICT, MAX_POS) for t in ("yarn", "llama3", "longrope")}
+
+READERS: tuple[Reader, ...] = (
+    Reader(ENGINE, VersionRange("4.43", "4.45"), V4, ("rope_parameters",), _V4_LONGROPE, {"longrope": TOP_FACTOR},
+           NO_LIMIT, (
+               Quirk(IGNORES_SCALING, "Mistral and Qwen2 build plain RoPE from rope_theta and ignore rope_scaling",
+                     frozenset({"mistral", "qwen2"}), fix="use transformers >= 4.45 (Qwen2) / 4.48 (Mistral)"),
+               Quirk(EXACT_KEYS, "GPTNeoXConfig requires rope_scaling to hold exactly type and factor",
+                     frozenset({"gpt_neox"}), keys=frozenset({"type", "factor"})),
+               Quirk(ONLY_TYPES, "GPTNeoXConfig accepts only linear and dynamic scaling", frozenset({"gpt_neox"}),
+                     keys=frozenset({"linear", "dynamic"}), fix="use transformers >= 4.45"),
+               Quirk(HEAD_DIM_IGNORED, "rotary width is hidden_size // num_attention_heads; head_dim is ignored"),
+               Quirk(NEEDS_KEYS, "rope_config_validation raises TypeError on longrope without attention_factor",
+                     rope_types=frozenset({"longrope"}), keys=frozenset({"attention_factor"}), exclude=PHI3,
+                     fix="write attention_factor explicitly (ropectl patch does)"),
+               _PHI3_EXACT, _PHI3_PARTIAL, _GEMMA3_NEW,
+               _fixed_longrope("long_factor", "chosen once, as max_position_embeddings > original"),
+           ), ("4.43.4",)),
+    Reader(ENGINE, VersionRange("4.45", "4.48"), V4, ("rope_parameters",), _V4_LONGROPE, {"longrope": TOP_FACTOR},
+           NO_LIMIT, (
+               Quirk(IGNORES_SCALING, "Mistral builds plain RoPE from rope_theta and ignores rope_scaling",
+                     frozenset({"mistral"}), fix="use transformers >= 4.48"),
+               _PHI3_EXACT, _PHI3_PARTIAL, _GEMMA3_NEW,
+               _fixed_longrope("long_factor", "chosen once, as max_position_embeddings > original"),
+           ), ("4.45.2",)),
+    Reader(ENGINE, VersionRange("4.48", "4.51"), V4, ("rope_parameters",), _V4_LONGROPE, {"longrope": TOP_FACTOR},
+           NO_LIMIT, (
+               _PHI3_EXACT, _GEMMA3_NEW,
+               Quirk(NO_PARTIAL, "Phi-3 with partial_rotary_factor < 1 fails in the forward pass (fixed in 4.51)", PHI3),
+               _fixed_longrope("short_factor", "computed once, at load, with no sequence length"),
+           ), ("4.48.3",)),
+    Reader(ENGINE, VersionRange("4.51", "4.55"), V4, ("rope_parameters",), _V4_LATE,
+           {"yarn": DICT_FACTOR, "longrope": TOP_FACTOR}, NO_LIMIT, (_PHI3_EXACT,), ("4.51.3",)),
+    Reader(ENGINE, VersionRange("4.55", "4.56"), V4, ("rope_parameters",), _V4_LATE,
+           {"yarn": DICT_FACTOR, "longrope": TOP_FACTOR}, NO_LIMIT, (_PHI3_EXACT, _MISTRAL_HEAD_DIM), ("4.55.4",)),
+    Reader(ENGINE, VersionRange("4.56", "5.0"), V4, ("rope_parameters",), _V4_LATE, {"longrope": TOP_FACTOR},
+           NO_LIMIT, (_PHI3_EXACT, _MISTRAL_HEAD_DIM), ("4.57.6",)),
+    Reader(ENGINE, VersionRange("5.0", "5.9"), V5, (), _V5, {}, NO_LIMIT, (
+        Quirk(FAILS, "Gemma3 with yarn raises KeyError 'original_max_position_embeddings' (fixed in 5.9)",
+              GEMMA3, frozenset({"yarn"}), fix="use transformers >= 5.9"),
+        _GEMMA3_FLAT,
+    ), ("5.0.0",)),
+    Reader(ENGINE, VersionRange("5.9"), V5, (), _V5, {}, NO_LIMIT, (
+        _GEMMA3_FLAT,
+    ), ("5.23.0",)),
+)
+
+
+def reader_for(version: str) -> Reader:
+    for reader in READERS:
+        if version in reader.versions:
+            return reader
+    from ropectl.errors import UsageError
+
+    raise UsageError(f"transformers {version} is older than any reader ropectl knows", "use transformers >= 4.43")
+
+
+def predict(reader: Reader, config: Mapping[str, Any], version: str | None = None) -> Reading:
+    """What ``reader`` builds from ``config`` (a config.json dict), per layer type ("main" when flat)."""
+    from ropectl.readers.interpret import interpret
+
+    return interpret(reader, config, version)
+
+
+def exact_v4_keys(model_type: str) -> frozenset[str] | None:
+    """The exact rope_scaling keys some supported version's config class demands for ``model_type``."""
+    for reader in READERS:
+        for quirk in reader.quirks:
+            if quirk.kind == EXACT_KEYS and model_type in quirk.model_types:
+                return quirk.keys
+    return None
+
+
+def needs_head_dim(model_type: str) -> bool:
+    """Whether some supported version fails to build this model type's scaled RoPE without head_dim."""
+    return any(q.kind == NEEDS_HEAD_DIM and model_type in q.model_types for r in READERS for q in r.quirks)
