@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -80,7 +82,8 @@ class InspectReport:
             "effective_theta": self.effective_theta,
             "attention_factor": self.attention_factor,
             "inv_freq": list(self.inv_freq),
-            "wavelengths": [p.wavelength for p in self.pairs],
+            # p-RoPE's unrotated pairs have an infinite wavelength: null in JSON, which has no infinity.
+            "wavelengths": [p.wavelength if math.isfinite(p.wavelength) else None for p in self.pairs],
             "pairs_rotating_in_trained_context": sum(p.rotates_in_trained for p in self.pairs),
             "pairs_never_rotating_in_trained_context": sum(not p.rotates_in_trained for p in self.pairs),
             "first_non_rotating_pair": non_rotating,

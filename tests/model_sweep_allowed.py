@@ -2,7 +2,9 @@
 
 Key: (model_type, what), where ``what`` is "inspect" or a method name, and model_type "*" means every type.
 Value: why refusing is right. An entry that stops refusing, or names a type transformers no longer has,
-fails the sweep, so this table always says exactly what ropectl refuses today.
+fails the sweep, so this table always says exactly what ropectl refuses today. Types for which transformers
+ships a config class but no modeling code (remote code) are refused for every method and need no entry:
+the sweep checks that from the installed package itself.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ _AXIAL = "vision-only: rope type 'axial' rotates image patch rows/columns, no te
 _NOT_TEXT = "not a text decoder: its RoPE does not index a text context"
 _PROPE = "p-RoPE model: this method would rotate fewer dims than its attention expects (use proportional or ntk)"
 _ODD_YARN = "odd rotary dim: transformers' yarn ramp has one value less than the frequencies and crashes"
-_REMOTE = "transformers has the config class but no modeling code (remote code): the patch cannot be verified"
 _PHI3 = "transformers' Phi-3 family config accepts only default and longrope"
 
 ALLOWED: dict[tuple[str, str], str] = {
@@ -39,7 +40,6 @@ ALLOWED: dict[tuple[str, str], str] = {
        for m in _NON_PROPE},
     **{(t, m): _PHI3 for t in ("phi3", "phi4_multimodal") for m in ("linear", "dynamic", "yarn", "llama3")},
     **{(t, "yarn"): _ODD_YARN for t in ("glm4_moe", "glm4v_moe_text", "qwen3_omni_moe_text")},
-    **{(t, m): _REMOTE for t in ("internlm3", "iquestcoder") for m in ("none", *_FACTOR_METHODS)},
     **{(t, m): "transformers' ERNIE-4.5-VL accepts only its pre-permuted default RoPE"
        for t in ("ernie4_5_vl_moe_text",) for m in ("none", *_FACTOR_METHODS)},
     **{(t, m): "transformers' Cosmos3 Edge accepts only its default RoPE"

@@ -50,7 +50,7 @@ def _patched(kind: str, model: Path, method: str, folder: Path):
 def test_switching_equals_patched_checkpoint(kind: str, tiny_corpus: Path, tmp_path: Path) -> None:  # noqa: F811
     factory, methods = CASES[kind]
     model = fx.add_char_tokenizer(factory(tmp_path / kind, **({} if kind == "qwen2_vl" else BIG)))
-    spec = build_spec(model=str(model), dataset=str(tiny_corpus), methods=methods, lengths="100,400",
+    spec = build_spec(dtype="fp32", model=str(model), dataset=str(tiny_corpus), methods=methods, lengths="100,400",
                       out=tmp_path / "out", cache_dir=tmp_path / "cache")
     result = run_eval(spec)
     for method in methods[1:]:

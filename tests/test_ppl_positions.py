@@ -26,8 +26,8 @@ def runs(tiny_model: Path, tiny_corpus: Path, tmp_path_factory: pytest.TempPathF
     root = tmp_path_factory.mktemp("ppl-positions")
     common = dict(model=str(tiny_model), dataset=str(tiny_corpus), methods=["none", "yarn:2"], lengths="100,300",
                   cache_dir=root / "cache", chunk_size=40, bucket=BUCKET)
-    single = build_spec(**common, out=root / "b1", batch_tokens=1)
-    batched = build_spec(**common, out=root / "bn", batch_tokens=1200)
+    single = build_spec(dtype="fp32", **common, out=root / "b1", batch_tokens=1)
+    batched = build_spec(dtype="fp32", **common, out=root / "bn", batch_tokens=1200)
     return (single, run_eval(single)), (batched, run_eval(batched))
 
 
@@ -89,7 +89,7 @@ def test_buckets_are_stored_in_every_output(runs) -> None:
     row = json.loads((out / "results.json").read_text())["results"][0]
     assert row["bucket"] == BUCKET and sum(row["bucket_tokens"]) == row["tokens"]
     header = (out / "results.csv").read_text().splitlines()[0].split(",")
-    assert header[-3:] == ["bucket", "bucket_nll", "bucket_tokens"]
+    assert {"bucket", "bucket_nll", "bucket_tokens"} <= set(header)
     summary = json.loads((out / "summary.json").read_text())
     assert {(p["method"], p["length"]) for p in summary["positions"]} == {(m, n) for m in ("none", "yarn:2")
                                                                           for n in (100, 300)}

@@ -22,14 +22,18 @@ LENGTHS = "64,200,256,400"  # the tiny model's trained context is 256
 @pytest.fixture(scope="module")
 def sweep(tiny_model: Path, tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("ppl-sweep") / "out"
-    spec = build_spec(model=str(tiny_model), dataset=str(tiny_corpus), methods=METHODS, lengths=LENGTHS, out=out,
+    spec = build_spec(dtype="fp32", model=str(tiny_model), dataset=str(tiny_corpus), methods=METHODS, lengths=LENGTHS, out=out,
                       cache_dir=out.parent / "cache", chunk_size=48)
     return spec, run_eval(spec)
 
 
-def hand_written(method: str, theta: float, d: int, trained: int) -> dict:
+def hand_written(method: str, theta: float, d: int, trained: int, base: dict | None = None) -> dict:
     """Each method as transformers 5 reads it, written by hand from the formulas, so the reference model
-    never passes through ropectl's own config writer."""
+    never passes through ropectl's own config writer. ``base`` is the section being scaled: p-RoPE
+    (Gemma 4's proportional type) keeps its type and partial factor and scales within them."""
+    if base and base.get("rope_type") == "proportional":
+        return {"proportional:2": {**base, "factor": 2.0},
+                "ntk:2": {**base, "rope_theta": theta * 2.0 ** (d / (d - 2))}}[method]
     return {
         "none": {"rope_type": "default", "rope_theta": theta},
         "yarn:2": {"rope_type": "yarn", "rope_theta": theta, "factor": 2.0, "original_max_position_embeddings": trained},
@@ -53,11 +57,24 @@ def patched_model(model: Path, method: str, folder: Path):
     rope = config["rope_parameters"]
     nested = "full_attention" in rope
     d = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
-    theta = (rope["full_attention"] if nested else rope)["rope_theta"]
-    new = hand_written(method, theta, d, config["max_position_embeddings"])
+    section = rope["full_attention"] if nested else rope
+    if section.get("rope_type") == "proportional":  # global layers have their own, wider head
+        d = _global_head_dim(config) or d
+    if config.get("head_dim", 0) is None:  # transformers' yarn multiplies config.head_dim (Mixtral: null)
+        config["head_dim"] = d
+    new = hand_written(method, section["rope_theta"], d, config["max_position_embeddings"], section)
     config["rope_parameters"] = {**rope, "full_attention": new} if nested else new
     (folder / "config.json").write_text(json.dumps(config))
     return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+
+
+def _global_head_dim(config: dict) -> int | None:
+    """Gemma 4's full-attention head width: ``global_head_dim`` before transformers 5.24, then a
+    ``per_layer_config`` entry for each full-attention layer."""
+    full = [str(i) for i, t in enumerate(config.get("layer_types") or []) if t == "full_attention"]
+    per_layer = config.get("per_layer_config") or {}
+    widths = [per_layer[i]["head_dim"] for i in full if "head_dim" in per_layer.get(i, {})]
+    return widths[0] if widths else config.get("global_head_dim")
 
 
 def doc_tokens(result, doc: str, cache_spec: EvalSpec):
@@ -192,7 +209,7 @@ def hf_sliding_nll(model, ids, length: int, stride: int) -> float:
 
 
 def test_sliding_mode_scores_every_token_once(tiny_model, tiny_corpus, tmp_path) -> None:
-    spec = build_spec(model=str(tiny_model), dataset=str(tiny_corpus), methods=["none"], lengths="128",
+    spec = build_spec(dtype="fp32", model=str(tiny_model), dataset=str(tiny_corpus), methods=["none"], lengths="128",
                       mode="sliding", stride=50, out=tmp_path / "s", cache_dir=tmp_path / "c")
     result = run_eval(spec)
     model = patched_model(tiny_model, "none", tmp_path / "m")
@@ -223,7 +240,7 @@ def test_standard_error_is_delta_method() -> None:
 def test_switching_on_other_architectures_equals_patched(kind, tiny_corpus, tmp_path) -> None:  # noqa: F811
     """Qwen2 (q/k/v biases) and Gemma3 (one rotary module per layer type, sliding layers keep their base)."""
     model = fx.build(kind, tmp_path / kind, max_position_embeddings=256)
-    spec = build_spec(model=str(model), dataset=str(tiny_corpus), methods=["none", "yarn:2", "ntk:2"],
+    spec = build_spec(dtype="fp32", model=str(model), dataset=str(tiny_corpus), methods=["none", "yarn:2", "ntk:2"],
                       lengths="100,400", out=tmp_path / "out", cache_dir=tmp_path / "cache")
     result = run_eval(spec)
     for method in ("yarn:2", "ntk:2"):

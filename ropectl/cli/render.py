@@ -58,7 +58,8 @@ def _print_pairs(d: dict[str, Any], console: Console) -> None:
     first = d["first_non_rotating_pair"]
     waves = d["wavelengths"]
     console.print(
-        f"\n{n} dimension pairs: wavelengths {_fmt(waves[0])} → {_fmt(waves[-1])} tokens. "
+        f"\n{n} dimension pairs: wavelengths {_fmt(waves[0])} → "
+        f"{_fmt(waves[-1]) if waves[-1] is not None else '∞ (unrotated pairs)'} tokens. "
         f"[green]{n - never}[/green] turn fully within the trained context; "
         f"[yellow]{never}[/yellow] never do" + (f" (pairs {first}–{n - 1})" if first is not None else "") + "."
     )

@@ -73,7 +73,8 @@ def rope_difference(got: Mapping[str, RopeParams], want: Mapping[str, RopeParams
             at = f" at {length} tokens" if length else ""
             if len(a.inv_freq) != len(e.inv_freq):
                 return f"builds {len(a.inv_freq)} {where}frequencies instead of {len(e.inv_freq)}{at}"
-            err = max((abs(x - y) / y for x, y in zip(a.inv_freq, e.inv_freq)), default=0.0)
+            # Proportional RoPE has zero frequencies for its unrotated pairs: compare those absolutely.
+            err = max((abs(x - y) / (abs(y) or 1.0) for x, y in zip(a.inv_freq, e.inv_freq)), default=0.0)
             att = abs(a.attention_factor - e.attention_factor) / e.attention_factor
             if not (err <= REL_TOL and att <= REL_TOL) or not math.isfinite(err):
                 return (f"computes other {where}RoPE{at}: {actual.rope_type} theta {actual.rope_theta:g}, factor "

@@ -55,6 +55,14 @@ _MISTRAL_HEAD_DIM = Quirk(NEEDS_HEAD_DIM, "MistralConfig keeps head_dim None whe
                          "dynamic, yarn and longrope init functions then raise TypeError", frozenset({"mistral"}),
                          frozenset({"dynamic", "yarn", "longrope"}), fix="set head_dim in config.json (ropectl patch does)")
 
+# Config classes whose head_dim defaults to None in 5.x (Mixtral-8x7B's config.json has no head_dim), while
+# the dynamic, yarn and longrope init functions read config.head_dim without a fallback.
+_V5_HEAD_DIM = Quirk(NEEDS_HEAD_DIM, "the config class keeps head_dim None when config.json has none, and the "
+                     "dynamic, yarn and longrope init functions then raise TypeError",
+                     frozenset({"mixtral", "ministral", "minimax", "hunyuan_v1_dense", "hunyuan_v1_moe",
+                                "hunyuan_vl_text"}),
+                     frozenset({"dynamic", "yarn", "longrope"}), fix="set head_dim in config.json (ropectl patch does)")
+
 
 def _fixed_longrope(which: str, why: str) -> Quirk:
     # Phi-3 has its own rotary class in these versions, which switches lists by length.
@@ -104,11 +112,11 @@ READERS: tuple[Reader, ...] = (
     Reader(ENGINE, VersionRange("5.0", "5.9"), V5, (), _V5, {}, NO_LIMIT, (
         Quirk(FAILS, "Gemma3 with yarn raises KeyError 'original_max_position_embeddings' (fixed in 5.9)",
               GEMMA3, frozenset({"yarn"}), fix="use transformers >= 5.9"),
-        _GEMMA3_FLAT,
+        _GEMMA3_FLAT, _V5_HEAD_DIM,
     ), ("5.0.0",)),
     Reader(ENGINE, VersionRange("5.9"), V5, (), _V5, {}, NO_LIMIT, (
-        _GEMMA3_FLAT,
-    ), ("5.23.0",)),
+        _GEMMA3_FLAT, _V5_HEAD_DIM,
+    ), ("5.24.0",)),
 )
 
 

@@ -28,8 +28,12 @@ class BaseRope:
         return self.trained_context or self.max_position_embeddings
 
     def to_json(self) -> dict[str, Any]:
-        return {"rope_theta": float(self.rope_theta), "max_position_embeddings": self.max_position_embeddings,
-                "trained_context": self.trained_context}
+        # Unknown lengths are left out rather than written as null: a record read back is unchanged.
+        out: dict[str, Any] = {"rope_theta": float(self.rope_theta)}
+        for name in ("max_position_embeddings", "trained_context"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
 
     @classmethod
     def from_json(cls, raw: Any) -> BaseRope | None:
