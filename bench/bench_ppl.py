@@ -8,7 +8,7 @@ is higher (bf16 on CPUs without bf16 units is emulated, and SDPA runs it near fp
 
     .venv/bin/python bench/bench_ppl.py                       # SmolLM2-135M GGUF on CPU, fp32 + bf16
     python bench/bench_ppl.py --random-init --device cuda     # same architecture, random weights (GPU box)
-    python bench/bench_ppl.py --dtypes auto,fp32              # what --dtype auto picks here, against fp32
+    python bench/bench_ppl.py --dtypes fp32,auto --lengths 2k,8k --rounds 2   # auto against fp32, interleaved
     python bench/bench_ppl.py --device cuda --dtypes bf16 --random-init --config llama-1b \
         --lengths 8192,16384,32768 --impls chunked,passkey --peak-tflops 989 --json-out gpu.json
 
@@ -224,7 +224,7 @@ def table(rows: list[dict], peaks: dict[str, float], device: str, peak_tflops: f
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lengths", default="2048,8192,16384")
+    p.add_argument("--lengths", default="2048,8192,16384", help="e.g. 2k,8k,16384 (as eval-ppl reads them)")
     p.add_argument("--dtypes", default="fp32,bf16", help="fp32, bf16, or auto (what --dtype auto picks here)")
     p.add_argument("--impls", default="naive,chunked", help="naive, chunked, passkey, naive-sweep, chunked-sweep")
     p.add_argument("--device", default="cpu")
@@ -233,7 +233,9 @@ def main() -> None:
     p.add_argument("--peak-tflops", type=float, help="MFU against this peak (H100 SXM bf16 dense: 989) "
                    "instead of the measured matmul peak")
     p.add_argument("--random-init", action="store_true", help="random weights of the same architecture (no GGUF)")
-    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=1, help="timed forwards per configuration and process")
+    p.add_argument("--rounds", type=int, default=1, help="run every configuration this many times, interleaved; "
+                   "best kept (robust to other jobs' load)")
     p.add_argument("--timeout", type=int, default=1200, help="seconds per configuration")
     p.add_argument("--json-out", type=Path)
     p.add_argument("--peaks-only", action="store_true", help="only measure the matmul peaks")
@@ -243,35 +245,77 @@ def main() -> None:
     p.add_argument("--length", type=int, help=argparse.SUPPRESS)
     p.add_argument("--sweep", default="", help=argparse.SUPPRESS)
     args = p.parse_args()
-    args.sweep = [int(x) for x in (args.sweep or args.lengths).split(",")]
+    args.sweep = list(lengths_arg(args.sweep or args.lengths))
     if args.child:
         print(json.dumps(measure(args)), flush=True)
         return
-    auto = resolve_auto(args.device) if "auto" in args.dtypes.split(",") else None
-    if auto:
-        print(f"--dtype auto chose {auto[0]} on {args.device}: {auto[1]}", file=sys.stderr, flush=True)
+    auto = resolve_auto(args.device)  # always reported: what eval-ppl would run here
+    print(f"--dtype auto chose {auto[0]} on {args.device}: {auto[1]}", file=sys.stderr, flush=True)
     dtypes = list(dict.fromkeys(auto[0] if d == "auto" else d for d in args.dtypes.split(",")))
     peaks = {d: matmul_peak(d, args.device) for d in dtypes}
     if args.peaks_only:
         print(json.dumps({"peaks": peaks, "rows": []}))
         return
-    rows = []
-    for dtype in dtypes:
-        for impl in args.impls.split(","):
-            # A sweep scores every length from one document: it is timed once, at the longest length.
-            for length in [max(args.sweep)] if impl.endswith("-sweep") else args.sweep:
-                rows.append(run_child(args, impl, dtype, length))
-                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    # A sweep scores every length from one document: it is timed once, at the longest length.
+    configs = [(impl, dtype, length) for dtype in dtypes for impl in args.impls.split(",")
+               for length in ([max(args.sweep)] if impl.endswith("-sweep") else args.sweep)]
+    rows = interleaved(args, configs)
     device = args.device if not args.device.startswith("cuda") else _gpu_name()
     text = table(rows, peaks, f"{device}, {os.cpu_count()} CPU cores, torch threads {_threads()}", args.peak_tflops)
-    if auto:
-        text = f"--dtype auto chose {auto[0]}: {auto[1]}\n{text}"
+    text = f"--dtype auto chose {auto[0]}: {auto[1]}\n{auto_line(rows, auto[0])}\n{text}"
     print(text)
     if args.json_out:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
         args.json_out.write_text(json.dumps({"device": device, "auto": auto, "peaks": peaks,
                                              "peak_tflops": args.peak_tflops, "config": args.config,
-                                             "random_init": args.random_init, "rows": rows, "table": text}, indent=1))
+                                             "random_init": args.random_init, "rounds": args.rounds,
+                                             "load": _loadavg(), "rows": rows, "table": text}, indent=1))
+
+
+def interleaved(args: argparse.Namespace, configs: list[tuple[str, str, int]]) -> list[dict]:
+    """Every configuration once per round, rounds one after another, best time kept: on shared cores the
+    load changes over minutes, and interleaving exposes every variant to the same spells of it."""
+    best: dict[tuple[str, str, int], dict] = {}
+    for _ in range(args.rounds):
+        for key in configs:
+            row = run_child(args, *key)
+            row["load"] = _loadavg()
+            print(json.dumps(row), file=sys.stderr, flush=True)
+            if "error" not in row and ("error" in best.get(key, {}) or row["tok_s"] > best.get(key, {}).get("tok_s", 0)):
+                best[key] = row
+            best.setdefault(key, row)
+    return [best[key] for key in configs]
+
+
+def auto_line(rows: list[dict], auto: str) -> str:
+    """What --dtype auto with eval-ppl's evaluator gives on this machine, against naive fp32, per length."""
+    ok = [r for r in rows if "error" not in r]
+    out = []
+    for r in (r for r in ok if r["impl"] == "chunked" and r["dtype"] == auto):
+        base = next((b for b in ok if b["impl"] == "naive" and b["dtype"] == "fp32" and b["length"] == r["length"]), None)
+        if base:
+            out.append(f"{r['length']}: {r['tok_s'] / base['tok_s']:.2f}x naive fp32 tokens/s at "
+                       f"{r['peak_mib'] / base['peak_mib']:.2f}x its peak memory")
+    return f"auto ({auto}) chunked: " + ("; ".join(out) if out else "not measured (needs fp32 naive and auto chunked)")
+
+
+def _loadavg() -> str | None:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return None
+
+
+def lengths_arg(text: str) -> tuple[int, ...]:
+    """--lengths exactly as eval-ppl reads them: 8192, 8k, 1.5k; comma-separated, sorted, deduplicated."""
+    sys.path.insert(0, str(REPO))
+    from ropectl.errors import RopectlError
+    from ropectl.ppl.spec import parse_lengths
+
+    try:
+        return parse_lengths(text)
+    except RopectlError as exc:
+        raise SystemExit(f"bench_ppl.py: {exc}") from None
 
 
 def resolve_auto(device: str) -> tuple[str, str]:
