@@ -269,7 +269,8 @@ def main() -> None:
         args.json_out.write_text(json.dumps({"device": device, "auto": auto, "peaks": peaks,
                                              "peak_tflops": args.peak_tflops, "config": args.config,
                                              "random_init": args.random_init, "rounds": args.rounds,
-                                             "load": _loadavg(), "rows": rows, "table": text}, indent=1))
+                                             "load": _loadavg(), "versions": _versions(), "rows": rows,
+                                             "table": text}, indent=1))
 
 
 def interleaved(args: argparse.Namespace, configs: list[tuple[str, str, int]]) -> list[dict]:
@@ -297,6 +298,16 @@ def auto_line(rows: list[dict], auto: str) -> str:
             out.append(f"{r['length']}: {r['tok_s'] / base['tok_s']:.2f}x naive fp32 tokens/s at "
                        f"{r['peak_mib'] / base['peak_mib']:.2f}x its peak memory")
     return f"auto ({auto}) chunked: " + ("; ".join(out) if out else "not measured (needs fp32 naive and auto chunked)")
+
+
+def _versions() -> dict[str, str]:
+    import platform
+
+    import torch
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
+            "cpu": platform.processor() or platform.machine()}
 
 
 def _loadavg() -> str | None:
