@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import test_ppl_fixtures as fx
 
 from ropectl.ppl.cpu import choose_from_flags, cpu_dtype, cpu_flags, probe_cached
 
 AVX2_EPYC = "processor\t: 0\nflags\t\t: fpu vme sse sse2 ssse3 sse4_1 sse4_2 avx f16c avx2 fma bmi2\n"
 SAPPHIRE = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 avx512f avx512bw avx512_bf16 amx_bf16 amx_tile amx_int8\n"
 ZEN4 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 avx512f avx512_bf16 avx512_vnni\n"
+tiny_model, tiny_corpus = fx.tiny_model, fx.tiny_corpus  # fixtures
 GRAVITON3 = "processor\t: 0\nFeatures\t: fp asimd aes sha2 crc32 atomics sve bf16 i8mm\n"
 
 
@@ -54,3 +56,19 @@ def test_auto_on_gpu_and_explicit_choices() -> None:
 
     assert resolve_dtype_choice("auto", "cuda:0") == ("bf16", "auto: CUDA GPU")
     assert resolve_dtype_choice("fp16", "cpu") == ("fp16", "asked for")
+
+
+def test_auto_choice_is_stated_in_the_run_metadata(tmp_path: Path, tiny_model: Path, tiny_corpus: Path) -> None:
+    """What auto ran and why, in summary.json and results.json: the CPU's flags decide it, independently read."""
+    import json
+
+    from ropectl.ppl import build_spec, run_eval
+
+    spec = build_spec(model=str(tiny_model), dataset=str(tiny_corpus), methods=["none"], lengths="64", docs=1,
+                      dtype="auto", device="cpu", out=tmp_path / "run", cache_dir=tmp_path / "cache")
+    run_eval(spec)
+    want = cpu_dtype()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())["meta"]
+    results = json.loads((tmp_path / "run" / "results.json").read_text())["meta"]
+    for meta in (summary, results):
+        assert (meta["dtype"], meta["dtype_choice"]) == want
