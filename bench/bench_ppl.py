@@ -86,6 +86,8 @@ def measure(args: argparse.Namespace) -> dict:
     from ropectl.passkey.score import score_trials
     from ropectl.ppl.loss import sequence_nll
 
+    if args.threads:  # 1 thread: no barriers to wait at when other jobs hold the cores, so CPU time is clean
+        torch.set_num_threads(args.threads)
     model = load(args.random_init, args.dtype, args.device, args.config)
     cuda = args.device.startswith("cuda")
     ids = (torch.arange(args.length, device=args.device) * 7919 + 13) % model.config.vocab_size
@@ -113,20 +115,22 @@ def measure(args: argparse.Namespace) -> dict:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         base_mib = reset_peak_rss()
-        times = []
+        times, cpu_times = [], []
         for _ in range(args.repeats):
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             step(args.length)
             if cuda:
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
+            cpu_times.append(time.process_time() - cpu_start)
     seconds = min(times)
     peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else peak_rss_mib()
     scored = sum(args.sweep) if args.impl.endswith("-sweep") else args.length
     forwards = args.sweep if args.impl == "naive-sweep" else [args.length]
     head = ANSWER if args.impl == "passkey" else None
     return {"impl": args.impl, "dtype": args.dtype, "length": args.length, "seconds": seconds,
-            "tok_s": scored / seconds, "peak_mib": peak, "base_mib": None if cuda else base_mib,
+            "tok_s": scored / seconds, "cpu_s": min(cpu_times), "threads": torch.get_num_threads(), "peak_mib": peak,
+            "base_mib": None if cuda else base_mib,
             "flops": sum(flops_per_forward(model.config, n, head) for n in forwards), "config": args.config,
             "device_name": _gpu_name() if cuda else "cpu"}
 
@@ -184,7 +188,7 @@ def run_child(args: argparse.Namespace, impl: str, dtype: str, length: int) -> d
     cmd = [sys.executable, __file__, "--child", "--impl", impl, "--dtype", dtype, "--length", str(length),
            "--device", args.device, "--repeats", str(args.repeats), "--sweep", ",".join(map(str, args.sweep))]
     cmd += ["--random-init"] if args.random_init else []
-    cmd += ["--config", args.config]
+    cmd += ["--config", args.config] + (["--threads", str(args.threads)] if args.threads else [])
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -236,6 +240,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=1, help="timed forwards per configuration and process")
     p.add_argument("--rounds", type=int, default=1, help="run every configuration this many times, interleaved; "
                    "best kept (robust to other jobs' load)")
+    p.add_argument("--threads", type=int, help="torch threads in each configuration (default: torch's)")
     p.add_argument("--timeout", type=int, default=1200, help="seconds per configuration")
     p.add_argument("--json-out", type=Path)
     p.add_argument("--peaks-only", action="store_true", help="only measure the matmul peaks")
