@@ -144,7 +144,8 @@ def _gguf(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> dict[str, 
 def _emit(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> tuple[dict[str, Any], list[str]]:
     target = int(plan.target_context or 0)
     if spec.emit == "vllm":
-        return emit_vllm(spec.model, plan.rope, plan.layer_ropes, plan.before.partial_rotary_factor, target)
+        return emit_vllm(spec.model, plan.rope, plan.layer_ropes, plan.before.partial_rotary_factor, target,
+                         plan.before.model_type)
     return emit_llama_cpp(spec.model, plan.rope, plan.layer_ropes, plan.before.model_type, target)
 
 
@@ -171,6 +172,24 @@ def _reader_views(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> li
 
     lengths = (None, plan.target_context) if plan.target_context else (None,)
     return engine_views(plan.config, expected_ropes(plan.rope, plan.layer_ropes), lengths)
+
+
+def _vllm_serving(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[str]:
+    """The newest vLLM's serving length for the written config; when it is not the target, the exact override."""
+    target = int(plan.target_context or 0)
+    if model.is_gguf or spec.emit != "config" or not target:
+        return []
+    from ropectl.readers import vllm as vllm_reader
+
+    reader = vllm_reader.newest()
+    reading = vllm_reader.predict(reader, plan.config)
+    if not reading.ok or (reading.serving_length == target and plan.rope.rope_type != "dynamic"):
+        return []
+    where = str(spec.output or model.folder or spec.model)
+    emitted, notes = emit_vllm(where, plan.rope, plan.layer_ropes, plan.before.partial_rotary_factor, target,
+                               plan.before.model_type)
+    return [f"{reader.label}: derives a max length of {reading.serving_length} from this config, not the target "
+            f"{target}; serve it with: {emitted['command']}", *notes]
 
 
 def _mode(spec: PatchSpec) -> str:
@@ -230,6 +249,6 @@ def patch_checkpoint(spec: PatchSpec) -> PatchResult:
                        replace_existing=spec.replace_existing, transformers=not model.is_gguf)
     views = _reader_views(spec, plan, model)
     done, emit_warnings = _execute(spec, model, plan)
-    reader_warnings = [w for w in (v.warning() for v in views) if w]
+    reader_warnings = [w for w in (v.warning() for v in views) if w] + _vllm_serving(spec, plan, model)
     result = _result(spec, model, plan, done, _warnings(spec, plan, model) + reader_warnings + emit_warnings)
     return replace(result, readers=tuple(v.to_json() for v in views))
