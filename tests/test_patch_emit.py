@@ -53,7 +53,9 @@ def test_vllm_yarn_matches_documented_shape(qwen: Path) -> None:
     e = data["emit"]
     assert e["hf_overrides"] == {"rope_parameters": {
         "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0, "original_max_position_embeddings": 32768,
-        "beta_fast": 32.0, "beta_slow": 1.0}}
+        "beta_fast": 32.0, "beta_slow": 1.0},
+        # vLLM 0.32+ no longer multiplies yarn's length by the factor: the override must say the target
+        "max_position_embeddings": 131072}
     assert e["max_model_len"] == 131072
     args = shlex.split(e["command"])
     assert args[:3] == ["vllm", "serve", str(qwen)]
@@ -74,13 +76,18 @@ def test_vllm_ntk_is_a_theta_change(qwen: Path) -> None:
 def test_vllm_linear_does_not_double_count(qwen: Path) -> None:
     code, data, _ = emit(qwen, "-m", "linear", "-f", "2", "--emit", "vllm")
     assert code == 0
-    assert "max_position_embeddings" not in data["emit"]["hf_overrides"]  # vLLM multiplies M by the factor itself
+    # vLLM multiplies M by the factor itself: M stays the trained 32768, so it derives 65536, not 131072
+    assert data["emit"]["hf_overrides"]["max_position_embeddings"] == 32768
     assert data["emit"]["max_model_len"] == 65536
 
 
-def test_vllm_dynamic_warns(qwen: Path) -> None:
+def test_vllm_dynamic_is_its_static_equivalent(qwen: Path) -> None:
     code, data, _ = emit(qwen, "-m", "dynamic", "-f", "2", "--emit", "vllm")
-    assert code == 0 and any("static" in w for w in data["warnings"])
+    assert code == 0 and any("static equivalent for exactly 65536 tokens" in w for w in data["warnings"])
+    # transformers' dynamic base at 65536 tokens: 1e6 * (2 * 65536 / 32768 - 1) ** (64 / 62), for head_dim 64
+    assert data["emit"]["hf_overrides"] == {
+        "rope_parameters": {"rope_type": "default", "rope_theta": pytest.approx(1e6 * 3 ** (64 / 62))},
+        "max_position_embeddings": 65536}
 
 
 def test_vllm_per_layer_is_nested(tmp_path: Path) -> None:
