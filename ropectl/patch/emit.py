@@ -16,6 +16,7 @@ from typing import Any
 from ropectl.errors import MethodError
 from ropectl.gguf_meta import GGUF_ARCHS
 from ropectl.patch.gguf import llama_cpp_attn_factor
+from ropectl.readers import llama_cpp
 from ropectl.readers import vllm as vllm_reader
 from ropectl.readers.base import Reader
 from ropectl.rope.params import RopeParams
@@ -78,25 +79,30 @@ def llama_cpp_args(rope: RopeParams, target: int, model_type: str) -> tuple[list
                "longrope": "llama.cpp reads LongRoPE factors from tensors written when converting"}[kind]
         raise MethodError(f"method '{kind}' cannot be expressed as llama.cpp flags: {why}",
                           "use linear, ntk (--rope-freq-base) or yarn, or convert the patched checkpoint to GGUF")
-    args = ["--rope-scaling", "none" if kind == "default" else kind]
+    flag = llama_cpp.FLAGS
+    args = [flag["type"], "none" if kind == "default" else kind]
     if kind in ("linear", "yarn"):
-        args += ["--rope-scale", _fmt(rope.factor or 1.0)]
-    args += ["--rope-freq-base", _fmt(rope.rope_theta)]
+        args += [flag["factor"], _fmt(rope.factor or 1.0)]
+    args += [flag["theta"], _fmt(rope.rope_theta)]
     warnings: list[str] = []
     if kind == "yarn":
         sc = rope.scaling
+        # Betas always go as flags: most architectures never read them from the GGUF (llama_cpp.YARN_BETA_ARCHS).
+        args += [flag["original"], str(rope.original_max_position_embeddings),
+                 flag["beta_fast"], _fmt(sc.get("beta_fast") or llama_cpp.DEFAULT_BETAS["beta_fast"]),
+                 flag["beta_slow"], _fmt(sc.get("beta_slow") or llama_cpp.DEFAULT_BETAS["beta_slow"])]
         attn = llama_cpp_attn_factor(rope)
-        args += ["--yarn-orig-ctx", str(rope.original_max_position_embeddings),
-                 "--yarn-beta-fast", _fmt(sc.get("beta_fast") or 32.0),
-                 "--yarn-beta-slow", _fmt(sc.get("beta_slow") or 1.0),
-                 "--yarn-attn-factor", _fmt(attn)]
         arch = _arch_for(model_type)
         if abs(attn - 1.0) > 1e-7 and arch:
-            # Recent llama.cpp recomputes the YaRN factor itself and multiplies in this GGUF key instead.
-            args += ["--override-kv", f"{arch}.rope.scaling.attn_factor=float:{_fmt(attn)}"]
+            # llama.cpp recomputes YaRN's factor itself, replacing --yarn-attn-factor, then multiplies in this
+            # GGUF key: the override is the one way to set it from the command line.
+            import gguf  # lazily, as everywhere: only GGUF work needs it
+
+            args += [flag["override"], f"{gguf.Keys.Rope.SCALING_ATTN_FACTOR.format(arch=arch)}=float:{_fmt(attn)}"]
         if sc.get("truncate") is False:
             warnings.append("llama.cpp always rounds the YaRN ramp ends; truncate=false is not expressible there")
-    args += ["-c", str(target)]
+    # The context: above the GGUF's context_length (n_ctx_train) llama.cpp only warns.
+    args += [flag["context"], str(target)]
     return args, warnings
 
 

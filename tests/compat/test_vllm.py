@@ -33,6 +33,7 @@ PYTHON = CACHE / "vllm" / "bin" / "python"
 TRAINED, TARGET = 512, 1024
 METHODS = ("linear:2", "ntk:2", "dynamic:2", "yarn:2", "llama3:2")
 ROUTES = ("folder", "emit")
+BARE = ("yarn:2", "dynamic:2")  # folders vLLM serves wrongly without the printed override: the reader predicts how
 TOL = 1e-3
 _STATE: dict[str, Any] = {}
 
@@ -91,6 +92,8 @@ def _build(work: Path) -> dict[str, Any]:
                      "tokens": tokens[:-1]})
         jobs.append({"name": f"{name}/emit", "model": str(src), "hf_overrides": emitted["emit"]["hf_overrides"],
                      "tokens": tokens[:-1]})
+        if method in BARE:
+            jobs.append({"name": f"{name}/bare", "model": str(out), "tokens": tokens[:-1]})
     return {"jobs": jobs, "refs": refs}
 
 
@@ -104,7 +107,7 @@ def _run(work: Path) -> dict[str, Any]:
                            str(work / "out.json")], capture_output=True, text=True, env=env, timeout=3600)
     if not (work / "out.json").exists():
         raise AssertionError(f"the vLLM runner produced nothing (exit {proc.returncode}): {proc.stderr[-3000:]}")
-    return {"refs": built["refs"], "results": json.loads((work / "out.json").read_text())}
+    return {"refs": built["refs"], "results": json.loads((work / "out.json").read_text()), "work": work}
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +138,23 @@ def test_vllm_reads_as_transformers(method: str, route: str, measured: dict[str,
           f"(vs the unpatched model {unscaled:.2f}), {got.get('seconds')} s")
     assert len(logprobs) == len(ref) and diff <= TOL
     assert unscaled > 100 * TOL
+
+
+@pytest.mark.parametrize("method", BARE)
+def test_bare_folder_as_the_reader_module_predicts(method: str, measured: dict[str, Any]) -> None:
+    """Without the override, vLLM derives the length ropectl.readers.vllm predicts (and dynamic's NaN past it)."""
+    from ropectl.readers import vllm
+
+    got = measured["results"][f"{method.replace(':', '')}/bare"]
+    folder = json.loads((measured["work"] / method.replace(":", "") / "config.json").read_text())
+    reader = vllm.reader_for("0.32.0")
+    (rope,) = vllm.predict(reader, folder).ropes.values()
+    if method.startswith("yarn"):
+        # PR #56446: max_position_embeddings (the trained 512) is not multiplied, so 1023 tokens are refused
+        assert got["derived_max_model_len"] == vllm.predict(reader, folder).serving_length == TRAINED
+    else:
+        # 512 x 2 is accepted, but the static table has 512 rows: every log-prob from there on is NaN
+        assert got["derived_max_model_len"] == TRAINED * 2 == vllm.derived_length(reader, "llama", rope.with_(
+            rope_type="dynamic", scaling={"factor": 2.0}), TRAINED)
+        bad = [i for i, v in enumerate(got["logprobs"]) if v is None]
+        assert bad and bad[0] >= TRAINED - 1 and vllm.predict(reader, folder).serving_length == TRAINED
