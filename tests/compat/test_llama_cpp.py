@@ -109,8 +109,9 @@ def _case(runs: dict[str, Any], name: str) -> dict[str, Any]:
         patched = _ropectl("patch", str(src), *CASES[name], "-o", str(work / f"{name}.gguf"))
         emitted = _ropectl("patch", str(src), *CASES[name], "--emit", "llama.cpp")
         args = emitted["emit"]["args"]
+        same_context = {"n_ctx": flag_params(args)["n_ctx"]}  # both routes with the context the flags set
         runs[name] = {"patch": patched, "args": args,
-                      "gguf": _run(work, f"{name}-gguf", work / f"{name}.gguf", {"n_ctx": flag_params(args)["n_ctx"]}, runs["text"]),
+                      "gguf": _run(work, f"{name}-gguf", work / f"{name}.gguf", same_context, runs["text"]),
                       "flags": _run(work, f"{name}-flags", src, flag_params(args), runs["text"])}
     return runs[name]
 
