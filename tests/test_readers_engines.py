@@ -94,3 +94,18 @@ def test_llama_cpp_flags_for_yarn_attention(tmp_path: Path) -> None:
     assert float(value.split(":")[1]) == pytest.approx(1.2 / (1 + 0.1 * math.log(2)), rel=1e-9)
     assert flags["-c"] == "8192" and flags["--yarn-beta-fast"] == "32"
     assert shlex.split(json.loads(out.stdout)["emit"]["command"])[0] == "llama-server"
+
+
+def test_ntk_folder_is_not_said_to_use_theta_10000(tmp_path: Path) -> None:
+    """An NTK patch writes rope_parameters and a top-level rope_theta (no rope_scaling): 4.x reads that theta."""
+    import json
+
+    from typer.testing import CliRunner
+
+    src = write_config(tmp_path / "m", LLAMA)
+    runner = CliRunner()
+    assert runner.invoke(app, ["patch", str(src), "-m", "ntk", "-f", "2", "-o", str(tmp_path / "ntk")]).exit_code == 0
+    written = json.loads((tmp_path / "ntk" / "config.json").read_text())
+    assert "rope_scaling" not in written and written["rope_theta"] > 10000.0
+    out = runner.invoke(app, ["inspect", str(tmp_path / "ntk"), "--json"])
+    assert out.exit_code == 0 and "theta=10000" not in out.stdout

