@@ -147,12 +147,19 @@ def test_gguf_and_flags_give_the_same_logprobs(name: str, runs: dict[str, Any]) 
     diff = max(abs(a - b) for a, b in zip(gguf_run["logprobs"], flags_run["logprobs"]))
     print(f"llama.cpp {name}: GGUF vs flags max |logprob diff| {diff:.2e} over {N_TOKENS - 1} tokens "
           f"({gguf_run['seconds']} s + {flags_run['seconds']} s)")
+    plain = _case(runs, "yarn2")["gguf"]["logprobs"]
+    versus_plain = max(abs(a - b) for a, b in zip(gguf_run["logprobs"], plain))
     if name == "yarn2-betas":
-        # llama.cpp ignores the GGUF's betas for 'llama': the two routes differ, and patch said so
-        assert diff > TOL
-        assert any("yarn_beta" in w or "YaRN betas" in w for w in case["patch"]["warnings"]), case["patch"]["warnings"]
+        # llama.cpp ignores the GGUF's betas for 'llama', as ropectl.readers.llama_cpp says: the file reads as
+        # plain yarn, the flags (which carry the betas) differ, and patch said so
+        from ropectl.readers import llama_cpp
+
+        assert not llama_cpp.reads_betas("llama") and versus_plain == 0.0 and diff > TOL
+        assert any("YaRN betas" in w for w in case["patch"]["warnings"]), case["patch"]["warnings"]
     else:
         assert diff <= TOL
+    if name == "yarn2-attn":  # the --override-kv attention factor reached the RoPE ops
+        assert versus_plain > 100 * TOL
 
 
 def test_long_prompt_past_the_trained_length(runs: dict[str, Any]) -> None:
