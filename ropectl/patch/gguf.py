@@ -9,8 +9,10 @@ and ``{arch}.context_length``; YaRN also takes ``yarn_beta_fast/slow`` and an at
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import os
+import shutil
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -138,9 +140,22 @@ def _write(reader: Any, path: Path, arch: str, updates: Mapping[str, Any], remov
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
         for t in reader.tensors:
-            writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+            try:
+                writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+            except OSError as exc:
+                raise _short_write(exc, path, t.data.nbytes) from None
     finally:
-        writer.close()
+        with contextlib.suppress(OSError):  # closing after a failed write must not hide that failure
+            writer.close()
+
+
+def _short_write(exc: OSError, path: Path, nbytes: int) -> OSError:
+    """numpy's tofile reports a short write as 'N requested and M written' with no errno: name the cause."""
+    if exc.errno is not None:
+        return exc
+    free = shutil.disk_usage(path.parent).free
+    code = errno.ENOSPC if free < nbytes else errno.EIO
+    return OSError(code, os.strerror(code), str(path.parent))  # the temp file is gone: name its folder
 
 
 def _same(a: Any, b: Any) -> bool:
