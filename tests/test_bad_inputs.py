@@ -94,6 +94,9 @@ def test_legal_but_suspicious_configs_warn(tmp_path: Path) -> None:
     assert any("no model_type" in w for w in data["warnings"])
     plain = json.loads(runner.invoke(app, ["inspect", str(config_dir(tmp_path / "c")), "--json"]).stdout)
     assert plain["warnings"] == []  # negative control
+    text = " ".join(runner.invoke(app, ["inspect", str(untyped)]).stdout.split())
+    assert "(folder, no model_type)" in text and "no model_type: assumed rotate_half" in text  # not "(folder, )"
+    assert "HF 'unknown'" not in text
 
 
 @pytest.mark.parametrize(("method", "factor"), [("linear", "1e308"), ("ntk", "1e300"), ("yarn", "inf")],
