@@ -19,6 +19,7 @@ from ropectl.fsutil import (
     default_mode,
     link_tree,
     staged_dir,
+    why_not_writable,
 )
 from ropectl.layout.weights import WEIGHT_SUFFIXES
 from ropectl.ownership import note_written
@@ -64,7 +65,8 @@ def _check_outputs(spec: PatchSpec, model: ResolvedModel) -> None:
         raise UsageError("--output names a .gguf but the model is a Hugging Face checkpoint",
                          "pass an output folder; convert to GGUF with llama.cpp afterwards")
     elif spec.in_place and not os.access(model.folder, os.W_OK | os.X_OK):
-        raise OutputError(f"cannot write to '{model.folder}' (permission denied)", "use --output DIR instead")
+        raise OutputError(f"cannot write to '{model.folder}' ({why_not_writable(model.folder)})",
+                          "use --output DIR instead")
 
 
 def _gguf_config(model: ResolvedModel) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import GGUFError, MethodError, OutputError, VerificationError
-from ropectl.fsutil import sigterm_as_interrupt
+from ropectl.fsutil import sigterm_as_interrupt, why_not_writable
 from ropectl.gguf_meta import BASE_CONTEXT_KEY, BASE_THETA_KEY, METHOD_KEY
 from ropectl.ownership import clean_stale, temp_affixes
 from ropectl.rope.frequencies import compute_frequencies, yarn_mscale
@@ -209,7 +209,7 @@ def check_gguf_output(output: Path, source: Path, force: bool) -> None:
     if parent is None:
         raise OutputError(f"folder '{output.parent}' does not exist", "create it first")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"cannot write to '{parent}' (permission denied)", "choose a writable output location")
+        raise OutputError(f"cannot write to '{parent}' ({why_not_writable(parent)})", "choose a writable output location")
 
 
 def rewrite_gguf(source: Path, output: Path, arch: str, updates: dict[str, Any], remove: set[str]) -> GGUFWrite:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import CheckpointError, DataError, OutputError, UsageError
-from ropectl.fsutil import atomic_write_text, check_output_dir
+from ropectl.fsutil import atomic_write_text, check_output_dir, why_not_writable
 from ropectl.jsonio import dumps
 from ropectl.ppl import dist, identity, lock
 from ropectl.ppl.data import Corpus, load_corpus, make_source, tokenizer_identity
@@ -197,7 +197,7 @@ def _check_output(out: Path, spec: EvalSpec) -> None:
     if spec.resume and out.is_dir():
         check_output_dir(out, model, force=True, replaces=False)
         if not os.access(out, os.W_OK | os.X_OK):
-            raise OutputError(f"cannot write to '{out}' (permission denied)", "choose a writable output folder")
+            raise OutputError(f"cannot write to '{out}' ({why_not_writable(out)})", "choose a writable output folder")
         return
     check_output_dir(out, model, spec.force, replaces=False)
     try:
