@@ -157,6 +157,13 @@ def _warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[s
     elif plan.before.rope.rope_type != "default" or plan.composed_from_record:
         how = "from the base recorded by ropectl" if plan.composed_from_record else "taking the config's theta as base"
         out.append(f"the existing '{plan.before.rope.rope_type}' scaling was replaced, not stacked ({how})")
+    original = dict(plan.method.options if plan.method else ()).get("original_max_position_embeddings")
+    trained = plan.base.trained_context
+    if original and trained and int(original) != trained and not plan.reextension:
+        # A preset or --config written for another model (llama2-4k-... on a 2k model) would pass silently.
+        out.append(f"original_max_position_embeddings {int(original):,} (from the method options) differs from the "
+                   f"model's trained context {trained:,}: the scaling counts from {int(original):,}; leave it out "
+                   "to count from the model's own")
     if plan.rope.rope_type == "dynamic":
         out.append("dynamic keeps max_position_embeddings at the trained length: transformers scales only beyond it")
     if not model.is_gguf and spec.emit == "config" and spec.schema != "v5":
