@@ -216,6 +216,17 @@ def test_e31_code_executing_pickle_is_refused_without_running(isolated, tiny_cor
     assert not marker.exists()
 
 
+@pytest.mark.parametrize(("line", "needles"), [
+    ("[1, 2]", ("is a JSON list, not an object", '{"text": "..."}')),
+    ("7", ("is a JSON int, not an object",)),
+    ('{"body": "abc"}', ("no field 'text'", "--text-field", "['body']")),
+], ids=["E-05 list line", "E-05 number line", "E-06 no text field"])
+def test_jsonl_lines_that_are_not_records(isolated, tiny_model, tmp_path: Path, line: str, needles: tuple) -> None:
+    path = tmp_path / "ds.jsonl"
+    path.write_text(json.dumps({"text": "abc " * 40}) + "\n" + line + "\n")
+    one_line(["eval-ppl", str(tiny_model), "-d", str(path), "-l", "16", "-o", "out"], *needles)
+
+
 def test_e40_dataset_that_never_ends(isolated, tiny_model) -> None:
     one_line(["eval-ppl", str(tiny_model), "-d", "/dev/zero", "-l", "64", "-o", "out"], "not a regular file")
 
