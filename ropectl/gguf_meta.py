@@ -73,6 +73,9 @@ def gguf_config(meta: Mapping[str, Any], path: Path) -> dict[str, Any]:
                         "re-convert it with a current llama.cpp convert_hf_to_gguf.py")
     head_dim = int(get("attention.key_length") or hidden // heads)
     n_rot = int(get("rope.dimension_count") or head_dim)
+    if not 0 < n_rot <= head_dim:  # said in the GGUF's own terms, not as a config.json partial_rotary_factor
+        raise GGUFError(f"'{path.name}' has {arch}.rope.dimension_count {n_rot:,}, outside 1 to the head size "
+                        f"{head_dim:,}", "re-convert it with a current llama.cpp convert_hf_to_gguf.py")
     cfg: dict[str, Any] = {
         "model_type": model_type,
         "architectures": [f"gguf:{arch}"],

@@ -143,3 +143,26 @@ def test_version_1_and_garbage_are_refused(tmp_path: Path) -> None:
     path.write_bytes(b"GGML" + bytes(40))
     with pytest.raises(GGUFError, match="magic"):
         read_gguf_metadata(path)
+
+
+@pytest.mark.parametrize("rdim", [2**31, 17, 16], ids=["H-122 2^31", "head size + 1", "head size (control)"])
+def test_rope_dimension_count_is_checked_in_gguf_terms(tmp_path: Path, rdim: int) -> None:
+    import gguf
+
+    path = tmp_path / "r.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for add, value in ((writer.add_context_length, 256), (writer.add_embedding_length, 64),
+                       (writer.add_head_count, 4), (writer.add_head_count_kv, 2)):
+        add(value)
+    writer.add_uint32("llama.rope.dimension_count", rdim)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    result = runner.invoke(app, ["inspect", str(path)])
+    if rdim == 16:
+        assert result.exit_code == 0, result.output
+        return
+    line = result.stderr.strip()
+    assert result.exit_code == 1 and line.count("\n") == 0, result.output
+    assert f"llama.rope.dimension_count {rdim:,}" in line and "partial_rotary_factor" not in line
