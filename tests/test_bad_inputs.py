@@ -146,6 +146,18 @@ def test_unknown_safetensors_dtype_is_refused(tmp_path: Path, verify: list[str],
     assert not out.exists()
 
 
+def test_os_error_of_a_copy_names_what_was_being_written() -> None:
+    """DF-02: shutil's ENOSPC carries source and destination; the line says which one was being written."""
+    import errno
+
+    from ropectl.cli.errors import os_error
+
+    two = str(os_error(OSError(errno.ENOSPC, "No space left on device", "/src/model.safetensors", None, "/out/m")))
+    assert two.startswith("no space left on the device writing '/out/m' (from '/src/model.safetensors')"), two
+    one = str(os_error(OSError(errno.EACCES, "Permission denied", "/out")))
+    assert one.startswith("permission denied at '/out'"), one
+
+
 def test_os_errors_are_one_line_with_the_errno_fix() -> None:
     """A real ENOSPC (writing /dev/full) through the one handler: the errno decides the fix."""
     from ropectl.cli.errors import handle_errors
