@@ -77,6 +77,13 @@ def test_good_config_passes_the_same_checks(tmp_path: Path) -> None:
     assert data["max_position_embeddings"] == 2048
 
 
+def test_h27_config_json_that_is_a_folder(tmp_path: Path) -> None:
+    (tmp_path / "m" / "config.json").mkdir(parents=True)
+    one_line(["inspect", str(tmp_path / "m")], "config.json' is a folder", code=1)
+    (tmp_path / "e").mkdir()
+    one_line(["inspect", str(tmp_path / "e")], "no config.json in", code=1)  # control: really absent
+
+
 def test_json_nesting_bomb_in_config(tmp_path: Path) -> None:
     folder = tmp_path / "m"
     folder.mkdir()
