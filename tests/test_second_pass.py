@@ -1,0 +1,112 @@
+"""Cases of the second bad-input pass that no other test guarded (ids as in docs/bad-inputs-second-pass.md)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import factories
+import pytest
+import test_ppl_fixtures as fx
+from test_bad_inputs import one_line
+from typer.testing import CliRunner
+
+from ropectl.cli.app import app
+
+runner = CliRunner()
+tiny_model, tiny_corpus, isolated = fx.tiny_model, fx.tiny_corpus, fx.isolated  # fixtures
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_h123_gguf_without_heads(tmp_path: Path) -> None:
+    import gguf
+
+    path = tmp_path / "h0.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_context_length(256)
+    writer.add_embedding_length(64)
+    writer.add_head_count(0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    one_line(["inspect", str(path)], "lacks head count", code=1)
+
+
+class _Evil:
+    marker: Path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Path.write_text, (self.marker, "ran"))
+
+
+@pytest.fixture()
+def code_pickle_model(tmp_path: Path) -> tuple[Path, Path]:
+    """A checkpoint whose pytorch_model.bin runs code when unpickled, and the file that code would write."""
+    model = factories.tiny_llama(tmp_path / "llama")
+    (model / "model.safetensors").unlink()
+    evil = _Evil()
+    evil.marker = tmp_path / "ran"
+    (model / "pytorch_model.bin").write_bytes(pickle.dumps({"w": evil}))
+    return model, evil.marker
+
+
+def test_h132_h133_inspect_and_patch_never_unpickle(code_pickle_model: tuple[Path, Path], tmp_path: Path) -> None:
+    model, marker = code_pickle_model
+    assert runner.invoke(app, ["inspect", str(model)]).exit_code == 0
+    result = runner.invoke(app, ["patch", str(model), "-m", "yarn", "-f", "2", "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert not marker.exists()
+    pickle.loads((model / "pytorch_model.bin").read_bytes())  # control: unpickling it does run the code
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".dat"], ids=["E-03 .txt", "E-04 .dat"])
+def test_binary_dataset(isolated, tiny_model, tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"ds{suffix}"
+    path.write_bytes(bytes(range(128, 256)) * 30)
+    one_line(["eval-ppl", str(tiny_model), "-d", str(path), "-l", "16", "-o", "out"], "cannot read", "UTF-8")
+
+
+def test_e45_resume_without_any_run(isolated, tiny_model, tiny_corpus) -> None:
+    one_line(["eval-ppl", str(tiny_model), "-d", str(tiny_corpus), "-l", "16", "--resume"], "--resume", code=2)
+
+
+# Runs the CLI with link_tree wrapped so that the process signals itself once the staging folder is filled.
+SIGNAL_AFTER_STAGING = """
+import os, signal, sys
+import ropectl.patch.core as core
+real = core.link_tree
+def link_tree(source, staging, *args, **kw):
+    out = real(source, staging, *args, **kw)
+    print("STAGED", staging, flush=True)
+    os.kill(os.getpid(), getattr(signal, os.environ["SIG"]))
+    return out
+core.link_tree = link_tree
+from ropectl.__main__ import main
+sys.argv = ["ropectl", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"], ids=["SIG-05 SIGINT", "SIG-06 SIGTERM"])
+def test_signal_during_patch_output_leaves_nothing(tmp_path: Path, sig: str) -> None:
+    model = factories.tiny_llama(tmp_path / "llama")
+    before = sorted(p.name for p in model.iterdir())
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SIG": sig}
+    proc = subprocess.run([sys.executable, "-c", SIGNAL_AFTER_STAGING, "patch", str(model), "-m", "yarn", "-f", "2",
+                           "--copy", "-o", str(out)], capture_output=True, text=True, env=env, timeout=600,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert "STAGED" in proc.stdout, proc.stderr  # the signal came after the staging folder was written
+    assert proc.returncode == 130, (proc.returncode, proc.stderr)
+    assert proc.stderr.strip().splitlines()[-1].startswith("interrupted: nothing half-written was kept")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["llama"]  # no output, no staging
+    assert sorted(p.name for p in model.iterdir()) == before
+    shutil.rmtree(model)
