@@ -1,6 +1,6 @@
 """Where `ropectl patch` spends its time: one fresh process per step, wall-clock by time.perf_counter.
 
-    python bench/bench_patch.py [CONFIG_FOLDER] [--gguf=FILE.gguf]
+    python bench/bench_patch.py [CONFIG_FOLDER] [--gguf=FILE.gguf] [--commands-only]
 
 Steps: start-up (`--help`), planning without verification, the transformers config load, the import of the
 model's modeling module, building the rotary embedding; then whole commands: inspect, `patch -o`,
@@ -10,6 +10,7 @@ model's modeling module, building the rotary embedding; then whole commands: ins
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 import sys
 import tempfile
@@ -37,10 +38,15 @@ def timed(code: str, folder: str) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def whole(args: list[str], cwd: str) -> float:
+def whole(args: list[str], cwd: str) -> tuple[float, float]:
+    """(wall, CPU) seconds of one fresh process. CPU time (user + sys) moves far less than wall time when other
+    jobs share the cores, so it is the figure to compare across runs on a loaded machine."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     subprocess.run([sys.executable, "-m", "ropectl", *args], capture_output=True, check=True, cwd=cwd)
-    return time.perf_counter() - t
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def commands(folder: str, gguf: str | None) -> dict[str, list[str]]:
@@ -59,7 +65,7 @@ def commands(folder: str, gguf: str | None) -> dict[str, list[str]]:
 
 
 def main() -> None:
-    args = [a for a in sys.argv[1:] if not a.startswith("--gguf=")]
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
     gguf = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--gguf=")), None)
     folder = args[0] if args else tempfile.mkdtemp(prefix="ropectl-bench-")
     if not args:
@@ -67,13 +73,13 @@ def main() -> None:
     repeats = 3
     with open("/proc/loadavg") as fh:
         print(f"load average before: {fh.read().split()[0]}")
-    for name, code in STEPS.items():
+    for name, code in STEPS.items() if "--commands-only" not in sys.argv else ():
         best = min(timed(code, folder) for _ in range(repeats))
         print(f"{name:42s} {best:6.2f} s")
     work = tempfile.mkdtemp(prefix="ropectl-bench-out-")
     for label, argv in commands(str(Path(folder).resolve()), gguf).items():
         runs = [whole([a.replace("{out}", f"out{i}") for a in argv], work) for i in range(repeats)]
-        print(f"{label:42s} {min(runs):6.2f} s")
+        print(f"{label:42s} {min(r[0] for r in runs):6.2f} s wall {min(r[1] for r in runs):6.2f} s CPU")
     with open("/proc/loadavg") as fh:
         print(f"load average after: {fh.read().split()[0]}")
 
