@@ -110,3 +110,15 @@ def test_signal_during_patch_output_leaves_nothing(tmp_path: Path, sig: str) -> 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["llama"]  # no output, no staging
     assert sorted(p.name for p in model.iterdir()) == before
     shutil.rmtree(model)
+
+
+def test_spec_options_reach_a_written_gguf(smollm2: Path, tmp_path: Path) -> None:
+    """The spec string's options reach the GGUF path too (the survey's beta_fast drop, issue 9 defect 1)."""
+    from ropectl.gguf_meta import read_gguf_metadata
+
+    out = tmp_path / "y.gguf"
+    result = runner.invoke(app, ["patch", str(smollm2), "-m", "yarn:2,beta_fast=16,beta_slow=2", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    meta = read_gguf_metadata(out)
+    assert (meta["llama.rope.scaling.yarn_beta_fast"], meta["llama.rope.scaling.yarn_beta_slow"]) == (16.0, 2.0)
+    assert read_gguf_metadata(smollm2).get("llama.rope.scaling.yarn_beta_fast") is None  # control: not the source's
