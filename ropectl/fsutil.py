@@ -127,11 +127,11 @@ def _existing_parent(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Let SIGTERM unwind like Ctrl-C so staged output is cleaned up."""
+def sigterm_as_interrupt(raising: type[BaseException] = KeyboardInterrupt) -> Iterator[None]:
+    """Let SIGTERM unwind like Ctrl-C (raising ``raising``) so staged output is cleaned up."""
 
     def raise_interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+        raise raising
 
     try:
         previous = signal.signal(signal.SIGTERM, raise_interrupt)

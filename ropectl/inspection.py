@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 from ropectl.errors import RopectlError
@@ -34,20 +33,10 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, unwound like Ctrl-C so finished cells are kept and the lock released."""
 
 
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    def terminate(signum: int, frame: object) -> None:
-        raise Terminated
+def sigterm_as_interrupt() -> contextlib.AbstractContextManager[None]:
+    from ropectl.fsutil import sigterm_as_interrupt as unwind
 
-    try:
-        previous = signal.signal(signal.SIGTERM, terminate)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    return unwind(Terminated)
 
 
 _logged = [0]
