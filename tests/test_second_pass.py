@@ -122,3 +122,19 @@ def test_spec_options_reach_a_written_gguf(smollm2: Path, tmp_path: Path) -> Non
     meta = read_gguf_metadata(out)
     assert (meta["llama.rope.scaling.yarn_beta_fast"], meta["llama.rope.scaling.yarn_beta_slow"]) == (16.0, 2.0)
     assert read_gguf_metadata(smollm2).get("llama.rope.scaling.yarn_beta_fast") is None  # control: not the source's
+
+
+def test_e33b_eval_ppl_force_adds_and_deletes_nothing(isolated, tiny_model, tiny_corpus) -> None:
+    """README: eval-ppl's --force only allows a non-empty folder; it adds its files and deletes nothing."""
+    busy = Path("busy")
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    (busy / "sub").mkdir()
+    (busy / "sub" / "more.txt").write_text("also mine")
+    refused = runner.invoke(app, ["eval-ppl", str(tiny_model), "-d", str(tiny_corpus), "-l", "64", "-o", str(busy)])
+    assert refused.exit_code == 1  # control: without --force the folder is refused
+    result = runner.invoke(app, ["eval-ppl", str(tiny_model), "-d", str(tiny_corpus), "-l", "64", "-o", str(busy),
+                                 "--force"])
+    assert result.exit_code == 0, result.output
+    assert (busy / "notes.txt").read_text() == "mine" and (busy / "sub" / "more.txt").read_text() == "also mine"
+    assert (busy / "results.json").is_file()
