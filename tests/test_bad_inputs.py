@@ -49,6 +49,7 @@ CONFIG_CASES = {
                                               "rope_theta": None}, "'rope_theta' is 'abc'"),
     "H-13 theta string top level": ({"rope_theta": "abc"}, "'rope_theta' is 'abc'"),
     "H-11 theta zero": ({"rope_theta": 0}, "'rope_theta' is 0"),
+    "H-14 theta 1e308": ({"rope_theta": 1e308}, "'rope_theta' is 1e+308", "at most 1e+15"),
     "H-22 heads string": ({"num_attention_heads": "eight"}, "'num_attention_heads' is 'eight'"),
     "H-23 heads negative": ({"num_attention_heads": -8}, "'num_attention_heads' is -8"),
     "H-24 head_dim 1e12": ({"head_dim": 10**12}, "'head_dim'", "limit"),
