@@ -113,7 +113,10 @@ def _check_tensor_data(cur: _Cursor, count: int, alignment: int) -> None:
     ends = []
     for _ in range(count):
         name = cur.string()
-        dims = [cur.take("Q") for _ in range(min(cur.take("I"), 8))]
+        n_dims = cur.take("I")
+        if n_dims > 8:  # ggml tensors have at most 4 dimensions; reading on would desynchronise the walk
+            raise GGUFFormatError(f"tensor '{name}' claims {n_dims:,} dimensions")
+        dims = [cur.take("Q") for _ in range(n_dims)]
         ggml_type, offset = cur.take("I"), cur.take("Q")
         try:
             block, nbytes = GGML_QUANT_SIZES[ggml_type]  # type: ignore[index]

@@ -135,6 +135,18 @@ def test_hostile_counts_fail_before_allocating(tmp_path: Path, kv: bytes, count:
         read_gguf_metadata(path)
 
 
+def test_hostile_tensor_index(tmp_path: Path) -> None:
+    """After the metadata: a tensor claiming 2^31 dimensions, and one whose bytes lie past the end of the file."""
+    index = _key("t") + struct.pack("<I", 2**31)
+    (tmp_path / "d.gguf").write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + index + bytes(64))
+    with pytest.raises(GGUFError, match="2,147,483,648 dimensions"):
+        read_gguf_metadata(tmp_path / "d.gguf")
+    index = _key("t") + struct.pack("<IQIQ", 1, 10**9, 0, 0)  # 1e9 F32 values at offset 0
+    (tmp_path / "e.gguf").write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + index + bytes(64))
+    with pytest.raises(GGUFError, match="truncated"):
+        read_gguf_metadata(tmp_path / "e.gguf")
+
+
 def test_version_1_and_garbage_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "v1.gguf"
     path.write_bytes(b"GGUF" + struct.pack("<IQQ", 1, 0, 0))
