@@ -138,3 +138,21 @@ def test_e33b_eval_ppl_force_adds_and_deletes_nothing(isolated, tiny_model, tiny
     assert result.exit_code == 0, result.output
     assert (busy / "notes.txt").read_text() == "mine" and (busy / "sub" / "more.txt").read_text() == "also mine"
     assert (busy / "results.json").is_file()
+
+
+@pytest.mark.parametrize("mode", [["inspect"], ["patch", "-m", "yarn", "-f", "2", "--emit", "vllm"],
+                                  ["patch", "-m", "yarn", "-f", "2", "--emit", "llama.cpp"],
+                                  ["patch", "-m", "yarn", "-f", "2", "--dry-run"]],
+                         ids=["inspect", "emit vllm", "emit llama.cpp", "dry-run (control)"])
+def test_read_only_commands_import_neither_torch_nor_transformers(tmp_path: Path, mode: list[str]) -> None:
+    """README (Speed of patch): only the verification of a written config pays for torch and transformers."""
+    folder = factories.write_config(tmp_path / "m", {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+                                                     "num_key_value_heads": 2, "max_position_embeddings": 256,
+                                                     "rope_theta": 10000.0})
+    args = [mode[0], str(folder), *mode[1:]]
+    code = ("import sys; from typer.testing import CliRunner; from ropectl.cli.app import app;"
+            f"r = CliRunner().invoke(app, {args!r}); assert r.exit_code == 0, r.output;"
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.strip()
+    assert out == ("['torch', 'transformers']" if "--dry-run" in mode else "[]")
