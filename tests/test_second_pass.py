@@ -156,3 +156,13 @@ def test_read_only_commands_import_neither_torch_nor_transformers(tmp_path: Path
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.strip()
     assert out == ("['torch', 'transformers']" if "--dry-run" in mode else "[]")
+
+
+def test_eval_ppl_refusal_is_exactly_one_stderr_line(tmp_path: Path, tiny_corpus: Path) -> None:
+    """E-30 in a real process: no empty line from a progress bar that never started precedes the error."""
+    model = factories.tiny_llama(tmp_path / "llama")  # no tokenizer
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "ropectl", "eval-ppl", str(model), "-d", str(tiny_corpus), "-l", "64",
+                           "-o", str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: cannot load a tokenizer"), repr(proc.stderr)

@@ -170,9 +170,12 @@ def _tokenizer(path: str, kwargs: dict[str, Any]) -> Any:
 def _weights(path: str, kwargs: dict[str, Any], tokenizer: Any, device: str, dtype: str,
              device_map: str | None) -> LoadedModel:
     import pickle
+    import warnings
 
     try:
-        return load_model(path, kwargs, tokenizer, device, dtype, device_map)
+        with warnings.catch_warnings():  # torch's note on a raw pickle's protocol would precede the one-line refusal
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            return load_model(path, kwargs, tokenizer, device, dtype, device_map)
     except pickle.UnpicklingError:
         raise CheckpointError(f"the weights in '{path}' are a pickle that would run code when loaded; refused, "
                               "nothing was run", "use a safetensors copy of the weights") from None
