@@ -166,3 +166,12 @@ def test_eval_ppl_refusal_is_exactly_one_stderr_line(tmp_path: Path, tiny_corpus
                            "-o", str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 1
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: cannot load a tokenizer"), repr(proc.stderr)
+
+
+@pytest.mark.parametrize("where", ["nofolder/w.png", "afile/w.png"], ids=["H-30 missing folder", "under a file"])
+def test_plot_into_an_unwritable_place(tmp_path: Path, where: str) -> None:
+    folder = factories.write_config(tmp_path / "m", {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+                                                     "max_position_embeddings": 256, "rope_theta": 10000.0})
+    (tmp_path / "afile").write_text("x")
+    one_line(["inspect", str(folder), "--plot", str(tmp_path / where)], "cannot write plot", code=1)
+    assert not (tmp_path / "nofolder").exists() and (tmp_path / "afile").read_text() == "x"
