@@ -14,11 +14,15 @@ import struct
 from pathlib import Path
 from typing import Any
 
-# GGUF value types: id -> struct code (None: string / array, handled apart).
-_SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
-_STRING, _ARRAY = 8, 9
-SKIPPED_PREFIX = "tokenizer.ggml."  # vocabulary arrays: never needed for RoPE
-KEPT = "tokenizer.ggml.model"
+from gguf import GGUFValueType as T
+from gguf import Keys
+
+# GGUF value types -> struct code (strings and arrays are handled apart).
+_SCALAR = {T.UINT8: "B", T.INT8: "b", T.UINT16: "H", T.INT16: "h", T.UINT32: "I", T.INT32: "i",
+           T.FLOAT32: "f", T.BOOL: "?", T.UINT64: "Q", T.INT64: "q", T.FLOAT64: "d"}
+_STRING, _ARRAY = T.STRING, T.ARRAY
+KEPT = Keys.Tokenizer.MODEL
+SKIPPED_PREFIX = KEPT.rsplit(".", 1)[0] + "."  # the vocabulary arrays: never needed for RoPE
 MAX_ARRAY_DEPTH = 8
 
 
@@ -100,7 +104,7 @@ def read_kv(path: Path) -> dict[str, Any]:
                 value = cur.value(cur.take("I"), keep)
                 if keep:
                     meta[key] = value
-            _check_tensor_data(cur, tensors, int(meta.get("general.alignment") or 32))
+            _check_tensor_data(cur, tensors, int(meta.get(Keys.General.ALIGNMENT) or 32))
             return meta
 
 
