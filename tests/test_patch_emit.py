@@ -143,3 +143,14 @@ def test_emit_plain_output_is_the_command(qwen: Path) -> None:
     result = runner.invoke(app, ["patch", str(qwen), "-m", "yarn", "-f", "2", "--emit", "llama.cpp"])
     assert result.exit_code == 0
     assert result.stdout.startswith("llama-server -m ") and "--rope-scaling yarn" in result.stdout
+
+
+def test_llama_cpp_command_never_names_an_hf_folder(qwen: Path, smollm2: Path) -> None:
+    """R-21: llama-server cannot load a Hugging Face folder, so the printed -m names a GGUF, and the summary says how."""
+    result = runner.invoke(app, ["patch", str(qwen), "-m", "yarn", "-f", "2", "--emit", "llama.cpp"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("llama-server -m MODEL.gguf ") and str(qwen) not in result.stdout.split("\n")[0]
+    assert "convert_hf_to_gguf.py" in result.output
+    gguf = runner.invoke(app, ["patch", str(smollm2), "-m", "yarn", "-f", "2", "--emit", "llama.cpp"])
+    assert gguf.exit_code == 0 and gguf.stdout.startswith(f"llama-server -m {smollm2} ")  # control: a GGUF is named
+    assert "convert_hf_to_gguf" not in gguf.output

@@ -19,6 +19,7 @@ from ropectl.fsutil import (
     default_mode,
     link_tree,
     staged_dir,
+    why_not_writable,
 )
 from ropectl.layout.weights import WEIGHT_SUFFIXES
 from ropectl.ownership import note_written
@@ -65,7 +66,8 @@ def _check_outputs(spec: PatchSpec, model: ResolvedModel) -> None:
         raise UsageError("--output names a .gguf but the model is a Hugging Face checkpoint",
                          "pass an output folder; convert to GGUF with llama.cpp afterwards")
     elif spec.in_place and not os.access(model.folder, os.W_OK | os.X_OK):
-        raise OutputError(f"cannot write to '{model.folder}' (permission denied)", "use --output DIR instead")
+        raise OutputError(f"cannot write to '{model.folder}' ({why_not_writable(model.folder)})",
+                          "use --output DIR instead")
 
 
 def _gguf_config(model: ResolvedModel) -> dict[str, Any]:
@@ -169,6 +171,13 @@ def _warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[s
     elif plan.before.rope.rope_type != "default" or plan.composed_from_record:
         how = "from the base recorded by ropectl" if plan.composed_from_record else "taking the config's theta as base"
         out.append(f"the existing '{plan.before.rope.rope_type}' scaling was replaced, not stacked ({how})")
+    original = dict(plan.method.options if plan.method else ()).get("original_max_position_embeddings")
+    trained = plan.base.trained_context
+    if original and trained and int(original) != trained and not plan.reextension:
+        # A preset or --config written for another model (llama2-4k-... on a 2k model) would pass silently.
+        out.append(f"original_max_position_embeddings {int(original):,} (from the method options) differs from the "
+                   f"model's trained context {trained:,}: the scaling counts from {int(original):,}; leave it out "
+                   "to count from the model's own")
     if plan.rope.rope_type == "dynamic":
         out.append("dynamic keeps max_position_embeddings at the trained length: transformers scales only beyond it")
     if not model.is_gguf and spec.emit == "config" and spec.schema != "v5":

@@ -111,5 +111,10 @@ def emit_llama_cpp(model: str, rope: RopeParams, layers: Mapping[str, RopeParams
     args, warnings = llama_cpp_args(rope, target, model_type)
     if layers:
         warnings.append("these flags set the full-attention RoPE; sliding-window layers keep the GGUF's own base")
+    if not model.lower().endswith(".gguf"):
+        # llama.cpp loads only GGUF: printing the HF folder after -m would give a command that cannot start.
+        warnings.append(f"llama.cpp loads GGUF files, not the Hugging Face checkpoint '{model}': convert it with "
+                        "llama.cpp's convert_hf_to_gguf.py and put that file in place of MODEL.gguf")
+        model = "MODEL.gguf"
     command = "llama-server -m " + " ".join(shlex.quote(a) for a in [model, *args])
     return {"engine": "llama.cpp", "args": args, "command": command}, warnings

@@ -9,8 +9,10 @@ and ``{arch}.context_length``; YaRN also takes ``yarn_beta_fast/slow`` and an at
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import os
+import shutil
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import GGUFError, MethodError, OutputError, VerificationError
-from ropectl.fsutil import sigterm_as_interrupt
+from ropectl.fsutil import sigterm_as_interrupt, why_not_writable
 from ropectl.gguf_meta import BASE_CONTEXT_KEY, BASE_THETA_KEY, METHOD_KEY
 from ropectl.ownership import clean_stale, temp_affixes
 from ropectl.rope.frequencies import compute_frequencies, yarn_mscale
@@ -143,9 +145,22 @@ def _write(reader: Any, path: Path, arch: str, updates: Mapping[str, Any], remov
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
         for t in reader.tensors:
-            writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+            try:
+                writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+            except OSError as exc:
+                raise _short_write(exc, path, t.data.nbytes) from None
     finally:
-        writer.close()
+        with contextlib.suppress(OSError):  # closing after a failed write must not hide that failure
+            writer.close()
+
+
+def _short_write(exc: OSError, path: Path, nbytes: int) -> OSError:
+    """numpy's tofile reports a short write as 'N requested and M written' with no errno: name the cause."""
+    if exc.errno is not None:
+        return exc
+    free = shutil.disk_usage(path.parent).free
+    code = errno.ENOSPC if free < nbytes else errno.EIO
+    return OSError(code, os.strerror(code), str(path.parent))  # the temp file is gone: name its folder
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -199,7 +214,7 @@ def check_gguf_output(output: Path, source: Path, force: bool) -> None:
     if parent is None:
         raise OutputError(f"folder '{output.parent}' does not exist", "create it first")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"cannot write to '{parent}' (permission denied)", "choose a writable output location")
+        raise OutputError(f"cannot write to '{parent}' ({why_not_writable(parent)})", "choose a writable output location")
 
 
 def rewrite_gguf(source: Path, output: Path, arch: str, updates: dict[str, Any], remove: set[str]) -> GGUFWrite:
