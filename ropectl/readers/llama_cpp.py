@@ -48,6 +48,14 @@ READERS: tuple[Reader, ...] = (
 _BETA_MODEL_TYPES = frozenset({"grok", "mistral3"})
 
 
+def cannot_express(rope_type: str) -> str | None:
+    """Why llama.cpp cannot run ``rope_type`` at all (e.g. dynamic NTK), or None."""
+    for quirk in READERS[-1].quirks:
+        if quirk.kind == FAILS and rope_type in quirk.rope_types:
+            return f"llama.cpp {quirk.note} ({quirk.fix})"
+    return None
+
+
 def reads_betas(arch: str) -> bool:
     return arch in YARN_BETA_ARCHS
 
