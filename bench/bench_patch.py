@@ -1,15 +1,16 @@
 """Where `ropectl patch` spends its time: one fresh process per step, wall-clock by time.perf_counter.
 
-    python bench/bench_patch.py [CONFIG_FOLDER]
+    python bench/bench_patch.py [CONFIG_FOLDER] [--gguf=FILE.gguf] [--commands-only]
 
 Steps: start-up (`--help`), planning without verification, the transformers config load, the import of the
-model's modeling module, building the rotary embedding, and the whole `patch --dry-run`. The README's
-figures come from this script.
+model's modeling module, building the rotary embedding; then whole commands: inspect, `patch -o`,
+`--dry-run` and `--emit`, on the folder and on a GGUF. The best of 3 runs; the README's figures come from this script.
 """
 
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 import sys
 import tempfile
@@ -37,23 +38,50 @@ def timed(code: str, folder: str) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def whole(args: list[str]) -> float:
+def whole(args: list[str], cwd: str) -> tuple[float, float]:
+    """(wall, CPU) seconds of one fresh process. CPU time (user + sys) moves far less than wall time when other
+    jobs share the cores, so it is the figure to compare across runs on a loaded machine."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "ropectl", *args], capture_output=True, check=True)
-    return time.perf_counter() - t
+    subprocess.run([sys.executable, "-m", "ropectl", *args], capture_output=True, check=True, cwd=cwd)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def commands(folder: str, gguf: str | None) -> dict[str, list[str]]:
+    """The user-facing modes of patch, on the config folder and (if given) a GGUF; -o targets a fresh path each run."""
+    out = {"ropectl --help": ["--help"],
+           "inspect": ["inspect", folder],
+           "patch -o (yarn)": ["patch", folder, "-m", "yarn", "-f", "4", "-o", "{out}"],
+           "patch --dry-run (yarn)": ["patch", folder, "-m", "yarn", "-f", "4", "--dry-run"],
+           "patch --emit vllm (yarn)": ["patch", folder, "-m", "yarn", "-f", "4", "--emit", "vllm"]}
+    if gguf:
+        out.update({"GGUF inspect": ["inspect", gguf],
+                    "GGUF patch -o (yarn)": ["patch", gguf, "-m", "yarn", "-f", "2", "-o", "{out}.gguf"],
+                    "GGUF patch --dry-run (yarn)": ["patch", gguf, "-m", "yarn", "-f", "2", "--dry-run"],
+                    "GGUF patch --emit llama.cpp": ["patch", gguf, "-m", "yarn", "-f", "2", "--emit", "llama.cpp"]})
+    return out
 
 
 def main() -> None:
-    folder = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="ropectl-bench-")
-    if len(sys.argv) == 1:
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    gguf = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--gguf=")), None)
+    folder = args[0] if args else tempfile.mkdtemp(prefix="ropectl-bench-")
+    if not args:
         (Path(folder) / "config.json").write_text(json.dumps(LLAMA))
     repeats = 3
-    for name, code in STEPS.items():
+    with open("/proc/loadavg") as fh:
+        print(f"load average before: {fh.read().split()[0]}")
+    for name, code in STEPS.items() if "--commands-only" not in sys.argv else ():
         best = min(timed(code, folder) for _ in range(repeats))
         print(f"{name:42s} {best:6.2f} s")
-    for label, args in (("ropectl --help", ["--help"]),
-                        ("ropectl patch --dry-run (yarn)", ["patch", folder, "-m", "yarn", "-f", "4", "--dry-run"])):
-        print(f"{label:42s} {min(whole(args) for _ in range(repeats)):6.2f} s")
+    work = tempfile.mkdtemp(prefix="ropectl-bench-out-")
+    for label, argv in commands(str(Path(folder).resolve()), gguf).items():
+        runs = [whole([a.replace("{out}", f"out{i}") for a in argv], work) for i in range(repeats)]
+        print(f"{label:42s} {min(r[0] for r in runs):6.2f} s wall {min(r[1] for r in runs):6.2f} s CPU")
+    with open("/proc/loadavg") as fh:
+        print(f"load average after: {fh.read().split()[0]}")
 
 
 if __name__ == "__main__":

@@ -78,7 +78,16 @@ def check_output_dir(output: Path, source: Path | None = None, force: bool = Fal
         raise OutputError(f"output folder '{output}' exists and is not empty", "choose a new folder, or pass --force")
     parent = _existing_parent(output)
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"cannot write to '{parent}' (permission denied)", "choose a writable output location")
+        raise OutputError(f"cannot write to '{parent}' ({why_not_writable(parent)})", "choose a writable output location")
+
+
+def why_not_writable(path: Path) -> str:
+    """os.access says no for a read-only mount too: name that cause, since changing permissions cannot fix it."""
+    try:
+        read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    return "read-only file system" if read_only else "permission denied"
 
 
 def _check_replaceable(output: Path, source: Path | None, force: bool) -> None:

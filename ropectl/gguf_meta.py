@@ -1,4 +1,4 @@
-"""GGUF metadata: read it with the ``gguf`` package and express it as an HF-style config dict."""
+"""GGUF metadata: read its key/value section (``gguf_kv``) and express it as an HF-style config dict."""
 
 from __future__ import annotations
 
@@ -35,24 +35,17 @@ METHOD_KEY = "ropectl.method"
 
 def read_gguf_metadata(path: Path) -> dict[str, Any]:
     """All key/value metadata of a GGUF file, as plain Python values (tokenizer arrays skipped)."""
-    import gguf
+    from ropectl.gguf_kv import GGUFFormatError, read_kv
 
     try:
-        reader = gguf.GGUFReader(str(path))
-    except Exception as exc:  # gguf raises ValueError, struct.error, IndexError ... on a bad file
+        return read_kv(path)
+    except (GGUFFormatError, ValueError, OSError) as exc:  # mmap of an empty or special file raises OSError/ValueError
+        if isinstance(exc, OSError) and not isinstance(exc, (FileNotFoundError, IsADirectoryError)) and exc.errno:
+            raise
         raise GGUFError(
             f"'{path}' is not a readable GGUF file ({type(exc).__name__}: {exc})",
             "check the download is complete; re-download or re-convert it",
         ) from None
-    meta: dict[str, Any] = {}
-    for key, fld in reader.fields.items():
-        if key.startswith("tokenizer.ggml.") and key != "tokenizer.ggml.model":
-            continue
-        try:
-            meta[key] = fld.contents()
-        except Exception:  # an odd array type must not stop inspection of the RoPE keys
-            continue
-    return meta
 
 
 def gguf_arch(meta: Mapping[str, Any], path: Path) -> tuple[str, str, str]:
@@ -80,6 +73,9 @@ def gguf_config(meta: Mapping[str, Any], path: Path) -> dict[str, Any]:
                         "re-convert it with a current llama.cpp convert_hf_to_gguf.py")
     head_dim = int(get("attention.key_length") or hidden // heads)
     n_rot = int(get("rope.dimension_count") or head_dim)
+    if not 0 < n_rot <= head_dim:  # said in the GGUF's own terms, not as a config.json partial_rotary_factor
+        raise GGUFError(f"'{path.name}' has {arch}.rope.dimension_count {n_rot:,}, outside 1 to the head size "
+                        f"{head_dim:,}", "re-convert it with a current llama.cpp convert_hf_to_gguf.py")
     cfg: dict[str, Any] = {
         "model_type": model_type,
         "architectures": [f"gguf:{arch}"],

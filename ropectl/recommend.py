@@ -137,6 +137,11 @@ def patch_commands(model: str, method: str) -> list[str]:
     path = Path(model)
     tag = method.replace(":", "").replace(",", "-").replace("=", "")
     out = str(path.with_name(f"{path.stem}-{tag}.gguf")) if path.suffix == ".gguf" else f"{path.name or model}-{tag}"
+    from ropectl.readers.llama_cpp import cannot_express
+    from ropectl.rope.methods import parse_spec
+
     base = ["ropectl", "patch", model, "-m", method]
-    return [shlex.join([*base, "-o", out]), shlex.join([*base, "--emit", "vllm"]),
-            shlex.join([*base, "--emit", "llama.cpp"])]
+    commands = [shlex.join([*base, "-o", out]), shlex.join([*base, "--emit", "vllm"])]
+    why_not = cannot_express(parse_spec(method).name)
+    # patch refuses --emit llama.cpp for a method llama.cpp lacks: say so instead of printing a failing command
+    return [*commands, f"# not for llama.cpp: {why_not}" if why_not else shlex.join([*base, "--emit", "llama.cpp"])]

@@ -73,6 +73,9 @@ def resolve_model(spec: str | os.PathLike[str], *, weights: bool = False) -> Res
 
 def read_config(folder: Path) -> dict[str, Any]:
     config = folder / "config.json"
+    if config.exists() and not config.is_file():
+        raise ConfigError(f"'{config}' is a folder or special file, not a JSON file",
+                          "replace it with the model's config.json file")
     if not config.is_file():
         raise ConfigError(f"no config.json in '{folder}'", "point MODEL at a Hugging Face checkpoint folder")
     try:

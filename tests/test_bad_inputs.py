@@ -49,6 +49,7 @@ CONFIG_CASES = {
                                               "rope_theta": None}, "'rope_theta' is 'abc'"),
     "H-13 theta string top level": ({"rope_theta": "abc"}, "'rope_theta' is 'abc'"),
     "H-11 theta zero": ({"rope_theta": 0}, "'rope_theta' is 0"),
+    "H-14 theta 1e308": ({"rope_theta": 1e308}, "'rope_theta' is 1e+308", "at most 1e+15"),
     "H-22 heads string": ({"num_attention_heads": "eight"}, "'num_attention_heads' is 'eight'"),
     "H-23 heads negative": ({"num_attention_heads": -8}, "'num_attention_heads' is -8"),
     "H-24 head_dim 1e12": ({"head_dim": 10**12}, "'head_dim'", "limit"),
@@ -77,6 +78,13 @@ def test_good_config_passes_the_same_checks(tmp_path: Path) -> None:
     assert data["max_position_embeddings"] == 2048
 
 
+def test_h27_config_json_that_is_a_folder(tmp_path: Path) -> None:
+    (tmp_path / "m" / "config.json").mkdir(parents=True)
+    one_line(["inspect", str(tmp_path / "m")], "config.json' is a folder", code=1)
+    (tmp_path / "e").mkdir()
+    one_line(["inspect", str(tmp_path / "e")], "no config.json in", code=1)  # control: really absent
+
+
 def test_json_nesting_bomb_in_config(tmp_path: Path) -> None:
     folder = tmp_path / "m"
     folder.mkdir()
@@ -94,6 +102,9 @@ def test_legal_but_suspicious_configs_warn(tmp_path: Path) -> None:
     assert any("no model_type" in w for w in data["warnings"])
     plain = json.loads(runner.invoke(app, ["inspect", str(config_dir(tmp_path / "c")), "--json"]).stdout)
     assert plain["warnings"] == []  # negative control
+    text = " ".join(runner.invoke(app, ["inspect", str(untyped)]).stdout.split())
+    assert "(folder, no model_type)" in text and "no model_type: assumed rotate_half" in text  # not "(folder, )"
+    assert "HF 'unknown'" not in text
 
 
 @pytest.mark.parametrize(("method", "factor"), [("linear", "1e308"), ("ntk", "1e300"), ("yarn", "inf")],
@@ -141,6 +152,18 @@ def test_unknown_safetensors_dtype_is_refused(tmp_path: Path, verify: list[str],
     out = tmp_path / "out"
     one_line(["convert-layout", str(model), "--to", "interleaved", "-o", str(out), *verify], "'F4X'", tensor)
     assert not out.exists()
+
+
+def test_os_error_of_a_copy_names_what_was_being_written() -> None:
+    """DF-02: shutil's ENOSPC carries source and destination; the line says which one was being written."""
+    import errno
+
+    from ropectl.cli.errors import os_error
+
+    two = str(os_error(OSError(errno.ENOSPC, "No space left on device", "/src/model.safetensors", None, "/out/m")))
+    assert two.startswith("no space left on the device writing '/out/m' (from '/src/model.safetensors')"), two
+    one = str(os_error(OSError(errno.EACCES, "Permission denied", "/out")))
+    assert one.startswith("permission denied at '/out'"), one
 
 
 def test_os_errors_are_one_line_with_the_errno_fix() -> None:
@@ -209,8 +232,24 @@ def test_e31_code_executing_pickle_is_refused_without_running(isolated, tiny_cor
     import pickle
 
     (model / "pytorch_model.bin").write_bytes(pickle.dumps({"w": Evil()}))
-    one_line(["eval-ppl", str(model), "-d", str(tiny_corpus), "-l", "64", "-o", "out"], "pickle", "refused")
+    import warnings
+
+    with warnings.catch_warnings(record=True) as said:  # a warning would print a second stderr line in a terminal
+        warnings.simplefilter("always")
+        one_line(["eval-ppl", str(model), "-d", str(tiny_corpus), "-l", "64", "-o", "out"], "pickle", "refused")
+    assert not [w for w in said if "pickle" in str(w.message)], [str(w.message) for w in said]
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(("line", "needles"), [
+    ("[1, 2]", ("is a JSON list, not an object", '{"text": "..."}')),
+    ("7", ("is a JSON int, not an object",)),
+    ('{"body": "abc"}', ("no field 'text'", "--text-field", "['body']")),
+], ids=["E-05 list line", "E-05 number line", "E-06 no text field"])
+def test_jsonl_lines_that_are_not_records(isolated, tiny_model, tmp_path: Path, line: str, needles: tuple) -> None:
+    path = tmp_path / "ds.jsonl"
+    path.write_text(json.dumps({"text": "abc " * 40}) + "\n" + line + "\n")
+    one_line(["eval-ppl", str(tiny_model), "-d", str(path), "-l", "16", "-o", "out"], *needles)
 
 
 def test_e40_dataset_that_never_ends(isolated, tiny_model) -> None:

@@ -73,11 +73,54 @@ def test_full_disk_gguf_patch(tmp_path: Path, smollm2: Path) -> None:
     """DF-04: the GGUF writer's short write (numpy 'N requested and M written') also ends as one line."""
     small = tmp_path / "small"
     small.mkdir()
-    proc = on_small_fs(small, "1m", "patch", str(smollm2), "-m", "yarn", "-f", "2", "-o", str(small / "s.gguf"),
+    # 60 MB: the header fits and the tensor data (98 MB) does not, so the failure comes from numpy's tofile.
+    proc = on_small_fs(small, "60m", "patch", str(smollm2), "-m", "yarn", "-f", "2", "-o", str(small / "s.gguf"),
                        home=tmp_path)
     assert proc.returncode == 1, proc.stderr
-    _error_line(proc.stderr)
+    line = _error_line(proc.stderr)
+    # numpy reports the short write as 'N requested and M written' without an errno; the cause must be named.
+    assert "no space left on the device" in line and "requested and" not in line, line
     assert proc.stdout.strip().endswith("LEFT:"), proc.stdout
+
+
+def on_read_only(folder: Path, *args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """Run ropectl with ``folder`` bind-mounted read-only (a private mount namespace): EROFS, not EACCES."""
+    script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 99; shift; "$@"'
+    return subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", str(folder), sys.executable, "-m", "ropectl",
+                           *args], capture_output=True, text=True, env=_env(home), timeout=600)
+
+
+@needs_tmpfs
+@pytest.mark.parametrize("case", ["RO-01 convert-layout", "RO-02 patch -o", "RO-03 patch --in-place",
+                                  "RO-04 eval-ppl", "RO-06 patch GGUF"])
+def test_read_only_file_system_is_named(tmp_path: Path, case: str) -> None:
+    """As root, os.access says 'no' on a read-only mount too: the line must say read-only, not permission denied."""
+    model = fx.build("llama", tmp_path / "model")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    gguf = tmp_path / "m.gguf"
+    if "GGUF" in case:
+        from test_leftovers import tiny_gguf
+
+        tiny_gguf(gguf)
+    corpus = fx.write_corpus(tmp_path / "corpus", [300])
+    args = {"RO-01": ["convert-layout", str(model), "--to", "interleaved", "-o", str(ro / "out")],
+            "RO-02": ["patch", str(model), "-m", "yarn", "-f", "2", "-o", str(ro / "out")],
+            "RO-03": ["patch", str(model), "-m", "yarn", "-f", "2", "--in-place"],
+            "RO-04": ["eval-ppl", str(model), "-d", str(corpus), "-l", "64", "-o", str(ro / "run")],
+            "RO-06": ["patch", str(gguf), "-m", "yarn", "-f", "2", "-o", str(ro / "x.gguf")]}[case.split()[0]]
+    proc = on_read_only(model if "RO-03" in case else ro, *args, home=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    line = _error_line(proc.stderr)
+    assert "read-only file system" in line and "permission denied" not in line, line
+    assert not any(ro.iterdir())
+
+
+def test_permission_denied_is_still_named_as_such(tmp_path: Path) -> None:
+    """Negative control for the check above: a writable mount whose folder refuses writes is not 'read-only'."""
+    from ropectl.fsutil import why_not_writable
+
+    assert why_not_writable(tmp_path) == "permission denied"
 
 
 @pytest.fixture(scope="module")

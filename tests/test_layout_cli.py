@@ -40,6 +40,8 @@ def test_summary_prints_direction_and_warning(llama: Path, tmp_path: Path) -> No
     text = " ".join(result.output.split())
     assert "half-split → interleaved" in text
     assert "verified" in text and "warning:" in text and "llama.cpp" in text
+    # the head count is not read as one more layer ("layers 0, 1, 20 heads").
+    assert "verified on layers 0, 1 (20 heads in all)" in text
 
 
 def test_gptj_converts_to_half_split_from_format(tmp_path: Path) -> None:

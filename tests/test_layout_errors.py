@@ -206,6 +206,34 @@ def test_non_tensor_pickle_is_refused_without_running_it(tmp_path: Path, pristin
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("form", ["zip", "legacy", "raw"], ids=["H-97 zip", "H-98 legacy", "H-99 raw pickle"])
+def test_code_pickle_refusal_is_one_line_naming_the_call(tmp_path: Path, pristine: tuple[Path, Path], form: str) -> None:
+    """One line that names the call the pickle would make, with no torch warnings and no advice to unpickle."""
+    import pickle
+
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(pristine[0] / "config.json", src / "config.json")
+    marker = tmp_path / "ran"
+
+    class Evil:
+        def __reduce__(self) -> tuple:
+            return (os.system, (f"touch {marker}",))
+
+    payload, path = {"w": Evil()}, src / "pytorch_model.bin"
+    if form == "raw":
+        path.write_bytes(pickle.dumps(payload))
+    else:
+        torch.save(payload, path, _use_new_zipfile_serialization=form == "zip")
+    result = CliRunner().invoke(app, ["convert-layout", str(src), "--to", "interleaved", "-o", str(tmp_path / "o")])
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.stderr
+    # torch names the global for zip and legacy files; a raw pickle stops at an opcode it does not know.
+    said = "holds more than plain tensors" if form == "raw" else "would call posix.system when loaded"
+    assert said in result.stderr, result.stderr
+    assert "weights_only` set to `False`" not in result.stderr and "Fix: use a safetensors copy" in result.stderr
+    assert not marker.exists() and not (tmp_path / "o").exists()
+
+
 def test_bad_option_values_are_usage_errors(single: Path) -> None:
     with pytest.raises(UsageError, match="--to 'sideways'"):
         ConvertSpec(str(single), "sideways", single.parent / "out")

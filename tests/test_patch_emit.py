@@ -53,7 +53,9 @@ def test_vllm_yarn_matches_documented_shape(qwen: Path) -> None:
     e = data["emit"]
     assert e["hf_overrides"] == {"rope_parameters": {
         "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0, "original_max_position_embeddings": 32768,
-        "beta_fast": 32.0, "beta_slow": 1.0}}
+        "beta_fast": 32.0, "beta_slow": 1.0},
+        # vLLM 0.32+ no longer multiplies yarn's length by the factor: the override must say the target
+        "max_position_embeddings": 131072}
     assert e["max_model_len"] == 131072
     args = shlex.split(e["command"])
     assert args[:3] == ["vllm", "serve", str(qwen)]
@@ -74,13 +76,18 @@ def test_vllm_ntk_is_a_theta_change(qwen: Path) -> None:
 def test_vllm_linear_does_not_double_count(qwen: Path) -> None:
     code, data, _ = emit(qwen, "-m", "linear", "-f", "2", "--emit", "vllm")
     assert code == 0
-    assert "max_position_embeddings" not in data["emit"]["hf_overrides"]  # vLLM multiplies M by the factor itself
+    # vLLM multiplies M by the factor itself: M stays the trained 32768, so it derives 65536, not 131072
+    assert data["emit"]["hf_overrides"]["max_position_embeddings"] == 32768
     assert data["emit"]["max_model_len"] == 65536
 
 
-def test_vllm_dynamic_warns(qwen: Path) -> None:
+def test_vllm_dynamic_is_its_static_equivalent(qwen: Path) -> None:
     code, data, _ = emit(qwen, "-m", "dynamic", "-f", "2", "--emit", "vllm")
-    assert code == 0 and any("static" in w for w in data["warnings"])
+    assert code == 0 and any("static equivalent for exactly 65536 tokens" in w for w in data["warnings"])
+    # transformers' dynamic base at 65536 tokens: 1e6 * (2 * 65536 / 32768 - 1) ** (64 / 62), for head_dim 64
+    assert data["emit"]["hf_overrides"] == {
+        "rope_parameters": {"rope_type": "default", "rope_theta": pytest.approx(1e6 * 3 ** (64 / 62))},
+        "max_position_embeddings": 65536}
 
 
 def test_vllm_per_layer_is_nested(tmp_path: Path) -> None:
@@ -96,17 +103,18 @@ def test_llama_cpp_yarn(qwen: Path) -> None:
     assert code == 0, err
     f = flags(data["emit"]["args"])
     assert f == {"--rope-scaling": "yarn", "--rope-scale": "4", "--rope-freq-base": "1000000",
-                 "--yarn-orig-ctx": "32768", "--yarn-beta-fast": "32", "--yarn-beta-slow": "1",
-                 "--yarn-attn-factor": "1", "-c": "131072"}
+                 "--yarn-orig-ctx": "32768", "--yarn-beta-fast": "32", "--yarn-beta-slow": "1", "-c": "131072"}
 
 
 def test_llama_cpp_yarn_custom_attention(qwen: Path) -> None:
     code, data, _ = emit(qwen, "-m", "yarn", "-f", "4", "--attention-factor", "1.2", "--emit", "llama.cpp")
     assert code == 0
     f = flags(data["emit"]["args"])
-    # llama.cpp multiplies its own 0.1 ln(s) + 1 by this factor.
-    assert float(f["--yarn-attn-factor"]) * (0.1 * math.log(4) + 1) == pytest.approx(1.2, rel=1e-8)
-    assert f["--override-kv"].startswith("qwen2.rope.scaling.attn_factor=float:")
+    # llama.cpp replaces --yarn-attn-factor by its own 0.1 ln(s) + 1, then multiplies in the GGUF key.
+    assert "--yarn-attn-factor" not in f
+    key, value = f["--override-kv"].split("=float:")
+    assert key == "qwen2.rope.scaling.attn_factor"
+    assert float(value) * (0.1 * math.log(4) + 1) == pytest.approx(1.2, rel=1e-8)
 
 
 def test_llama_cpp_linear_and_ntk(qwen: Path) -> None:
@@ -135,3 +143,14 @@ def test_emit_plain_output_is_the_command(qwen: Path) -> None:
     result = runner.invoke(app, ["patch", str(qwen), "-m", "yarn", "-f", "2", "--emit", "llama.cpp"])
     assert result.exit_code == 0
     assert result.stdout.startswith("llama-server -m ") and "--rope-scaling yarn" in result.stdout
+
+
+def test_llama_cpp_command_never_names_an_hf_folder(qwen: Path, smollm2: Path) -> None:
+    """R-21: llama-server cannot load a Hugging Face folder, so the printed -m names a GGUF, and the summary says how."""
+    result = runner.invoke(app, ["patch", str(qwen), "-m", "yarn", "-f", "2", "--emit", "llama.cpp"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("llama-server -m MODEL.gguf ") and str(qwen) not in result.stdout.split("\n")[0]
+    assert "convert_hf_to_gguf.py" in result.output
+    gguf = runner.invoke(app, ["patch", str(smollm2), "-m", "yarn", "-f", "2", "--emit", "llama.cpp"])
+    assert gguf.exit_code == 0 and gguf.stdout.startswith(f"llama-server -m {smollm2} ")  # control: a GGUF is named
+    assert "convert_hf_to_gguf" not in gguf.output

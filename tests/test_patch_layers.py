@@ -93,7 +93,7 @@ def test_precedence_reaches_the_written_config(llama: Path, presets: Path, tmp_p
 WINNER = {"preset": PRESET, "config": CONFIG, "spec": SPEC, "flag": FLAG, "set": SET}
 
 
-@pytest.mark.parametrize("mode", ["output", "in-place", "dry-run", "emit-vllm", "json"])
+@pytest.mark.parametrize("mode", ["output", "in-place", "dry-run", "emit-vllm", "emit-llama.cpp", "json"])
 @pytest.mark.parametrize("layers", [(name,) for name in LAYERS] + [("preset", "config", "spec", "flag"), tuple(LAYERS)])
 def test_every_output_mode_keeps_the_options(llama: Path, presets: Path, tmp_path: Path, mode: str,
                                              layers: tuple[str, ...]) -> None:
@@ -107,12 +107,17 @@ def test_every_output_mode_keeps_the_options(llama: Path, presets: Path, tmp_pat
         run(copy, *args, "--in-place")
         assert written_values(json.loads((copy / "config.json").read_text()), "beta_fast") == {want}
     elif mode == "dry-run":
-        added = [line for line in run(llama, *args, "--dry-run").splitlines() if '"beta_fast"' in line]
+        # the diff's lines (the warnings after it may quote the vLLM override, which names beta_fast too)
+        diff = [line for line in run(llama, *args, "--dry-run").splitlines() if line[:1] in ("+", "-", " ")]
+        added = [line for line in diff if '"beta_fast"' in line]
         assert added and all(line.startswith("+") and line.rstrip(",").endswith(f": {want}") for line in added)
     elif mode == "emit-vllm":
         command = run(llama, *args, "--emit", "vllm")
         overrides = json.loads(command.split("--hf-overrides ")[1].split(" --max-model-len")[0].strip("'"))
         assert overrides["rope_parameters"]["beta_fast"] == want
+    elif mode == "emit-llama.cpp":
+        flags = run(llama, *args, "--emit", "llama.cpp").split()
+        assert flags[flags.index("--yarn-beta-fast") + 1] == f"{want:g}"
     else:
         data = json.loads(run(llama, *args, "--dry-run", "--json"))
         assert f"beta_fast={want:g}" in data["method"]

@@ -184,3 +184,25 @@ def test_stale_lock_of_a_dead_process_is_taken_over(isolated, tiny_model, tiny_c
     _, data = evaluate(str(tiny_model), tiny_corpus, "out", "--resume")
     assert data["meta"]["new_cells"] == 2 * sum(data["meta"]["docs_used"].values())
     assert not (out / ".ropectl.lock").exists()
+
+
+def test_a_fresh_non_finite_loss_is_reported_and_left_out(isolated, tiny_model, tiny_corpus, monkeypatch) -> None:
+    """README: a cell whose forward gives a non-finite loss is reported and kept out of the table and the files."""
+    import dataclasses
+
+    import ropectl.ppl.runner as run_mod
+
+    real = run_mod.run_batch
+
+    def diverge(jobs, *args, **kwargs):  # ntk:2 at 128 tokens diverges on every document
+        scores = real(jobs, *args, **kwargs)
+        return [{key: dataclasses.replace(sc, nll_sum=float("nan")) if key == ("ntk:2", 128) else sc
+                 for key, sc in per_job.items()} for per_job in scores]
+
+    monkeypatch.setattr(run_mod, "run_batch", diverge)
+    result, data = evaluate(str(tiny_model), tiny_corpus, "out")  # strict JSON: no NaN reaches it
+    assert ("ntk:2", 128) not in table(data) and ("ntk:2", 64) in table(data) and ("none", 128) in table(data)
+    assert "gave a non-finite loss" in result.output
+    logged = [json.loads(line) for line in Path("out/results.jsonl").read_text().splitlines()]
+    assert not [c for c in logged if (c["method"], c["length"]) == ("ntk:2", 128)]
+    strict(Path("out/summary.json").read_text())

@@ -65,6 +65,14 @@ def test_cli_is_deterministic_and_prints_the_patch_commands(tmp_path: Path) -> N
     assert "ropectl patch ./my-llama -m dynamic:2 --emit vllm" in first.stdout
     data = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
     assert data["winner"] == "dynamic:2" and len(data["commands"]) == 3
+    # patch refuses --emit llama.cpp for dynamic (llama.cpp has none): the command must not be offered
+    assert "dynamic:2 --emit llama.cpp" not in first.stdout and "not for llama.cpp" in first.stdout
+
+
+def test_llama_cpp_command_printed_for_a_method_it_has() -> None:
+    from ropectl.recommend import patch_commands
+
+    assert patch_commands("m", "yarn:2")[-1] == "ropectl patch m -m yarn:2 --emit llama.cpp"
 
 
 def test_none_wins_when_scaling_does_not_help(tmp_path: Path) -> None:

@@ -36,8 +36,11 @@ def os_error(exc: OSError) -> RopectlError:
     """An OSError that reached the CLI as one line: what failed, where, and the fix for its errno."""
     problem, fix = OS_ERRORS.get(exc.errno or 0, (exc.strerror or str(exc) or "an input/output error",
                                                   "check the path, its permissions and the free disk space"))
-    where = " ".join(f"'{name}'" for name in (exc.filename, exc.filename2) if name)
-    return OutputError(f"{problem}{' at ' + where if where else ''}", fix)
+    if exc.filename and exc.filename2:  # a copy or rename: the second name is the one being written
+        where = f" writing '{exc.filename2}' (from '{exc.filename}')"
+    else:
+        where = f" at '{exc.filename or exc.filename2}'" if exc.filename or exc.filename2 else ""
+    return OutputError(f"{problem}{where}", fix)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

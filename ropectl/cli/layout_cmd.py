@@ -88,7 +88,7 @@ def _print_result(d: dict[str, Any]) -> None:
     if d["verify"]:
         v = d["verify"]
         layers = ", ".join(str(x) for x in v["layers"]) or "-"
-        console.print(f"  [green]verified[/green]: layers {layers}, {v['heads_checked']} heads, "
+        console.print(f"  [green]verified[/green] on layers {layers} ({v['heads_checked']} heads in all), "
                       f"{len(v['positions'])} positions: max error {v['max_abs_error']:.3g} "
                       f"(relative {v['max_rel_error']:.3g}, attention scores {v['score_max_rel_error']:.3g})")
     for warning in d["warnings"]:

@@ -133,7 +133,8 @@ def progress_bar(enabled: bool) -> Iterator[Callable[[Any], None] | None]:
     try:
         yield update
     finally:
-        bar.stop()
+        if bar.live.is_started:  # stopping a bar that never started still prints an empty line
+            bar.stop()
 
 
 def print_table(result: Any) -> None:

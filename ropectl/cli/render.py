@@ -29,7 +29,7 @@ def print_inspect(d: dict[str, Any], console: Console | None = None) -> None:
     scaling = d["rope_type"] if not d["scaling"] else d["rope_type"] + "  " + ", ".join(
         f"{k}={_fmt(v)}" for k, v in d["scaling"].items() if not isinstance(v, list))
     rows = [
-        ("model", f"{d['source']}  [dim]({d['kind']}, {d['model_type']})[/dim]"),
+        ("model", f"{d['source']}  [dim]({d['kind']}, {d['model_type'] or 'no model_type'})[/dim]"),
         ("heads", heads),
         ("rotary dims", rotary),
         ("rope_theta", _fmt(d["rope_theta"]) + (f"  (effective {_fmt(d['effective_theta'])} at {d['seq_len']:,} tokens)"

@@ -28,4 +28,6 @@ def known_layout(cfg: Mapping[str, Any]) -> tuple[str, str]:
     model_type = str(cfg.get("model_type") or "")
     if model_type in INTERLEAVED_MODEL_TYPES:
         return INTERLEAVED, f"HF '{model_type}' rotates pairs (2i, 2i+1)"
-    return HALF_SPLIT, f"HF '{model_type or 'unknown'}' uses rotate_half, pairs (i, i+d/2)"
+    if not model_type:
+        return HALF_SPLIT, "no model_type: assumed rotate_half, pairs (i, i+d/2), as in most HF models"
+    return HALF_SPLIT, f"HF '{model_type}' uses rotate_half, pairs (i, i+d/2)"

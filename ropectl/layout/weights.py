@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,16 +131,21 @@ def load_torch(path: Path) -> dict[str, torch.Tensor]:
     import torch
 
     try:
-        try:
-            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError as exc:  # legacy (non-zip) files cannot be mmapped
-            if "mmap" not in str(exc):
-                raise
-            obj = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about raw pickles on stderr: the refusal below says it all
+            warnings.simplefilter("ignore")
+            try:
+                obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as exc:  # legacy (non-zip) files cannot be mmapped
+                if "mmap" not in str(exc):
+                    raise
+                obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise CheckpointError(f"'{path.name}' holds more than plain tensors, so weights-only loading refused it "
-                              f"({first})", "re-save it as a state dict of tensors, or as safetensors") from None
+        # torch's text advises weights_only=False (running the pickle): name only what the file would call.
+        found = re.search(r"(?:Unsupported global: |unsupported )GLOBAL (\S+)", str(exc))
+        what = f"would call {found.group(1).rstrip('.,')} when loaded" if found else "holds more than plain tensors"
+        raise CheckpointError(f"'{path.name}' is a pickle that {what}; weights-only loading refused it and nothing "
+                              "was run", "use a safetensors copy of the weights, or re-save it as a plain state dict "
+                              "of tensors") from None
     except (OSError, RuntimeError, EOFError) as exc:
         raise CheckpointError(f"cannot read '{path.name}' as a PyTorch checkpoint ({exc})",
                               "re-download or re-save it") from None

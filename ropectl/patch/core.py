@@ -19,6 +19,7 @@ from ropectl.fsutil import (
     default_mode,
     link_tree,
     staged_dir,
+    why_not_writable,
 )
 from ropectl.layout.weights import WEIGHT_SUFFIXES
 from ropectl.ownership import note_written
@@ -29,6 +30,7 @@ from ropectl.patch.spec import PatchSpec
 from ropectl.patch.summary import PatchResult, pair_counts, rope_state
 from ropectl.patch.verify import expected_ropes, verify_config, verify_folder
 from ropectl.resolve import HUB_ID, ResolvedModel, resolve_model
+from ropectl.rope.params import RopeParams
 from ropectl.schema.record import BaseRope, Record
 
 CONFIG = "config.json"
@@ -64,7 +66,8 @@ def _check_outputs(spec: PatchSpec, model: ResolvedModel) -> None:
         raise UsageError("--output names a .gguf but the model is a Hugging Face checkpoint",
                          "pass an output folder; convert to GGUF with llama.cpp afterwards")
     elif spec.in_place and not os.access(model.folder, os.W_OK | os.X_OK):
-        raise OutputError(f"cannot write to '{model.folder}' (permission denied)", "use --output DIR instead")
+        raise OutputError(f"cannot write to '{model.folder}' ({why_not_writable(model.folder)})",
+                          "use --output DIR instead")
 
 
 def _gguf_config(model: ResolvedModel) -> dict[str, Any]:
@@ -126,6 +129,18 @@ def _write_in_place(model: ResolvedModel, plan: ConfigPlan) -> dict[str, Any]:
             "verification": verification}
 
 
+def _gguf_warnings(arch: str, rope: RopeParams) -> list[str]:
+    """Keys this GGUF carries that llama.cpp will not read for its architecture (reader data)."""
+    from ropectl.readers import llama_cpp
+
+    ignored = llama_cpp.ignored_betas(arch, rope.scaling) if rope.rope_type == "yarn" else {}
+    if not ignored:
+        return []
+    flags = " ".join(f"{llama_cpp.FLAGS[k]} {v:g}" for k, v in ignored.items())
+    return [f"{llama_cpp.READERS[-1].label}: reads the YaRN betas from the GGUF only for "
+            f"{', '.join(sorted(llama_cpp.YARN_BETA_ARCHS))}, so for '{arch}' it uses 32/1; pass {flags}"]
+
+
 def _gguf(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> dict[str, Any]:
     gguf_out.check_expressible(plan.rope, plan.method.name if plan.method else plan.rope.rope_type)
     arch = str(model.gguf.get("general.architecture"))
@@ -144,7 +159,8 @@ def _gguf(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> dict[str, 
 def _emit(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> tuple[dict[str, Any], list[str]]:
     target = int(plan.target_context or 0)
     if spec.emit == "vllm":
-        return emit_vllm(spec.model, plan.rope, plan.layer_ropes, plan.before.partial_rotary_factor, target)
+        return emit_vllm(spec.model, plan.rope, plan.layer_ropes, plan.before.partial_rotary_factor, target,
+                         plan.before.model_type)
     return emit_llama_cpp(spec.model, plan.rope, plan.layer_ropes, plan.before.model_type, target)
 
 
@@ -155,6 +171,13 @@ def _warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[s
     elif plan.before.rope.rope_type != "default" or plan.composed_from_record:
         how = "from the base recorded by ropectl" if plan.composed_from_record else "taking the config's theta as base"
         out.append(f"the existing '{plan.before.rope.rope_type}' scaling was replaced, not stacked ({how})")
+    original = dict(plan.method.options if plan.method else ()).get("original_max_position_embeddings")
+    trained = plan.base.trained_context
+    if original and trained and int(original) != trained and not plan.reextension:
+        # A preset or --config written for another model (llama2-4k-... on a 2k model) would pass silently.
+        out.append(f"original_max_position_embeddings {int(original):,} (from the method options) differs from the "
+                   f"model's trained context {trained:,}: the scaling counts from {int(original):,}; leave it out "
+                   "to count from the model's own")
     if plan.rope.rope_type == "dynamic":
         out.append("dynamic keeps max_position_embeddings at the trained length: transformers scales only beyond it")
     if not model.is_gguf and spec.emit == "config" and spec.schema != "v5":
@@ -173,6 +196,24 @@ def _reader_views(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> li
     return engine_views(plan.config, expected_ropes(plan.rope, plan.layer_ropes), lengths)
 
 
+def _vllm_serving(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[str]:
+    """The newest vLLM's serving length for the written config; when it is not the target, the exact override."""
+    target = int(plan.target_context or 0)
+    if model.is_gguf or spec.emit != "config" or not target:
+        return []
+    from ropectl.readers import vllm as vllm_reader
+
+    reader = vllm_reader.newest()
+    reading = vllm_reader.predict(reader, plan.config)
+    if not reading.ok or (reading.serving_length == target and plan.rope.rope_type != "dynamic"):
+        return []
+    where = str(spec.output or model.folder or spec.model)
+    emitted, notes = emit_vllm(where, plan.rope, plan.layer_ropes, plan.before.partial_rotary_factor, target,
+                               plan.before.model_type)
+    return [f"{reader.label}: derives a max length of {reading.serving_length} from this config, not the target "
+            f"{target}; serve it with: {emitted['command']}", *notes]
+
+
 def _mode(spec: PatchSpec) -> str:
     if spec.emit != "config":
         return "emit"
@@ -184,7 +225,7 @@ def _execute(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> tuple[d
         emitted, warnings = _emit(spec, model, plan)
         return {"emit": emitted}, warnings
     if model.is_gguf:
-        return _gguf(spec, model, plan), []
+        return _gguf(spec, model, plan), _gguf_warnings(str(model.gguf.get("general.architecture")), plan.rope)
     if spec.dry_run:
         verification = verify_config(plan.config, expected_ropes(plan.rope, plan.layer_ropes))
         old = (model.folder / CONFIG).read_text(encoding="utf-8")
@@ -230,6 +271,6 @@ def patch_checkpoint(spec: PatchSpec) -> PatchResult:
                        replace_existing=spec.replace_existing, transformers=not model.is_gguf)
     views = _reader_views(spec, plan, model)
     done, emit_warnings = _execute(spec, model, plan)
-    reader_warnings = [w for w in (v.warning() for v in views) if w]
+    reader_warnings = [w for w in (v.warning() for v in views) if w] + _vllm_serving(spec, plan, model)
     result = _result(spec, model, plan, done, _warnings(spec, plan, model) + reader_warnings + emit_warnings)
     return replace(result, readers=tuple(v.to_json() for v in views))

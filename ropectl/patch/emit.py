@@ -1,8 +1,9 @@
 """Serving-engine flags for a patched RoPE: vLLM's ``--hf-overrides`` and llama.cpp's ``--rope-*``.
 
-Both print only. vLLM derives its default max length from the config (x factor for linear/dynamic,
-original x factor for yarn, unchanged for default/llama3/longrope), so ``max_position_embeddings`` is
-overridden only where that rule would not reach the target, and never where it would count the factor twice.
+Both print only. What vLLM derives from the overrides (its serving length, its static reading of dynamic)
+comes from the reader entries in ``ropectl.readers.vllm``: ``max_position_embeddings`` is always overridden,
+to the value from which the newest vLLM derives exactly the target (trained length for linear, whose factor
+vLLM multiplies in; the target for every other type, yarn included since vLLM 0.32).
 """
 
 from __future__ import annotations
@@ -15,36 +16,51 @@ from typing import Any
 from ropectl.errors import MethodError
 from ropectl.gguf_meta import GGUF_ARCHS
 from ropectl.patch.gguf import llama_cpp_attn_factor
+from ropectl.readers import llama_cpp
+from ropectl.readers import vllm as vllm_reader
+from ropectl.readers.base import Reader
 from ropectl.rope.params import RopeParams
 from ropectl.schema.write import v5_parameters
 
-VLLM_RAISES_MAX_POS = ("default", "llama3", "longrope")
+DYNAMIC_STATIC = ("vLLM has no dynamic scaling (its 'dynamic' is static, with NaN past max_position_embeddings): "
+                  "these overrides are the static equivalent for exactly {target} tokens, plain RoPE with "
+                  "theta {theta:.6g} (transformers' dynamic base at that length); shorter prompts get the base of "
+                  "the {target}-token length, not transformers' smaller one")
 
 
-def vllm_overrides(rope: RopeParams, layers: Mapping[str, RopeParams], partial: float, target: int) -> dict[str, Any]:
+def _served_rope(rope: RopeParams, target: int) -> RopeParams:
+    """What vLLM must be told: dynamic becomes its static equivalent at the target length."""
+    if rope.rope_type != "dynamic":
+        return rope
+    return vllm_reader.static_dynamic(rope, target, rope.max_position_embeddings or rope.trained_context)
+
+
+def vllm_overrides(rope: RopeParams, layers: Mapping[str, RopeParams], partial: float, target: int,
+                   model_type: str = "", reader: Reader | None = None) -> dict[str, Any]:
+    reader = reader or vllm_reader.newest()
     part = partial if partial != 1.0 else None
+    served = _served_rope(rope, target)
     if layers:
-        params: dict[str, Any] = {label: v5_parameters(p, part) for label, p in sorted(layers.items())}
+        params: dict[str, Any] = {label: v5_parameters(_served_rope(p, target), part) for label, p in sorted(layers.items())}
     else:
-        params = v5_parameters(rope, part)
-    overrides: dict[str, Any] = {"rope_parameters": params}
-    if rope.rope_type in VLLM_RAISES_MAX_POS:
-        overrides["max_position_embeddings"] = target
-    return overrides
+        params = v5_parameters(served, part)
+    return {"rope_parameters": params,
+            "max_position_embeddings": vllm_reader.max_positions_for(reader, model_type, served, target)}
 
 
 def emit_vllm(model: str, rope: RopeParams, layers: Mapping[str, RopeParams], partial: float,
-              target: int) -> tuple[dict[str, Any], list[str]]:
-    overrides = vllm_overrides(rope, layers, partial, target)
+              target: int, model_type: str = "") -> tuple[dict[str, Any], list[str]]:
+    overrides = vllm_overrides(rope, layers, partial, target, model_type)
     args = ["--hf-overrides", json.dumps(overrides, separators=(",", ":")), "--max-model-len", str(target)]
     warnings = []
     if rope.rope_type == "dynamic":
-        warnings.append("vLLM applies 'dynamic' as a static scaling for every length (vLLM #3488), unlike transformers")
+        theta = _served_rope(rope, target).rope_theta
+        warnings.append(DYNAMIC_STATIC.format(target=target, theta=theta))
     if rope.rope_type == "yarn" and any(k in rope.scaling for k in ("attention_factor", "mscale", "mscale_all_dim")):
         warnings.append("vLLM's plain YaRN path may ignore attention_factor/mscale (vLLM PR #46280): check its logs")
     command = "vllm serve " + " ".join(shlex.quote(a) for a in [model, *args])
-    return {"engine": "vllm", "hf_overrides": overrides, "max_model_len": target, "args": args,
-            "command": command}, warnings
+    return {"engine": "vllm", "versions": vllm_reader.newest().versions.label, "hf_overrides": overrides,
+            "max_model_len": target, "args": args, "command": command}, warnings
 
 
 def _arch_for(model_type: str) -> str | None:
@@ -63,25 +79,30 @@ def llama_cpp_args(rope: RopeParams, target: int, model_type: str) -> tuple[list
                "longrope": "llama.cpp reads LongRoPE factors from tensors written when converting"}[kind]
         raise MethodError(f"method '{kind}' cannot be expressed as llama.cpp flags: {why}",
                           "use linear, ntk (--rope-freq-base) or yarn, or convert the patched checkpoint to GGUF")
-    args = ["--rope-scaling", "none" if kind == "default" else kind]
+    flag = llama_cpp.FLAGS
+    args = [flag["type"], "none" if kind == "default" else kind]
     if kind in ("linear", "yarn"):
-        args += ["--rope-scale", _fmt(rope.factor or 1.0)]
-    args += ["--rope-freq-base", _fmt(rope.rope_theta)]
+        args += [flag["factor"], _fmt(rope.factor or 1.0)]
+    args += [flag["theta"], _fmt(rope.rope_theta)]
     warnings: list[str] = []
     if kind == "yarn":
         sc = rope.scaling
+        # Betas always go as flags: most architectures never read them from the GGUF (llama_cpp.YARN_BETA_ARCHS).
+        args += [flag["original"], str(rope.original_max_position_embeddings),
+                 flag["beta_fast"], _fmt(sc.get("beta_fast") or llama_cpp.DEFAULT_BETAS["beta_fast"]),
+                 flag["beta_slow"], _fmt(sc.get("beta_slow") or llama_cpp.DEFAULT_BETAS["beta_slow"])]
         attn = llama_cpp_attn_factor(rope)
-        args += ["--yarn-orig-ctx", str(rope.original_max_position_embeddings),
-                 "--yarn-beta-fast", _fmt(sc.get("beta_fast") or 32.0),
-                 "--yarn-beta-slow", _fmt(sc.get("beta_slow") or 1.0),
-                 "--yarn-attn-factor", _fmt(attn)]
         arch = _arch_for(model_type)
         if abs(attn - 1.0) > 1e-7 and arch:
-            # Recent llama.cpp recomputes the YaRN factor itself and multiplies in this GGUF key instead.
-            args += ["--override-kv", f"{arch}.rope.scaling.attn_factor=float:{_fmt(attn)}"]
+            # llama.cpp recomputes YaRN's factor itself, replacing --yarn-attn-factor, then multiplies in this
+            # GGUF key: the override is the one way to set it from the command line.
+            import gguf  # lazily, as everywhere: only GGUF work needs it
+
+            args += [flag["override"], f"{gguf.Keys.Rope.SCALING_ATTN_FACTOR.format(arch=arch)}=float:{_fmt(attn)}"]
         if sc.get("truncate") is False:
             warnings.append("llama.cpp always rounds the YaRN ramp ends; truncate=false is not expressible there")
-    args += ["-c", str(target)]
+    # The context: above the GGUF's context_length (n_ctx_train) llama.cpp only warns.
+    args += [flag["context"], str(target)]
     return args, warnings
 
 
@@ -90,5 +111,10 @@ def emit_llama_cpp(model: str, rope: RopeParams, layers: Mapping[str, RopeParams
     args, warnings = llama_cpp_args(rope, target, model_type)
     if layers:
         warnings.append("these flags set the full-attention RoPE; sliding-window layers keep the GGUF's own base")
+    if not model.lower().endswith(".gguf"):
+        # llama.cpp loads only GGUF: printing the HF folder after -m would give a command that cannot start.
+        warnings.append(f"llama.cpp loads GGUF files, not the Hugging Face checkpoint '{model}': convert it with "
+                        "llama.cpp's convert_hf_to_gguf.py and put that file in place of MODEL.gguf")
+        model = "MODEL.gguf"
     command = "llama-server -m " + " ".join(shlex.quote(a) for a in [model, *args])
     return {"engine": "llama.cpp", "args": args, "command": command}, warnings

@@ -9,8 +9,10 @@ and ``{arch}.context_length``; YaRN also takes ``yarn_beta_fast/slow`` and an at
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import os
+import shutil
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,17 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import GGUFError, MethodError, OutputError, VerificationError
-from ropectl.fsutil import sigterm_as_interrupt
+from ropectl.fsutil import sigterm_as_interrupt, why_not_writable
 from ropectl.gguf_meta import BASE_CONTEXT_KEY, BASE_THETA_KEY, METHOD_KEY
 from ropectl.ownership import clean_stale, temp_affixes
 from ropectl.rope.frequencies import compute_frequencies, yarn_mscale
 from ropectl.rope.params import RopeParams
 
-# Keys that describe scaling; whatever of them the new RoPE does not set is removed.
-SCALING_SUFFIXES = ("rope.scaling.type", "rope.scaling.factor", "rope.scaling.original_context_length",
-                    "rope.scaling.attn_factor", "rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow",
-                    "rope.scaling.yarn_attn_factor", "rope.scaling.yarn_ext_factor", "rope.scaling.yarn_log_multiplier",
-                    "rope.scaling.finetuned", "rope.scale_linear")
+# Keys that describe scaling (names of ``gguf.Keys.Rope`` constants); whatever of them the new RoPE does not set
+# is removed, and ``rope.scale_linear`` (the pre-GGUF-v3 linear key, which gguf.Keys no longer names).
+SCALING_KEYS = ("SCALING_TYPE", "SCALING_FACTOR", "SCALING_ORIG_CTX_LEN", "SCALING_ATTN_FACTOR", "SCALING_YARN_BETA_FAST",
+                "SCALING_YARN_BETA_SLOW", "SCALING_YARN_ATTN_FACTOR", "SCALING_YARN_EXT_FACTOR", "SCALING_YARN_LOG_MUL",
+                "SCALING_FINETUNED")
+LEGACY_SCALE_LINEAR = "{arch}.rope.scale_linear"
 UNEXPRESSIBLE = {
     "dynamic": "llama.cpp has no dynamic NTK scaling",
     "llama3": "llama.cpp bakes llama3 frequencies into a rope_freqs tensor when converting",
@@ -63,30 +66,34 @@ def llama_cpp_attn_factor(rope: RopeParams) -> float:
 
 
 def gguf_updates(arch: str, rope: RopeParams, base: RopeParams, label: str) -> tuple[dict[str, Any], set[str]]:
-    """({key: value} to set, {keys} to remove) for the new RoPE."""
-    def k(suffix: str) -> str:
-        return f"{arch}.{suffix}"
+    """({key: value} to set, {keys} to remove) for the new RoPE; key names from gguf.Keys."""
+    import gguf
+
+    def k(name: str) -> str:
+        return str(getattr(gguf.Keys.Rope, name)).format(arch=arch)
 
     kind = {"default": "none"}.get(rope.rope_type, rope.rope_type)
     updates: dict[str, Any] = {
-        k("context_length"): int(rope.max_position_embeddings or base.max_position_embeddings or 0),
-        k("rope.freq_base"): float(rope.rope_theta),
-        k("rope.scaling.type"): kind,
+        gguf.Keys.LLM.CONTEXT_LENGTH.format(arch=arch): int(rope.max_position_embeddings
+                                                              or base.max_position_embeddings or 0),
+        k("FREQ_BASE"): float(rope.rope_theta),
+        k("SCALING_TYPE"): kind,
         BASE_THETA_KEY: float(base.rope_theta),
         BASE_CONTEXT_KEY: int(base.trained_context or 0),
         METHOD_KEY: label,
     }
     if kind in ("linear", "yarn"):
-        updates[k("rope.scaling.factor")] = float(rope.factor or 1.0)
+        updates[k("SCALING_FACTOR")] = float(rope.factor or 1.0)
     if kind == "yarn":
         sc = rope.scaling
-        updates[k("rope.scaling.original_context_length")] = int(rope.original_max_position_embeddings or 0)
-        updates[k("rope.scaling.yarn_beta_fast")] = float(sc.get("beta_fast") or 32.0)
-        updates[k("rope.scaling.yarn_beta_slow")] = float(sc.get("beta_slow") or 1.0)
+        updates[k("SCALING_ORIG_CTX_LEN")] = int(rope.original_max_position_embeddings or 0)
+        # Written for the architectures that read them; the others ignore them (patch warns, readers.llama_cpp).
+        updates[k("SCALING_YARN_BETA_FAST")] = float(sc.get("beta_fast") or 32.0)
+        updates[k("SCALING_YARN_BETA_SLOW")] = float(sc.get("beta_slow") or 1.0)
         attn = llama_cpp_attn_factor(rope)
         if not math.isclose(attn, 1.0, rel_tol=1e-7):
-            updates[k("rope.scaling.attn_factor")] = attn
-    remove = {k(s) for s in SCALING_SUFFIXES} - set(updates)
+            updates[k("SCALING_ATTN_FACTOR")] = attn
+    remove = ({k(name) for name in SCALING_KEYS} | {LEGACY_SCALE_LINEAR.format(arch=arch)}) - set(updates)
     return updates, remove
 
 
@@ -138,9 +145,22 @@ def _write(reader: Any, path: Path, arch: str, updates: Mapping[str, Any], remov
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
         for t in reader.tensors:
-            writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+            try:
+                writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+            except OSError as exc:
+                raise _short_write(exc, path, t.data.nbytes) from None
     finally:
-        writer.close()
+        with contextlib.suppress(OSError):  # closing after a failed write must not hide that failure
+            writer.close()
+
+
+def _short_write(exc: OSError, path: Path, nbytes: int) -> OSError:
+    """numpy's tofile reports a short write as 'N requested and M written' with no errno: name the cause."""
+    if exc.errno is not None:
+        return exc
+    free = shutil.disk_usage(path.parent).free
+    code = errno.ENOSPC if free < nbytes else errno.EIO
+    return OSError(code, os.strerror(code), str(path.parent))  # the temp file is gone: name its folder
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -194,7 +214,7 @@ def check_gguf_output(output: Path, source: Path, force: bool) -> None:
     if parent is None:
         raise OutputError(f"folder '{output.parent}' does not exist", "create it first")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"cannot write to '{parent}' (permission denied)", "choose a writable output location")
+        raise OutputError(f"cannot write to '{parent}' ({why_not_writable(parent)})", "choose a writable output location")
 
 
 def rewrite_gguf(source: Path, output: Path, arch: str, updates: dict[str, Any], remove: set[str]) -> GGUFWrite:

@@ -153,10 +153,12 @@ def _parquet_texts(path: Path, label: str, text_field: str) -> Iterator[tuple[st
 
 
 def _field(record: Any, text_field: str, where: Any) -> str:
-    if not isinstance(record, dict) or text_field not in record:
-        keys = list(record) if isinstance(record, dict) else type(record).__name__
+    if not isinstance(record, dict):  # a JSON array or number on a line: --text-field cannot help
+        raise DataError(f"a line of '{where}' is a JSON {type(record).__name__}, not an object",
+                        'write one JSON object per line, e.g. {"text": "..."}')
+    if text_field not in record:
         raise DataError(f"a record in '{where}' has no field '{text_field}'",
-                        f"pass --text-field (record keys: {keys})")
+                        f"pass --text-field (record keys: {list(record)})")
     return str(record[text_field] or "")
 
 

