@@ -54,7 +54,7 @@ def test_preset_for_another_trained_context_is_said(tmp_path: Path) -> None:
         assert result.exit_code == 0, result.output
         data = json.loads(result.stdout)
         assert data["target_context"] == 16384  # what the preset asks is still written: 4 x 4096
-        return [w for w in data["warnings"] if "original_max_position_embeddings" in w]
+        return [w for w in data["warnings"] if w.startswith("original_max_position_embeddings")]
 
     assert any("4,096" in w and "trained context 256" in w for w in warnings(256))
     assert warnings(4096) == []  # negative control: the model the preset was written for
