@@ -128,6 +128,12 @@ def shared_dir() -> Iterator[Path]:
     """A world-readable folder (pytest's tmp folders are private to their owner) with a root-only subfolder."""
     if not shutil.which("setpriv") and os.geteuid() == 0:
         pytest.skip("setpriv is needed to drop privileges")
+    if os.geteuid() == 0:
+        # A checkout inside a private folder (a clone under mktemp -d) cannot be run by the unprivileged user.
+        probe = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable,
+                                "-c", "import ropectl.cli.app"], capture_output=True, text=True, cwd="/", timeout=120)
+        if probe.returncode != 0:
+            pytest.skip(f"uid {NOBODY} cannot run this checkout's interpreter or ropectl (a private parent folder?)")
     top = Path(tempfile.mkdtemp(prefix="ropectl-perm-"))
     try:
         top.chmod(0o755)
