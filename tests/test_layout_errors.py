@@ -191,15 +191,22 @@ def test_quantized_qk_is_refused(single: Path) -> None:
     _fails(single, CheckpointError, "weight_scale.*quantized or packed")
 
 
+def _code_running(marker: Path) -> type:
+    """A class whose pickle runs `touch marker` when unpickled: the file a hostile checkpoint would hold."""
+
+    class Evil:
+        def __reduce__(self) -> tuple:
+            return (os.system, (f"touch {marker}",))
+
+    return Evil
+
+
 def test_non_tensor_pickle_is_refused_without_running_it(tmp_path: Path, pristine: tuple[Path, Path]) -> None:
     src = tmp_path / "src"
     src.mkdir()
     shutil.copy(pristine[0] / "config.json", src / "config.json")
     marker = tmp_path / "ran"
-
-    class Evil:
-        def __reduce__(self) -> tuple:
-            return (os.system, (f"touch {marker}",))
+    Evil = _code_running(marker)
 
     torch.save({"model.embed_tokens.weight": torch.zeros(2), "x": Evil()}, src / "pytorch_model.bin")
     _fails(src, CheckpointError, "weights-only loading refused it")
@@ -215,10 +222,7 @@ def test_code_pickle_refusal_is_one_line_naming_the_call(tmp_path: Path, pristin
     src.mkdir()
     shutil.copy(pristine[0] / "config.json", src / "config.json")
     marker = tmp_path / "ran"
-
-    class Evil:
-        def __reduce__(self) -> tuple:
-            return (os.system, (f"touch {marker}",))
+    Evil = _code_running(marker)
 
     payload, path = {"w": Evil()}, src / "pytorch_model.bin"
     if form == "raw":
