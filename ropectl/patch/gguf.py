@@ -24,7 +24,7 @@ from ropectl.fsutil import sigterm_as_interrupt, why_not_writable
 from ropectl.gguf_meta import BASE_CONTEXT_KEY, BASE_THETA_KEY, METHOD_KEY
 from ropectl.ownership import clean_stale, temp_affixes
 from ropectl.rope.frequencies import compute_frequencies, yarn_mscale
-from ropectl.rope.params import RopeParams
+from ropectl.rope.params import YARN_DEFAULT_BETAS, RopeParams
 
 # Keys that describe scaling (names of ``gguf.Keys.Rope`` constants); whatever of them the new RoPE does not set
 # is removed, and ``rope.scale_linear`` (the pre-GGUF-v3 linear key, which gguf.Keys no longer names).
@@ -88,8 +88,8 @@ def gguf_updates(arch: str, rope: RopeParams, base: RopeParams, label: str) -> t
         sc = rope.scaling
         updates[k("SCALING_ORIG_CTX_LEN")] = int(rope.original_max_position_embeddings or 0)
         # Written for the architectures that read them; the others ignore them (patch warns, readers.llama_cpp).
-        updates[k("SCALING_YARN_BETA_FAST")] = float(sc.get("beta_fast") or 32.0)
-        updates[k("SCALING_YARN_BETA_SLOW")] = float(sc.get("beta_slow") or 1.0)
+        updates[k("SCALING_YARN_BETA_FAST")] = float(sc.get("beta_fast") or YARN_DEFAULT_BETAS["beta_fast"])
+        updates[k("SCALING_YARN_BETA_SLOW")] = float(sc.get("beta_slow") or YARN_DEFAULT_BETAS["beta_slow"])
         attn = llama_cpp_attn_factor(rope)
         if not math.isclose(attn, 1.0, rel_tol=1e-7):
             updates[k("SCALING_ATTN_FACTOR")] = attn

@@ -17,10 +17,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropectl.readers.base import DICT, FAILS, MAX_POS, TOP, Quirk, Reader, Reading, VersionRange
+from ropectl.rope.params import YARN_DEFAULT_BETAS
 
 ENGINE = "llama.cpp"
 IGNORES_BETAS = "ignores-yarn-betas"  # the GGUF's yarn beta keys are not read for this architecture
-DEFAULT_BETAS = {"beta_fast": 32.0, "beta_slow": 1.0}
+DEFAULT_BETAS = YARN_DEFAULT_BETAS  # what llama.cpp uses where it does not read the GGUF's betas
 # Architectures whose loader reads {arch}.rope.scaling.yarn_beta_fast/slow (llama-model.cpp); others use defaults.
 YARN_BETA_ARCHS = frozenset({"grok", "mistral3"})
 # The flag for each RoPE setting (common/arg.cpp); the attention multiplier goes through --override-kv (above).

@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from ropectl.errors import MethodError
-from ropectl.rope.params import Frequencies, RopeParams
+from ropectl.rope.params import YARN_DEFAULT_BETAS, Frequencies, RopeParams
 
 
 def base_inv_freq(theta: float, dim: int) -> list[float]:
@@ -103,8 +103,8 @@ def _yarn(p: RopeParams, seq_len: int | None) -> Frequencies:
             attention = yarn_mscale(s, mscale) / yarn_mscale(s, mscale_all)
         else:
             attention = yarn_mscale(s)
-    beta_fast = sc.get("beta_fast") or 32
-    beta_slow = sc.get("beta_slow") or 1
+    beta_fast = sc.get("beta_fast") or YARN_DEFAULT_BETAS["beta_fast"]
+    beta_slow = sc.get("beta_slow") or YARN_DEFAULT_BETAS["beta_slow"]
     truncate = sc.get("truncate", True)
     low, high = yarn_correction_range(beta_fast, beta_slow, dim, p.rope_theta, original, bool(truncate))
     ramp = yarn_ramp(low, high, dim // 2)

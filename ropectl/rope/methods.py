@@ -25,7 +25,7 @@ from ropectl.rope.builders import (
     is_prope,
     trained_length,
 )
-from ropectl.rope.params import RopeParams
+from ropectl.rope.params import YARN_DEFAULT_BETAS, RopeParams
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,8 @@ METHODS: dict[str, Method] = {
                build_dynamic, max_position_rule="kept at the trained context (scaling starts past it)"),
         Method("yarn", "YaRN: interpolate low frequencies, keep high ones, scale attention", (
             _ORIGINAL,
-            Param("beta_fast", float, 32.0, "rotations where the ramp ends (keep)"),
-            Param("beta_slow", float, 1.0, "rotations where the ramp starts (interpolate)"),
+            Param("beta_fast", float, YARN_DEFAULT_BETAS["beta_fast"], "rotations where the ramp ends (keep)"),
+            Param("beta_slow", float, YARN_DEFAULT_BETAS["beta_slow"], "rotations where the ramp starts (interpolate)"),
             Param("attention_factor", float, None, "cos/sin scale (default 0.1 ln s + 1)"),
             Param("mscale", float, None, "DeepSeek-style mscale"),
             Param("mscale_all_dim", float, None, "DeepSeek-style mscale_all_dim"),

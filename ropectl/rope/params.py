@@ -6,6 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+# YaRN's ramp ends (the paper's alpha/beta; transformers, vLLM and llama.cpp use the same defaults): the one home
+# of these numbers, for the method registry, the frequencies, GGUF keys and llama.cpp flags.
+YARN_DEFAULT_BETAS: Mapping[str, float] = {"beta_fast": 32.0, "beta_slow": 1.0}
+
 
 @dataclass(frozen=True)
 class RopeParams:
