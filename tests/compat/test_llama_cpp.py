@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from factories import smollm2_gguf  # noqa: E402
+from ropectl_cli import ropectl_json  # noqa: E402
 
 CACHE = Path(os.environ.get("ROPECTL_COMPAT_CACHE", Path.home() / ".cache" / "ropectl-compat"))
 PYTHON = CACHE / "llamacpp" / "bin" / "python"
@@ -68,13 +69,6 @@ def flag_params(args: list[str]) -> dict[str, Any]:
     return params
 
 
-def _ropectl(*args: str) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "ropectl", *args, "--json"], capture_output=True, text=True, env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout)
-
-
 def _run(work: Path, name: str, model: Path, params: dict[str, Any], text: Path, n_tokens: int = N_TOKENS
          ) -> dict[str, Any]:
     job, out = work / f"{name}.json", work / f"{name}.out.json"
@@ -110,8 +104,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def _case(runs: dict[str, Any], name: str) -> dict[str, Any]:
     if name not in runs:
         work, src = runs["work"], smollm2_gguf()
-        patched = _ropectl("patch", str(src), *CASES[name], "-o", str(work / f"{name}.gguf"))
-        emitted = _ropectl("patch", str(src), *CASES[name], "--emit", "llama.cpp")
+        patched = ropectl_json("patch", str(src), *CASES[name], "-o", str(work / f"{name}.gguf"))
+        emitted = ropectl_json("patch", str(src), *CASES[name], "--emit", "llama.cpp")
         args = emitted["emit"]["args"]
         same_context = {"n_ctx": flag_params(args)["n_ctx"]}  # both routes with the context the flags set
         runs[name] = {"patch": patched, "args": args,

