@@ -50,7 +50,8 @@ def vllm_overrides(rope: RopeParams, layers: Mapping[str, RopeParams], partial: 
 
 def emit_vllm(model: str, rope: RopeParams, layers: Mapping[str, RopeParams], partial: float,
               target: int, model_type: str = "") -> tuple[dict[str, Any], list[str]]:
-    overrides = vllm_overrides(rope, layers, partial, target, model_type)
+    reader = vllm_reader.newest()
+    overrides = vllm_overrides(rope, layers, partial, target, model_type, reader)
     args = ["--hf-overrides", json.dumps(overrides, separators=(",", ":")), "--max-model-len", str(target)]
     warnings = []
     if rope.rope_type == "dynamic":
@@ -59,7 +60,7 @@ def emit_vllm(model: str, rope: RopeParams, layers: Mapping[str, RopeParams], pa
     if rope.rope_type == "yarn" and any(k in rope.scaling for k in ("attention_factor", "mscale", "mscale_all_dim")):
         warnings.append("vLLM's plain YaRN path may ignore attention_factor/mscale (vLLM PR #46280): check its logs")
     command = "vllm serve " + " ".join(shlex.quote(a) for a in [model, *args])
-    return {"engine": "vllm", "versions": vllm_reader.newest().versions.label, "hf_overrides": overrides,
+    return {"engine": "vllm", "versions": reader.versions.label, "hf_overrides": overrides,
             "max_model_len": target, "args": args, "command": command}, warnings
 
 

@@ -299,7 +299,7 @@ def _warnings(cfg: Mapping[str, Any], section: Mapping[str, Any], schema: str, r
     top, inner = cfg.get("rope_theta"), section.get("rope_theta")
     if top is not None and inner is not None and float(top) != float(inner):
         out.append(f"rope_theta differs: top-level {top} (transformers 4) vs {inner} in the rope section (transformers 5)")
-    if schema == "v5" and top is None and cfg.get("rotary_emb_base") is None:
+    if schema == "v5" and _first(cfg, "rope_theta", "rotary_emb_base") is None:
         # a top-level base is the v4 reading of the theta (an NTK patch writes no rope_scaling, only that)
         out.append("only the transformers 5 key rope_parameters is set: transformers 4.x ignores it and uses theta=10000")
     legacy, modern = cfg.get("rope_scaling"), cfg.get("rope_parameters")
