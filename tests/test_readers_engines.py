@@ -33,7 +33,7 @@ def test_both_engines_are_listed() -> None:
     ("0.32.0", {"rope_type": "yarn", "factor": 2.0}, 4096, 4096),  # PR #56446: no longer multiplied
     ("0.31.0", {"rope_type": "yarn", "factor": 2.0}, 4096, 8192),  # before it, multiplied
     ("0.32.0", {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 4096}, 8192, 8192),
-    ("0.32.0", {"rope_type": "dynamic", "factor": 2.0}, 4096, 4096),  # accepts 8192, NaN past the 4096-row table
+    ("0.32.0", {"rope_type": "dynamic", "factor": 2.0}, 4096, 4096),  # accepts 8192, undefined past the 4096-row table
 ])
 def test_vllm_serving_length(version: str, rope: dict, max_pos: int, served: int) -> None:
     reading = vllm.predict(vllm.reader_for(version), _cfg(max_pos, **rope))

@@ -22,7 +22,7 @@ from ropectl.readers.base import Reader
 from ropectl.rope.params import RopeParams
 from ropectl.schema.write import v5_parameters
 
-DYNAMIC_STATIC = ("vLLM has no dynamic scaling (its 'dynamic' is static, with NaN past max_position_embeddings): "
+DYNAMIC_STATIC = ("vLLM has no dynamic scaling (its 'dynamic' is static, and undefined past max_position_embeddings): "
                   "these overrides are the static equivalent for exactly {target} tokens, plain RoPE with "
                   "theta {theta:.6g} (transformers' dynamic base at that length); shorter prompts get the base of "
                   "the {target}-token length, not transformers' smaller one")

@@ -31,7 +31,8 @@ _ORIGINAL = {t: (TOP, DICT, MAX_POS) for t in ("yarn", "llama3", "longrope")}  #
 SERVING = ("max_position_embeddings (min tokenizer model_max_length), x factor for the types named in the quirks; "
            "--max-model-len above it is refused")
 _DYNAMIC = Quirk(STATIC_DYNAMIC, "dynamic is static: one base for max_position_embeddings / max_trained_positions, "
-                 "and NaN log-probs past max_position_embeddings", rope_types=frozenset({"dynamic"}),
+                 "and undefined log-probs past max_position_embeddings (its table ends there: NaN or garbage)",
+                 rope_types=frozenset({"dynamic"}),
                  fix="serve the static equivalent for one length: `ropectl patch MODEL -m dynamic:F --emit vllm`")
 _LONGROPE = Quirk(LONGROPE_DEFAULT, "longrope's default --max-model-len is original_max_position_embeddings",
                   rope_types=frozenset({"longrope"}), fix="pass --max-model-len")

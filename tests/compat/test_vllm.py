@@ -136,7 +136,7 @@ def test_vllm_reads_as_transformers(method: str, route: str, measured: dict[str,
 
 @pytest.mark.parametrize("method", BARE)
 def test_bare_folder_as_the_reader_module_predicts(method: str, measured: dict[str, Any]) -> None:
-    """Without the override, vLLM derives the length ropectl.readers.vllm predicts (and dynamic's NaN past it)."""
+    """Without the override, vLLM derives the length ropectl.readers.vllm predicts (and dynamic's undefined log-probs past it)."""
     from ropectl.readers import vllm
 
     got = measured["results"][f"{method.replace(':', '')}/bare"]
@@ -147,8 +147,14 @@ def test_bare_folder_as_the_reader_module_predicts(method: str, measured: dict[s
         # PR #56446: max_position_embeddings (the trained 512) is not multiplied, so 1023 tokens are refused
         assert got["derived_max_model_len"] == vllm.predict(reader, folder).serving_length == TRAINED
     else:
-        # 512 x 2 is accepted, but the static table has 512 rows: every log-prob from there on is NaN
+        # 512 x 2 is accepted, but the static table has 512 rows, with the trained base (an independent oracle:
+        # causal attention makes each log-prob before 511 that of the unpatched model). Past the table vLLM's CPU
+        # kernel reads out of bounds: NaN on one run, finite garbage on another, never the model's log-probs.
         assert got["derived_max_model_len"] == TRAINED * 2 == vllm.derived_length(reader, "llama", rope.with_(
             rope_type="dynamic", scaling={"factor": 2.0}), TRAINED)
-        bad = [i for i, v in enumerate(got["logprobs"]) if v is None]
-        assert bad and bad[0] >= TRAINED - 1 and vllm.predict(reader, folder).serving_length == TRAINED
+        assert vllm.predict(reader, folder).serving_length == TRAINED
+        none, logprobs = measured["refs"]["none"], got["logprobs"]
+        head = [abs(a - b) for a, b in zip(logprobs[: TRAINED - 1], none) if a is not None]
+        assert len(head) == TRAINED - 1 and max(head) <= TOL
+        tail = logprobs[TRAINED:]
+        assert None in tail or max(abs(a - b) for a, b in zip(tail, none[TRAINED:])) > 100 * TOL
