@@ -54,7 +54,7 @@ def test_vllm_yarn_matches_documented_shape(qwen: Path) -> None:
     assert e["hf_overrides"] == {"rope_parameters": {
         "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0, "original_max_position_embeddings": 32768,
         "beta_fast": 32.0, "beta_slow": 1.0},
-        # vLLM 0.32+ no longer multiplies yarn's length by the factor: the override must say the target
+        # vLLM 0.30+ takes yarn's max_position_embeddings as already scaled: the override must say the target
         "max_position_embeddings": 131072}
     assert e["max_model_len"] == 131072
     args = shlex.split(e["command"])
@@ -154,3 +154,17 @@ def test_llama_cpp_command_never_names_an_hf_folder(qwen: Path, smollm2: Path) -
     gguf = runner.invoke(app, ["patch", str(smollm2), "-m", "yarn", "-f", "2", "--emit", "llama.cpp"])
     assert gguf.exit_code == 0 and gguf.stdout.startswith(f"llama-server -m {smollm2} ")  # control: a GGUF is named
     assert "convert_hf_to_gguf" not in gguf.output
+
+
+def test_yarn_folder_names_the_newest_vllm_once(qwen: Path, tmp_path: Path) -> None:
+    """The written yarn form keeps the trained length, which vLLM 0.30+ serves as is: one line says so, with the
+    override; vLLM up to 0.29 (original x factor = the target) is not named; --json still lists every view."""
+    result = runner.invoke(app, ["patch", str(qwen), "-m", "yarn:4", "-o", str(tmp_path / "y"), "--json"])
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    vllm_lines = [w for w in data["warnings"] if w.startswith("vLLM")]
+    assert len(vllm_lines) == 1 and vllm_lines[0].startswith("vLLM 0.30+: derives a max length of 32768")
+    assert "--max-model-len 131072" in vllm_lines[0]
+    views = {r["reader"]: r for r in data["readers"] if r["reader"].startswith("vLLM")}
+    assert set(views) == {"vLLM 0.0 to <0.30", "vLLM 0.30+"}
+    assert views["vLLM 0.30+"]["differs"].startswith("accepts at most 32768") and views["vLLM 0.0 to <0.30"]["differs"] is None

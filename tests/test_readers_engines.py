@@ -30,9 +30,15 @@ def test_both_engines_are_listed() -> None:
 
 @pytest.mark.parametrize("version, rope, max_pos, served", [
     ("0.32.0", {"rope_type": "linear", "factor": 2.0}, 4096, 8192),  # 4096 x 2
-    ("0.32.0", {"rope_type": "yarn", "factor": 2.0}, 4096, 4096),  # PR #56446: no longer multiplied
-    ("0.31.0", {"rope_type": "yarn", "factor": 2.0}, 4096, 8192),  # before it, multiplied
+    # yarn, from vllm/config/model.py of each release: 0.30+ take max_position_embeddings as it stands, up to 0.29
+    # original_max_position_embeddings (transformers fills it from max_position_embeddings when unset) x factor
+    ("0.32.0", {"rope_type": "yarn", "factor": 2.0}, 4096, 4096),
+    ("0.30.0", {"rope_type": "yarn", "factor": 2.0}, 4096, 4096),
+    ("0.29.0", {"rope_type": "yarn", "factor": 2.0}, 4096, 8192),
     ("0.32.0", {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 4096}, 8192, 8192),
+    ("0.32.0", {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 2048}, 8192, 8192),
+    ("0.29.0", {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 2048}, 8192, 4096),
+    ("0.29.0", {"rope_type": "linear", "factor": 2.0}, 4096, 8192),
     ("0.32.0", {"rope_type": "dynamic", "factor": 2.0}, 4096, 4096),  # accepts 8192, undefined past the 4096-row table
 ])
 def test_vllm_serving_length(version: str, rope: dict, max_pos: int, served: int) -> None:
@@ -59,7 +65,10 @@ def test_vllm_max_positions_for_a_target() -> None:
     yarn = RopeParams("yarn", 1e4, 16, 4096, {"factor": 2.0, "original_max_position_embeddings": 4096})
     assert vllm.max_positions_for(vllm.newest(), "llama", linear, 8192) == 4096
     assert vllm.max_positions_for(vllm.newest(), "llama", yarn, 8192) == 8192
-    assert vllm.max_positions_for(vllm.reader_for("0.31.0"), "llama", yarn, 8192) == 4096
+    # up to 0.29 yarn's length is original x factor = 4096 x 2, whatever max_position_embeddings says
+    old = vllm.reader_for("0.29.0")
+    for max_pos in (4096, vllm.max_positions_for(old, "llama", yarn, 8192)):
+        assert vllm.derived_length(old, "llama", yarn, max_pos) == 8192
     # a non-integer factor: ceil(10000 / 3.3) = 3031, and 3031 * 3.3 = 10002.3 >= 10000
     assert vllm.max_positions_for(vllm.newest(), "llama", linear.with_(scaling={"factor": 3.3}), 10000) == 3031
 

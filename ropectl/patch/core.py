@@ -196,6 +196,12 @@ def _reader_views(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> li
     return engine_views(plan.config, expected_ropes(plan.rope, plan.layer_ropes), lengths)
 
 
+def _newest_vllm() -> Any:
+    from ropectl.readers import vllm as vllm_reader
+
+    return vllm_reader.newest()
+
+
 def _vllm_serving(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[str]:
     """The newest vLLM's serving length for the written config; when it is not the target, the exact override."""
     target = int(plan.target_context or 0)
@@ -271,6 +277,9 @@ def patch_checkpoint(spec: PatchSpec) -> PatchResult:
                        replace_existing=spec.replace_existing, transformers=not model.is_gguf)
     views = _reader_views(spec, plan, model)
     done, emit_warnings = _execute(spec, model, plan)
-    reader_warnings = [w for w in (v.warning() for v in views) if w] + _vllm_serving(spec, plan, model)
+    serving = _vllm_serving(spec, plan, model)
+    # the newest vLLM's short serving length is said once, by the line that carries its override
+    said = _newest_vllm() if serving else None
+    reader_warnings = [w for v in views if not (v.reader is said and v.too_short) and (w := v.warning())] + serving
     result = _result(spec, model, plan, done, _warnings(spec, plan, model) + reader_warnings + emit_warnings)
     return replace(result, readers=tuple(v.to_json() for v in views))

@@ -3,7 +3,8 @@
 Both print only. What vLLM derives from the overrides (its serving length, its static reading of dynamic)
 comes from the reader entries in ``ropectl.readers.vllm``: ``max_position_embeddings`` is always overridden,
 to the value from which the newest vLLM derives exactly the target (trained length for linear, whose factor
-vLLM multiplies in; the target for every other type, yarn included since vLLM 0.32).
+vLLM multiplies in; the target for every other type; vLLM up to 0.29 takes yarn's length from the original instead, which
+the overrides carry, so the same command serves the target there too).
 """
 
 from __future__ import annotations

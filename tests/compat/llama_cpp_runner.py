@@ -1,6 +1,7 @@
 """Run in the llama.cpp venv (llama-cpp-python; never imports ropectl): per-token log-probs of one GGUF, one setting.
 
-Usage: python llama_cpp_runner.py JOB.json OUT.json. The job is {"model", "text", "n_tokens", "params"}: params are
+Usage: python llama_cpp_runner.py JOB.json OUT.json. The job is {"model", "text" or "tokens", "n_tokens", "params"}:
+"tokens" are ids from another tokenizer (eval-ppl's), so both engines score the same sequence; params are
 ``Llama(...)`` keyword arguments, with ``rope_scaling_type`` given by name (none, linear, yarn). The verbose load
 log (llama.cpp's own RoPE report) goes to stderr, where the caller reads it.
 """
@@ -26,8 +27,11 @@ def main() -> None:
     started = time.time()
     llm = llama_cpp.Llama(model_path=job["model"], n_ctx=max(n, int(params.pop("n_ctx", n))), n_batch=512,
                           n_ubatch=512, logits_all=True, verbose=True, n_threads=2, seed=0, **params)
-    text = open(job["text"], encoding="utf-8").read()
-    tokens = llm.tokenize(text.encode("utf-8"), add_bos=True)[:n]
+    if "tokens" in job:
+        tokens = [int(t) for t in job["tokens"]][:n]
+    else:
+        text = open(job["text"], encoding="utf-8").read()
+        tokens = llm.tokenize(text.encode("utf-8"), add_bos=True)[:n]
     assert len(tokens) == n, f"the text has only {len(tokens)} tokens"
     llm.eval(tokens)
     scores = np.asarray(llm.scores[:n], dtype=np.float64)

