@@ -39,7 +39,8 @@ N_TOKENS = int(os.environ.get("ROPECTL_LLAMA_CPP_TOKENS", "1024"))
 LONG_TOKENS = int(os.environ.get("ROPECTL_LLAMA_CPP_LONG", "0"))
 TOL = 1e-4  # same weights, same kernels: the two routes should agree to float rounding
 TRAINED = 8192
-RATIO_TOL = 0.02  # |log| of the PPL ratio, llama.cpp against eval-ppl: see test_method_ratio_agrees_with_eval_ppl
+# llama.cpp against eval-ppl, |log| of a PPL and of the PPL ratio: see test_method_ratio_agrees_with_eval_ppl
+CELL_TOL, RATIO_TOL = 0.01, 0.005
 CASES = {"yarn2": ("-m", "yarn:2"), "linear2": ("-m", "linear:2"), "ntk2": ("-m", "ntk:2"),
          "yarn2-attn": ("-m", "yarn:2", "--attention-factor", "1.2"),
          "yarn2-betas": ("-m", "yarn:2", "--beta-fast", "16", "--beta-slow", "2")}
@@ -209,9 +210,10 @@ def test_method_ratio_agrees_with_eval_ppl(long_runs: dict[str, Any]) -> None:
 
     Same ids, same scored targets (1..L-1 of the same document), so the only difference is the engine's
     arithmetic: llama.cpp multiplies Q4_1 weights by activations quantized to 8 bits, transformers the
-    dequantized weights in fp32. That moves each PPL by about 1% (measured: see the README), and mostly the same
-    way in both cells, so the ratio must agree within RATIO_TOL in log space, a bound that still tells yarn:2
-    from none at the same length (the negative control below).
+    dequantized weights in fp32. Measured: that raises each PPL by 0.22-0.23% at 8k and 12k (0.8% at 512
+    tokens), so a cell may differ by CELL_TOL (1%) in log space; the shift is the same in both cells, so the ratio
+    must agree within RATIO_TOL (0.5%, twice a cell's shift: the bound if it did not cancel at all), which still
+    tells yarn:2 from none at the same length (the negative control below).
     """
     ppl, llama = long_runs["ppl"], {"yarn": _ppl(long_runs["gguf"]), "none": _ppl(long_runs["none"])}
     ours = ppl[("yarn:2", LONG_TOKENS)] / ppl[("none", TRAINED)]
@@ -221,7 +223,7 @@ def test_method_ratio_agrees_with_eval_ppl(long_runs: dict[str, Any]) -> None:
     print(f"PPL(yarn:2 @ {LONG_TOKENS}) / PPL(none @ {TRAINED}): eval-ppl {ours:.4f}, llama.cpp {theirs:.4f} "
           f"(log diff {math.log(theirs / ours):+.4f}); per cell, log(llama.cpp / eval-ppl): yarn {cells['yarn']:+.4f}, "
           f"none {cells['none']:+.4f}")
-    assert abs(math.log(theirs / ours)) <= RATIO_TOL
+    assert all(abs(v) <= CELL_TOL for v in cells.values()) and abs(math.log(theirs / ours)) <= RATIO_TOL
     # Negative control: the bound is tight enough to notice llama.cpp running unscaled RoPE past the trained length.
     unscaled = ppl[("none", LONG_TOKENS)] / ppl[("none", TRAINED)]
     assert abs(math.log(unscaled / ours)) > 3 * RATIO_TOL
