@@ -53,6 +53,19 @@ class CheckpointError(RopectlError):
     """Weights are missing, corrupt, or disagree with the config."""
 
 
+def pickle_refused(subject: str, exc: BaseException) -> CheckpointError:
+    """The one refusal for a pickle that weights-only loading stopped (convert-layout, eval-ppl alike).
+
+    torch's own text advises weights_only=False, which would run the pickle: name only what it would call.
+    """
+    import re
+
+    found = re.search(r"(?:Unsupported global: |unsupported )GLOBAL (\S+)", str(exc))
+    what = f"would call {found.group(1).rstrip('.,')} when loaded" if found else "holds more than plain tensors"
+    return CheckpointError(f"{subject}: a pickle that {what}; weights-only loading refused it and nothing was run",
+                           "use a safetensors copy of the weights, or re-save it as a plain state dict of tensors")
+
+
 class LayoutError(RopectlError):
     """A q/k layout conversion cannot be done as asked."""
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import pickle
-import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ropectl.errors import CheckpointError
+from ropectl.errors import CheckpointError, pickle_refused
 from ropectl.fsutil import inside_checkpoint
 from ropectl.layout.io import ITEMSIZE, SafetensorsFile, read_header, read_tensor
 
@@ -140,12 +139,7 @@ def load_torch(path: Path) -> dict[str, torch.Tensor]:
                     raise
                 obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        # torch's text advises weights_only=False (running the pickle): name only what the file would call.
-        found = re.search(r"(?:Unsupported global: |unsupported )GLOBAL (\S+)", str(exc))
-        what = f"would call {found.group(1).rstrip('.,')} when loaded" if found else "holds more than plain tensors"
-        raise CheckpointError(f"'{path.name}' is a pickle that {what}; weights-only loading refused it and nothing "
-                              "was run", "use a safetensors copy of the weights, or re-save it as a plain state dict "
-                              "of tensors") from None
+        raise pickle_refused(f"'{path.name}'", exc) from None
     except (OSError, RuntimeError, EOFError) as exc:
         raise CheckpointError(f"cannot read '{path.name}' as a PyTorch checkpoint ({exc})",
                               "re-download or re-save it") from None

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ropectl.errors import CheckpointError, DataError, OutputError, UsageError
+from ropectl.errors import CheckpointError, DataError, OutputError, UsageError, pickle_refused
 from ropectl.fsutil import atomic_write_text, check_output_dir, why_not_writable
 from ropectl.jsonio import dumps
 from ropectl.ppl import dist, identity, lock
@@ -176,9 +176,15 @@ def _weights(path: str, kwargs: dict[str, Any], tokenizer: Any, device: str, dty
         with warnings.catch_warnings():  # torch's note on a raw pickle's protocol would precede the one-line refusal
             warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
             return load_model(path, kwargs, tokenizer, device, dtype, device_map)
-    except pickle.UnpicklingError:
-        raise CheckpointError(f"the weights in '{path}' are a pickle that would run code when loaded; refused, "
-                              "nothing was run", "use a safetensors copy of the weights") from None
+    except pickle.UnpicklingError as exc:
+        raise pickle_refused(_weights_subject(path), exc) from None
+
+
+def _weights_subject(path: str) -> str:
+    """The pickle's own name where the folder has one .bin file (transformers does not say which it loaded)."""
+    folder = Path(path)
+    bins = sorted(folder.glob("*.bin")) if folder.is_dir() else []
+    return f"'{bins[0].name}' in '{path}'" if len(bins) == 1 else f"the weights in '{path}'"
 
 
 def _output_dir(spec: EvalSpec) -> Path:
