@@ -33,8 +33,8 @@ from ropectl_cli import ropectl_json  # noqa: E402
 
 CACHE = Path(os.environ.get("ROPECTL_COMPAT_CACHE", Path.home() / ".cache" / "ropectl-compat"))
 PYTHON = CACHE / "llamacpp" / "bin" / "python"
-# About 35 s per run on 2 loaded cores at 1024 tokens; the long check (12288 tokens, past the trained 8192) takes
-# several minutes per run and runs only when ROPECTL_LLAMA_CPP_LONG is set to its length.
+# About 35 s per run on 2 loaded cores at 1024 tokens; the long checks (12288 tokens, past the trained 8192) take
+# about 4 minutes per run and run when ROPECTL_LLAMA_CPP_LONG is set to their length (`make compat-engines` does).
 N_TOKENS = int(os.environ.get("ROPECTL_LLAMA_CPP_TOKENS", "1024"))
 LONG_TOKENS = int(os.environ.get("ROPECTL_LLAMA_CPP_LONG", "0"))
 TOL = 1e-4  # same weights, same kernels: the two routes should agree to float rounding
@@ -176,7 +176,7 @@ def _eval_ppl_ids(cache: Path) -> list[int]:
 def long_runs(runs: dict[str, Any]) -> dict[str, Any]:
     """yarn:2 past the trained length in both routes, and none at it, on eval-ppl's tokens and cells."""
     if not LONG_TOKENS:
-        pytest.skip("set ROPECTL_LLAMA_CPP_LONG=12288 for the long-prompt checks (about 25 minutes on 2 cores)")
+        pytest.skip("set ROPECTL_LLAMA_CPP_LONG=12288 for the long-prompt checks (about 16 minutes on 2 cores)")
     if "long" not in runs:
         case, work, src = _case(runs, "yarn2"), runs["work"], smollm2_gguf()
         table = ropectl_json("eval-ppl", str(src), "-m", "none", "-m", "yarn:2", "-l", f"{TRAINED},{LONG_TOKENS}",
