@@ -9,6 +9,7 @@ import typer
 
 from ropectl.cli.errors import handle_errors
 from ropectl.cli.options import ForceOpt, JsonOpt, ModelArg, OutputOpt
+from ropectl.cli.render import print_warning
 from ropectl.jsonio import dumps
 
 ToOpt = Annotated[str, typer.Option("--to", help="Target q/k layout: interleaved or half-split.", show_default=False)]
@@ -92,7 +93,7 @@ def _print_result(d: dict[str, Any]) -> None:
                       f"{len(v['positions'])} positions: max error {v['max_abs_error']:.3g} "
                       f"(relative {v['max_rel_error']:.3g}, attention scores {v['score_max_rel_error']:.3g})")
     for warning in d["warnings"]:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
+        print_warning(console, warning)
 
 
 def register(app: typer.Typer) -> None:

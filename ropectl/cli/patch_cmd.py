@@ -11,6 +11,7 @@ import typer
 
 from ropectl.cli.errors import handle_errors
 from ropectl.cli.options import ForceOpt, JsonOpt, ModelArg, OutputOpt, method_option_parameters
+from ropectl.cli.render import print_warning
 
 METHOD, OPTIONS, OUTPUT = "Method", "Method options", "Output"
 OPT = "opt_"  # prefix of the generated method-option parameters
@@ -66,7 +67,7 @@ def _render(result: dict[str, Any]) -> None:
         console.print(f"[dim]{label} keeps θ={_fmt(theta)}[/dim]")
     _render_files(result, console)
     for warning in result["warnings"]:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
+        print_warning(console, warning)
 
 
 def _render_files(result: dict[str, Any], console: Any) -> None:

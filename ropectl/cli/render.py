@@ -18,6 +18,14 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def print_warning(console: Console, warning: str) -> None:
+    """One warning line: never re-wrapped (a printed command must copy-paste whole) and never read as markup (JSON
+    overrides hold brackets)."""
+    from rich.text import Text
+
+    console.print(Text.assemble(("warning:", "yellow"), " ", warning), soft_wrap=True)
+
+
 def print_inspect(d: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
     table = Table(show_header=False, box=None, pad_edge=False)
@@ -47,7 +55,7 @@ def print_inspect(d: dict[str, Any], console: Console | None = None) -> None:
     for label, layer in d["layers"].items():
         console.print(f"  [dim]{label}: {layer['rope_type']}, θ={_fmt(layer['rope_theta'])}[/dim]")
     for warning in d["warnings"]:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
+        print_warning(console, warning)
     if d.get("plot"):
         console.print(f"plot written to {d['plot']}")
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ropectl.errors import OutputError, UsageError
+from ropectl.errors import MethodError, OutputError, UsageError
 from ropectl.fsutil import (
     atomic_write_bytes,
     atomic_write_text,
@@ -159,8 +159,9 @@ def _gguf(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> dict[str, 
 def _emit(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> tuple[dict[str, Any], list[str]]:
     target = int(plan.target_context or 0)
     if spec.emit == "vllm":
-        return emit_vllm(spec.model, plan.rope, plan.layer_ropes, plan.before.partial_rotary_factor, target,
-                         plan.before.model_type)
+        differs = _check_vllm_builds(plan)
+        emitted, warnings = _emit_vllm(spec.model, plan, target)
+        return emitted, differs + warnings
     return emit_llama_cpp(spec.model, plan.rope, plan.layer_ropes, plan.before.model_type, target)
 
 
@@ -196,28 +197,42 @@ def _reader_views(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> li
     return engine_views(plan.config, expected_ropes(plan.rope, plan.layer_ropes), lengths)
 
 
-def _newest_vllm() -> Any:
+def _emit_vllm(where: str, plan: ConfigPlan, target: int) -> tuple[dict[str, Any], list[str]]:
     from ropectl.readers import vllm as vllm_reader
 
-    return vllm_reader.newest()
+    return emit_vllm(where, plan.rope, plan.layer_ropes, plan.before.partial_rotary_factor, target,
+                     plan.before.model_type, vllm_reader.override_path(plan.config))
 
 
-def _vllm_serving(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[str]:
-    """The newest vLLM's serving length for the written config; when it is not the target, the exact override."""
+def _check_vllm_builds(plan: ConfigPlan) -> list[str]:
+    """``--emit vllm`` for a method the model's vLLM code cannot build would print a command that crashes: refused.
+    Where it builds other RoPE from the overrides, the warning says how."""
+    from ropectl.readers import vllm as vllm_reader
+    from ropectl.readers.parity import engine_views
+
+    view = next(v for v in engine_views(plan.config, expected_ropes(plan.rope, plan.layer_ropes),
+                                        (None, plan.target_context)) if v.reader is vllm_reader.newest())
+    if not view.reading.ok:
+        raise MethodError(f"{view.reader.label} cannot serve this: {view.reading.error}",
+                          "pick a method this model's vLLM code builds (yarn for DeepSeek and gpt-oss)")
+    return [] if view.too_short or view.differs is None else [view.warning() or ""]
+
+
+def _vllm_serving(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> tuple[Any, list[str]]:
+    """The newest vLLM's serving length for the written config; when it is not the target, the exact override.
+    Returns the reader that spoke (None when it had nothing to say) and its lines."""
     target = int(plan.target_context or 0)
     if model.is_gguf or spec.emit != "config" or not target:
-        return []
+        return None, []
     from ropectl.readers import vllm as vllm_reader
 
     reader = vllm_reader.newest()
     reading = vllm_reader.predict(reader, plan.config)
     if not reading.ok or (reading.serving_length == target and plan.rope.rope_type != "dynamic"):
-        return []
-    where = str(spec.output or model.folder or spec.model)
-    emitted, notes = emit_vllm(where, plan.rope, plan.layer_ropes, plan.before.partial_rotary_factor, target,
-                               plan.before.model_type)
-    return [f"{reader.label}: derives a max length of {reading.serving_length} from this config, not the target "
-            f"{target}; serve it with: {emitted['command']}", *notes]
+        return None, []
+    emitted, notes = _emit_vllm(str(spec.output or model.folder or spec.model), plan, target)
+    return reader, [f"{reader.label}: derives a max length of {reading.serving_length} from this config, not the "
+                    f"target {target}; serve it with: {emitted['command']}", *notes]
 
 
 def _mode(spec: PatchSpec) -> str:
@@ -277,9 +292,8 @@ def patch_checkpoint(spec: PatchSpec) -> PatchResult:
                        replace_existing=spec.replace_existing, transformers=not model.is_gguf)
     views = _reader_views(spec, plan, model)
     done, emit_warnings = _execute(spec, model, plan)
-    serving = _vllm_serving(spec, plan, model)
     # the newest vLLM's short serving length is said once, by the line that carries its override
-    said = _newest_vllm() if serving else None
+    said, serving = _vllm_serving(spec, plan, model)
     reader_warnings = [w for v in views if not (v.reader is said and v.too_short) and (w := v.warning())] + serving
     result = _result(spec, model, plan, done, _warnings(spec, plan, model) + reader_warnings + emit_warnings)
     return replace(result, readers=tuple(v.to_json() for v in views))

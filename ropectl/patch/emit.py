@@ -37,7 +37,8 @@ def _served_rope(rope: RopeParams, target: int) -> RopeParams:
 
 
 def vllm_overrides(rope: RopeParams, layers: Mapping[str, RopeParams], partial: float, target: int,
-                   model_type: str = "", reader: Reader | None = None) -> dict[str, Any]:
+                   model_type: str = "", reader: Reader | None = None, path: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The ``--hf-overrides`` value; ``path`` nests it where vLLM's text model reads (``vllm.override_path``)."""
     reader = reader or vllm_reader.newest()
     part = partial if partial != 1.0 else None
     served = _served_rope(rope, target)
@@ -45,14 +46,17 @@ def vllm_overrides(rope: RopeParams, layers: Mapping[str, RopeParams], partial: 
         params: dict[str, Any] = {label: v5_parameters(_served_rope(p, target), part) for label, p in sorted(layers.items())}
     else:
         params = v5_parameters(served, part)
-    return {"rope_parameters": params,
-            "max_position_embeddings": vllm_reader.max_positions_for(reader, model_type, served, target)}
+    overrides: dict[str, Any] = {"rope_parameters": params,
+                                 "max_position_embeddings": vllm_reader.max_positions_for(reader, model_type, served, target)}
+    for key in reversed(path):
+        overrides = {key: overrides}
+    return overrides
 
 
 def emit_vllm(model: str, rope: RopeParams, layers: Mapping[str, RopeParams], partial: float,
-              target: int, model_type: str = "") -> tuple[dict[str, Any], list[str]]:
+              target: int, model_type: str = "", path: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[str]]:
     reader = vllm_reader.newest()
-    overrides = vllm_overrides(rope, layers, partial, target, model_type, reader)
+    overrides = vllm_overrides(rope, layers, partial, target, model_type, reader, path)
     args = ["--hf-overrides", json.dumps(overrides, separators=(",", ":")), "--max-model-len", str(target)]
     warnings = []
     if rope.rope_type == "dynamic":

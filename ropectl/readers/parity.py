@@ -91,6 +91,11 @@ def rope_difference(got: Mapping[str, RopeParams], want: Mapping[str, RopeParams
     return None
 
 
+def _with_why(differs: str | None, reading: Reading) -> str | None:
+    """A difference, with the reader's notes that explain it."""
+    return differs and "; ".join([differs, *reading.notes])
+
+
 def _short(reading: Reading, target: int | None) -> str | None:
     """An engine that enforces a length shorter than the target refuses longer prompts (loudly)."""
     served = reading.serving_length
@@ -116,8 +121,8 @@ def engine_views(config: Mapping[str, Any], expected: Mapping[str, RopeParams],
     lengths = tuple(lengths)
     target = max((n for n in lengths if n), default=None)
     readings = [(reader, predict(reader, config)) for reader, predict in engines()]
-    differs = [reading.error and f"cannot load it: {reading.error}" or rope_difference(reading.ropes, expected, lengths)
-               or _short(reading, target) for _, reading in readings]
+    differs = [reading.error and f"cannot load it: {reading.error}" or _with_why(
+        rope_difference(reading.ropes, expected, lengths), reading) or _short(reading, target) for _, reading in readings]
     views = []
     for i, (_, reading) in enumerate(readings):
         later = [(r, d is None) for (r, _), d in zip(readings[i + 1:], differs[i + 1:])]

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropectl.readers.base import DICT, MAX_POS, TOP, Quirk, Reader, Reading, VersionRange
+from ropectl.readers.vllm_models import model_file_rope
 from ropectl.rope.frequencies import dynamic_theta
 from ropectl.rope.params import RopeParams
 
@@ -106,10 +107,14 @@ def predict(reader: Reader, config: Mapping[str, Any], version: str | None = Non
     model_type, max_pos = str(cfg.get("model_type") or ""), int(cfg.get("max_position_embeddings") or 2048)
     ropes, notes = {}, list(base.notes)
     for layer, p in base.ropes.items():
-        if _quirk(reader, STATIC_DYNAMIC, model_type, p.rope_type):
+        built, why = model_file_rope(model_type, p)
+        if isinstance(built, str):
+            return Reading(reader, error=built, notes=tuple(notes))
+        notes += [why] if why else []
+        if _quirk(reader, STATIC_DYNAMIC, model_type, built.rope_type):
             notes.append(_DYNAMIC.note)
-            p = static_dynamic(p, max_pos)
-        ropes[layer] = p
+            built = static_dynamic(built, max_pos)
+        ropes[layer] = built
     main = ropes.get("full_attention") or next(iter(base.ropes.values()))
     written = base.ropes.get("full_attention") or next(iter(base.ropes.values()))
     served = derived_length(reader, model_type, written, max_pos)
@@ -118,6 +123,16 @@ def predict(reader: Reader, config: Mapping[str, Any], version: str | None = Non
     if _quirk(reader, STATIC_DYNAMIC, model_type, written.rope_type):
         served = min(served, max_pos)  # the cos/sin table ends there: longer prompts give NaN
     return Reading(reader, ropes, notes=tuple(dict.fromkeys(notes)), serving_length=served)
+
+
+def override_path(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """Where the text model's settings sit for ``--hf-overrides``. vLLM sets a dict-valued override on the top-level
+    config (``ModelConfig._apply_dict_overrides``) and merges it into a key that holds a sub-config, while the
+    model reads ``get_hf_text_config``: for a composite config the overrides must be nested under text_config."""
+    from ropectl.schema.families import TEXT_SUBCONFIG_TYPES
+
+    composite = isinstance(config.get("text_config"), Mapping) or config.get("model_type") in TEXT_SUBCONFIG_TYPES
+    return ("text_config",) if composite else ()
 
 
 def max_positions_for(reader: Reader, model_type: str, rope: RopeParams, target: int) -> int:

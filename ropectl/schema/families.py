@@ -91,3 +91,29 @@ PATCH_REFUSED: dict[str, tuple[tuple[str, ...] | None, str]] = {
 # Keys of a rope section that describe the model, not the scaling: every method keeps them (Qwen2-VL / Qwen3-VL
 # multimodal RoPE splits the frequencies into temporal / height / width sections).
 STRUCTURAL_ROPE_KEYS = ("mrope_section", "mrope_interleaved")
+
+# Model types whose transformers config class keeps the language model in a `text_config` sub-config (read from
+# transformers 5.24's config classes; tests/test_families_data.py checks it against the installed one). An engine that
+# applies overrides to the top-level config (vLLM's --hf-overrides) must nest them under text_config for these.
+TEXT_SUBCONFIG_TYPES = frozenset({
+    "aimv2", "align", "altclip", "apertus1p5", "aria", "audioflamingo3", "aya_vision", "blip", "blip-2",
+    "bridgetower", "chinese_clip", "clap", "clip", "clipseg", "clvp", "cohere2_vision", "cohere_compass",
+    "cosmos3_edge", "cosmos3_omni", "deepseek_ocr2", "deepseek_vl", "deepseek_vl_hybrid", "diffusion_gemma",
+    "dots3_note", "embedding_gemma2", "emu3", "ernie4_5_vl_moe", "exaone4_5", "fast_vlm", "flava", "florence2",
+    "fun_asr_nano", "fuyu", "gemma3", "gemma3n", "gemma4", "gemma4_assistant", "gemma4_unified",
+    "gemma4_unified_assistant", "glm46v", "glm4v", "glm4v_moe", "glm5_next", "glm_image", "glm_ocr", "glmasr",
+    "glmga", "got_ocr2", "granite4_vision", "granite_docling", "granite_speech", "granite_speech_plus",
+    "grounding-dino", "groupvit", "hunyuan_vl", "hy_v4_vl", "hyperclovax_vision_v2", "idefics2", "idefics3",
+    "inkling2", "inkling2_loop", "inkling_mm_model", "instructblip", "instructblipvideo", "internvl", "janus",
+    "jev", "kimi_k25", "kosmos-2", "kosmos-2.5", "lfm2_vl", "lfm3_vl", "lighton_ocr", "llama4", "llava",
+    "llava_next", "llava_next_video", "llava_onevision", "metaclip_2", "minicpm_ocr", "minicpmv4_6", "minicpmv4_7",
+    "minimax_m3_vl", "mistral3", "mistral_large4", "mllama", "mm-grounding-dino", "modernvbert", "molmo2",
+    "moss_transcribe_diarize", "muse_glimmer", "muse_spark", "musicflamingo", "nemo_speechlm", "nemotron_h_omni",
+    "omdet-turbo", "omniasr", "ovis2", "owlv2", "owlvit", "paddleocr_vl", "paligemma", "pe_audio", "pe_audio_video",
+    "pe_video", "perception_lm", "pix2struct", "pp_chart2table", "pp_formulanet", "qianfan_ocr",
+    "qwen2_5_omni_thinker", "qwen2_5_vl", "qwen2_audio", "qwen2_vl", "qwen3_5", "qwen3_5_moe", "qwen3_asr",
+    "qwen3_omni_moe_thinker", "qwen3_vl", "qwen3_vl_moe", "qwen4_exp", "sam3", "sam3_lite_text", "shieldgemma2",
+    "siglip", "siglip2", "smolvlm", "step3p7", "t5gemma2_encoder", "tipsv2", "ultravbert", "unlimited_ocr",
+    "vibevoice", "vibevoice_asr", "video_llama_3", "video_llava", "videoprism", "vipllava",
+    "vision-text-dual-encoder", "voxtral", "voxtral_realtime", "xclip",
+})

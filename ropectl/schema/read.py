@@ -172,7 +172,9 @@ def _rope_type(section: Mapping[str, Any]) -> str:
             "make 'type' and 'rope_type' equal, or drop 'type'",
         )
     rope_type = str(new or old or "default")
-    return {"su": "longrope", "ntk_aware": "ntk"}.get(rope_type, rope_type)
+    # Qwen2-VL / Qwen2.5-VL hub configs say "type": "mrope": their config classes (transformers 4.x and 5) and vLLM
+    # read that as default RoPE split into mrope_section.
+    return {"su": "longrope", "ntk_aware": "ntk", "mrope": "default"}.get(rope_type, rope_type)
 
 
 def _params(section: Mapping[str, Any], theta: float, rotary_dim: int, cfg: Mapping[str, Any]) -> RopeParams:
