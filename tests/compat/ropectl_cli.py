@@ -17,3 +17,10 @@ def ropectl_json(*args: str) -> dict[str, Any]:
     proc = subprocess.run([sys.executable, "-m", "ropectl", *args, "--json"], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)
+
+
+def ropectl_try(*args: str) -> tuple[int, dict[str, Any] | None, str]:
+    """(exit code, the --json result or None, stderr): for commands that may refuse."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "ropectl", *args, "--json"], capture_output=True, text=True, env=env)
+    return proc.returncode, json.loads(proc.stdout) if proc.returncode == 0 else None, proc.stderr

@@ -1,0 +1,153 @@
+"""vLLM family tier: for every family vLLM builds its own way, what ropectl says of vLLM is what vLLM builds.
+
+Tiny config-only folders of each family (tests/compat/vllm_families.py: published RoPE settings, tiny shapes) are
+patched by ropectl's CLI. In the cached vLLM venv, tests/compat/vllm_rope_runner.py (which never imports ropectl)
+builds each one with vLLM's own ModelConfig (config loading, --hf-overrides, derived max length) and the
+architecture's own model class, and reads the cos/sin of every rotary embedding it holds; transformers' rotary
+class gives the oracle from the patched folder. Two routes per case:
+- ``folder``: the patched folder, with the override patch printed when it said vLLM derives another length;
+- ``emit``: the unpatched folder with the overrides ``patch --emit vllm`` printed (when it did not refuse).
+What ropectl claims (patch --json ``readers`` for the newest vLLM, and --emit's refusal or warnings) must match:
+an error claimed <=> vLLM raises; "same" <=> vLLM's cos/sin equal transformers'; and the derived max length is the
+target wherever a command was printed for it. A flat (un-nested) override on a composite config is the negative
+control: it must leave the text model unscaled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ropectl_cli import ropectl_json, ropectl_try
+from vllm_families import FAMILIES, write_family
+
+HERE = Path(__file__).parent
+CACHE = Path(os.environ.get("ROPECTL_COMPAT_CACHE", Path.home() / ".cache" / "ropectl-compat"))
+VENV = CACHE / "vllm"
+NEWEST = "vLLM 0.30+"
+TOL = 1e-4  # float32 cos/sin from two implementations; the differences this tier must see are > 1e-2
+CASES = [(family, method) for family, (_, methods, _) in FAMILIES.items() for method in methods]
+_STATE: dict[str, Any] = {}
+
+
+def _printed_overrides(warnings: list[str]) -> dict[str, Any]:
+    import shlex
+
+    for w in warnings:
+        if "serve it with: vllm serve" in w:
+            args = shlex.split(w.split("serve it with: ", 1)[1])
+            return json.loads(args[args.index("--hf-overrides") + 1])
+    return {}
+
+
+def _case(root: Path, family: str, method: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    src = root / "src" / family
+    if not src.exists():
+        write_family(root / "src", family)
+    flags = FAMILIES[family][2]
+    out = root / f"{family}-{method.replace(':', '')}"
+    patched = ropectl_json("patch", str(src), "-m", method, *flags, "-o", str(out))
+    code, emitted, err = ropectl_try("patch", str(src), "-m", method, *flags, "--emit", "vllm")
+    view = next(v for v in patched["readers"] if v["reader"] == NEWEST)
+    case = {"patched": patched, "view": view, "emit_code": code, "emit_err": err, "emitted": emitted,
+            "target": patched["target_context"]}
+    jobs = [{"name": f"{family}/{method}/folder", "model": str(out), "reference": str(out),
+             "hf_overrides": _printed_overrides(patched["warnings"])}]
+    if emitted is not None:
+        jobs.append({"name": f"{family}/{method}/emit", "model": str(src), "reference": str(out),
+                     "hf_overrides": emitted["emit"]["hf_overrides"]})
+        nested = emitted["emit"]["hf_overrides"].get("text_config")
+        if nested:  # negative control: what ropectl printed before nesting
+            jobs.append({"name": f"{family}/{method}/flat", "model": str(src), "reference": str(out),
+                         "hf_overrides": nested, "control": True})
+    return case, jobs
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    if not (VENV / "bin" / "python").exists():
+        pytest.skip(f"no vLLM venv at {VENV}: run tests/compat/engine_venvs.sh (see docs, compat tiers)")
+    if "results" not in _STATE:
+        root = tmp_path_factory.mktemp("vllm-rope")
+        cases, jobs = {}, []
+        for family, method in CASES:
+            cases[(family, method)], more = _case(root, family, method)
+            jobs += more
+        (root / "jobs.json").write_text(json.dumps(jobs))
+        env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+               "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(HERE / "stand_in")}
+        proc = subprocess.run([str(VENV / "bin" / "python"), str(HERE / "vllm_rope_runner.py"), str(root / "jobs.json"),
+                               str(root / "out.json")], capture_output=True, text=True, env=env, timeout=1800)
+        if not (root / "out.json").exists():
+            raise AssertionError(f"the vLLM runner produced nothing (exit {proc.returncode}): {proc.stderr[-3000:]}")
+        _STATE.update(cases=cases, results=json.loads((root / "out.json").read_text()))
+    return _STATE
+
+
+def _max_diff(got: dict[str, Any]) -> float:
+    """Largest |cos/sin| difference between each vLLM rotary embedding and transformers' for its layers."""
+    hf, worst = got["hf"], 0.0
+    for rope in got["ropes"]:
+        types = hf["layer_types"]
+        layer = types[rope["layers"][0]] if types and rope["layers"] and types[rope["layers"][0]] in hf else "main"
+        want = hf[layer]
+        for part in ("cos", "sin"):
+            for a_row, b_row in zip(rope[part], want[part]):
+                assert len(a_row) == len(b_row), f"{len(a_row)} vs {len(b_row)} frequencies"
+                worst = max(worst, max(abs(a - b) for a, b in zip(a_row, b_row)))
+    return worst
+
+
+def _claims_same(view: dict[str, Any]) -> bool:
+    return view["differs"] is None or view["differs"].startswith("accepts at most")
+
+
+@pytest.mark.parametrize(("family", "method"), CASES)
+def test_folder_claim_is_what_vllm_builds(family: str, method: str, measured: dict[str, Any]) -> None:
+    case, got = measured["cases"][(family, method)], measured["results"][f"{family}/{method}/folder"]
+    view = case["view"]
+    if view["error"]:
+        assert "error" in got, f"ropectl says vLLM cannot load it ({view['error']}), but vLLM built it"
+        return
+    assert "error" not in got, got["error"]
+    diff = _max_diff(got)
+    print(f"{family} {method} folder: max |cos/sin diff| vLLM vs transformers {diff:.1e}; ropectl: {view['differs']}")
+    assert (diff <= TOL) == _claims_same(view), (diff, view["differs"])
+    if _claims_same(view):
+        assert got["max_model_len"] == case["target"], "the folder (with the printed override) must serve the target"
+
+
+@pytest.mark.parametrize(("family", "method"), CASES)
+def test_emitted_overrides_are_what_vllm_builds(family: str, method: str, measured: dict[str, Any]) -> None:
+    case = measured["cases"][(family, method)]
+    if case["emitted"] is None:
+        assert case["emit_code"] != 0 and "cannot serve" in case["emit_err"], case["emit_err"]
+        assert "error" in measured["results"][f"{family}/{method}/folder"], "refused, but vLLM builds the folder"
+        return
+    got = measured["results"][f"{family}/{method}/emit"]
+    assert "error" not in got, got["error"]
+    assert got["max_model_len"] == case["target"]
+    diff = _max_diff(got)
+    warned = any("computes other RoPE" in w for w in case["emitted"]["warnings"])
+    print(f"{family} {method} emit: max |cos/sin diff| {diff:.1e}; warned: {warned}")
+    assert (diff > TOL) == warned
+
+
+def test_flat_overrides_miss_a_composite_text_model(measured: dict[str, Any]) -> None:
+    """Negative control: on composite configs the un-nested overrides leave the text model as it was."""
+    controls = {k: v for k, v in measured["results"].items() if k.endswith("/flat")}
+    assert {k.split("/")[0] for k in controls} >= {"qwen2_5_vl", "qwen3_vl", "gemma3", "mistral3"}
+    for name, got in controls.items():
+        assert "error" not in got, got["error"]
+        assert _max_diff(got) > TOL, f"{name}: the flat overrides reached the text model"
+
+
+def test_the_matrix_sees_differences(measured: dict[str, Any]) -> None:
+    """The tier can fail: some claimed differences and refusals are in it, and vLLM shows them."""
+    views = [c["view"] for c in measured["cases"].values()]
+    assert sum(not _claims_same(v) and not v["error"] for v in views) >= 2
+    assert sum(bool(v["error"]) for v in views) >= 2

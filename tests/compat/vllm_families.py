@@ -1,0 +1,102 @@
+"""Tiny config.json folders of the families vLLM builds its own way: the published RoPE settings, tiny shapes.
+
+No weights: vLLM's ``ModelConfig`` and model classes, and transformers' rotary classes, need only the config.
+Each entry: family -> (config dict, methods to patch with, extra patch flags).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+TEXT = {"hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 256, "rms_norm_eps": 1e-6}
+VISION_QWEN = {"depth": 1, "hidden_size": 32, "intermediate_size": 32, "num_heads": 2, "out_hidden_size": 64,
+               "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "in_chans": 3}
+SIGLIP = {"hidden_size": 32, "intermediate_size": 32, "num_attention_heads": 2, "num_hidden_layers": 1,
+          "image_size": 28, "patch_size": 14, "model_type": "siglip_vision_model", "vision_use_head": False}
+
+
+def _llama() -> dict[str, Any]:
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", **TEXT, "max_position_embeddings": 1024,
+            "rope_theta": 10000.0}
+
+
+def _deepseek_v3() -> dict[str, Any]:
+    # DeepSeek-V3's published RoPE (yarn x40 from 4096, mscale 1 / mscale_all_dim 1), with MLA shapes shrunk
+    return {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 64,
+            "intermediate_size": 64, "moe_intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+            "num_key_value_heads": 2, "n_routed_experts": 4, "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1,
+            "first_k_dense_replace": 1, "q_lora_rank": 32, "kv_lora_rank": 32, "qk_nope_head_dim": 16,
+            "qk_rope_head_dim": 16, "v_head_dim": 16, "vocab_size": 256, "n_shared_experts": 1,
+            "max_position_embeddings": 4096, "rope_theta": 10000,
+            "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                             "original_max_position_embeddings": 4096, "type": "yarn"}}
+
+
+def _gpt_oss() -> dict[str, Any]:
+    return {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", **TEXT, "num_attention_heads": 2,
+            "num_key_value_heads": 1, "head_dim": 32, "num_local_experts": 4, "num_experts_per_tok": 2,
+            "experts_per_token": 2, "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 128,
+            "attention_bias": True, "max_position_embeddings": 1024, "initial_context_length": 512,
+            "rope_theta": 150000,
+            "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 2.0,
+                             "original_max_position_embeddings": 512, "rope_type": "yarn", "truncate": False}}
+
+
+def _qwen2_5_vl() -> dict[str, Any]:
+    # the hub form: text settings at the top level, "type": "mrope"
+    return {"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl", **TEXT,
+            "max_position_embeddings": 1024, "rope_theta": 1000000.0,
+            "rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]},
+            "vision_config": {**VISION_QWEN, "window_size": 112, "fullatt_block_indexes": [0],
+                              "tokens_per_second": 2, "hidden_act": "silu"},
+            "image_token_id": 250, "video_token_id": 251, "vision_start_token_id": 252, "vision_end_token_id": 253}
+
+
+def _qwen3_vl() -> dict[str, Any]:
+    text = {"model_type": "qwen3_vl_text", **TEXT, "max_position_embeddings": 1024, "rope_theta": 5000000,
+            "rope_scaling": {"rope_type": "default", "mrope_section": [4, 6, 6], "mrope_interleaved": True}}
+    return {"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl", "text_config": text,
+            "vision_config": {"depth": 1, "hidden_size": 32, "intermediate_size": 32, "num_heads": 2,
+                              "out_hidden_size": 64, "patch_size": 16, "spatial_merge_size": 2,
+                              "temporal_patch_size": 2, "num_position_embeddings": 16, "deepstack_visual_indexes": []},
+            "image_token_id": 250, "video_token_id": 251, "vision_start_token_id": 252, "vision_end_token_id": 253}
+
+
+def _gemma3() -> dict[str, Any]:
+    # gemma-3-4b-it's RoPE: linear x8 on global layers, 10k local base, trained 131072 as published
+    text = {"model_type": "gemma3_text", **TEXT, "head_dim": 32, "query_pre_attn_scalar": 32, "sliding_window": 64,
+            "layer_types": ["sliding_attention", "full_attention"], "max_position_embeddings": 131072,
+            "rope_scaling": {"factor": 8.0, "rope_type": "linear"}}
+    return {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3", "text_config": text,
+            "vision_config": SIGLIP, "mm_tokens_per_image": 4, "image_token_index": 250, "boi_token_index": 251,
+            "eoi_token_index": 252}
+
+
+def _mistral3() -> dict[str, Any]:
+    text = {"model_type": "mistral", **TEXT, "max_position_embeddings": 1024, "rope_theta": 1000000000.0}
+    vision = {"model_type": "pixtral", "hidden_size": 32, "intermediate_size": 32, "num_attention_heads": 2,
+              "num_hidden_layers": 1, "head_dim": 16, "image_size": 28, "patch_size": 14, "rope_theta": 10000.0}
+    return {"architectures": ["Mistral3ForConditionalGeneration"], "model_type": "mistral3", "text_config": text,
+            "vision_config": vision, "image_token_index": 250, "spatial_merge_size": 2,
+            "vision_feature_layer": -1, "multimodal_projector_bias": False, "projector_hidden_act": "gelu"}
+
+
+FAMILIES: dict[str, tuple[Any, tuple[str, ...], tuple[str, ...]]] = {
+    "llama": (_llama, ("yarn:2", "linear:2", "llama3:2", "ntk:2"), ()),
+    "deepseek_v3": (_deepseek_v3, ("yarn:2", "llama3:2", "linear:2"), ("--replace-existing",)),
+    "gpt_oss": (_gpt_oss, ("yarn:4", "ntk:2"), ("--replace-existing",)),
+    "qwen2_5_vl": (_qwen2_5_vl, ("yarn:4", "linear:2"), ()),
+    "qwen3_vl": (_qwen3_vl, ("yarn:2",), ()),
+    "gemma3": (_gemma3, ("yarn:2",), ("--replace-existing",)),
+    "mistral3": (_mistral3, ("yarn:2", "linear:2"), ()),
+}
+
+
+def write_family(root: Path, family: str) -> Path:
+    folder = root / family
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(FAMILIES[family][0](), indent=1))
+    return folder
