@@ -347,8 +347,12 @@ def test_v5_only_schema_names_every_v4_range(ckpts: dict[str, Path], tmp_path: P
     code, data, err = invoke(ckpts["llama"], "-m", "linear", "-f", "2", "--schema", "v5", "-o", tmp_path / "o", "--json")
     assert code == 0, err
     named = [w.split(":")[0] for w in data["warnings"] if w.startswith("transformers 4")]
-    assert named == ["transformers 4.43 to <4.45", "transformers 4.45 to <4.48", "transformers 4.48 to <4.51",
-                     "transformers 4.51 to <4.55", "transformers 4.55 to <4.56", "transformers 4.56 to <5.0"]
+    # consecutive ranges that differ the same way are one line: together they still cover every 4.x release
+    spans = [n.removeprefix("transformers ").split(" to <") for n in named]
+    assert spans[0][0] == "4.43" and spans[-1][1] == "5.0"
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+    texts = [w.split(": ", 1)[1] for w in data["warnings"] if w.startswith("transformers 4")]
+    assert len(named) < 6 and len(set(texts)) == len(named)
 
 
 def test_null_rope_theta_is_refused(ckpts: dict[str, Path], tmp_path: Path) -> None:

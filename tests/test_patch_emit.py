@@ -163,8 +163,9 @@ def test_yarn_folder_names_the_newest_vllm_once(qwen: Path, tmp_path: Path) -> N
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     vllm_lines = [w for w in data["warnings"] if w.startswith("vLLM")]
-    assert len(vllm_lines) == 1 and vllm_lines[0].startswith("vLLM 0.30+: derives a max length of 32768")
+    assert len(vllm_lines) == 1 and vllm_lines[0].startswith("vLLM 0.32+: derives a max length of 32768")
     assert "--max-model-len 131072" in vllm_lines[0]
     views = {r["reader"]: r for r in data["readers"] if r["reader"].startswith("vLLM")}
-    assert set(views) == {"vLLM 0.0 to <0.30", "vLLM 0.30+"}
-    assert views["vLLM 0.30+"]["differs"].startswith("accepts at most 32768") and views["vLLM 0.0 to <0.30"]["differs"] is None
+    assert set(views) == {"vLLM 0.0 to <0.30", "vLLM 0.30 to <0.32", "vLLM 0.32+"}
+    assert views["vLLM 0.32+"]["differs"].startswith("accepts at most 32768") and views["vLLM 0.0 to <0.30"]["differs"] is None
+    assert views["vLLM 0.30 to <0.32"]["differs"] == views["vLLM 0.32+"]["differs"]

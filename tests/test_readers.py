@@ -91,7 +91,7 @@ def test_views_name_each_disagreeing_range() -> None:
                       "transformers 4.51 to <4.55", "transformers 4.55 to <4.56", "vLLM 0.0 to <0.30"]
     # vLLM up to 0.29 derives yarn's length from the original: int(64 x 3.3) = 211 < 256
     assert views[-1 - [v.reader.label for v in reversed(views)].index("vLLM 0.0 to <0.30")].fix == "use vLLM >= 0.30"
-    assert all(v.warning().startswith(v.reader.label) for v in views if v.differs)
+    assert all(v.warning().startswith(v.reader.label.replace("0.0 to <", "before ")) for v in views if v.differs)
     assert views[0].fix == "use transformers >= 4.56"
 
 
@@ -126,7 +126,8 @@ def test_inspect_says_when_transformers_builds_something_else(tmp_path: Path) ->
     views = {v["reader"]: v for v in report["engines"]}
     assert report["rope_type"] == "linear" and not views["transformers 5.9+"]["agrees"]
     assert views["transformers 5.9+"]["layers"]["full_attention"]["rope_type"] == "default"
-    assert any(w.startswith("transformers 5.9+: computes other full_attention RoPE") for w in report["warnings"])
+    # 5.9+ is named within the span of releases that read it the same way (merged engine views)
+    assert any(w.startswith("transformers 5.") and "+: computes other full_attention RoPE" in w for w in report["warnings"])
     assert "nest rope_parameters" in views["transformers 5.9+"]["fix"]
 
 

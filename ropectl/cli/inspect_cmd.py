@@ -40,8 +40,10 @@ def _fmt(value: Any) -> str:
 
 def print_engines(views: list[dict[str, Any]]) -> None:
     """One block per reader: its RoPE per layer type, serving length, and how it differs (with the fix)."""
+    from ropectl.readers.parity import merge_runs
+
     typer.echo("\nper reader:")
-    for view in views:
+    for view in merge_runs(views):
         mark = "same" if view["agrees"] else "DIFFERS"
         typer.echo(f"  {view['reader']}: {mark}")
         for layer, rope in view["layers"].items():

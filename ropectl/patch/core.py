@@ -208,14 +208,15 @@ def _check_vllm_builds(plan: ConfigPlan) -> list[str]:
     """``--emit vllm`` for a method the model's vLLM code cannot build would print a command that crashes: refused.
     Where it builds other RoPE from the overrides, the warning says how."""
     from ropectl.readers import vllm as vllm_reader
-    from ropectl.readers.parity import engine_views
+    from ropectl.readers.parity import disagreement_warnings, engine_views
 
-    view = next(v for v in engine_views(plan.config, expected_ropes(plan.rope, plan.layer_ropes),
-                                        (None, plan.target_context)) if v.reader is vllm_reader.newest())
-    if not view.reading.ok:
-        raise MethodError(f"{view.reader.label} cannot serve this: {view.reading.error}",
+    views = [v for v in engine_views(plan.config, expected_ropes(plan.rope, plan.layer_ropes),
+                                     (None, plan.target_context)) if v.reader.engine == vllm_reader.ENGINE]
+    newest = next(v for v in views if v.reader is vllm_reader.newest())
+    if not newest.reading.ok:
+        raise MethodError(f"{newest.reader.label} cannot serve this: {newest.reading.error}",
                           "pick a method this model's vLLM code builds (yarn for DeepSeek and gpt-oss)")
-    return [] if view.too_short or view.differs is None else [view.warning() or ""]
+    return disagreement_warnings([v for v in views if not v.too_short])  # the command sets the length
 
 
 def _vllm_serving(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> tuple[Any, list[str]]:
@@ -294,6 +295,10 @@ def patch_checkpoint(spec: PatchSpec) -> PatchResult:
     done, emit_warnings = _execute(spec, model, plan)
     # the newest vLLM's short serving length is said once, by the line that carries its override
     said, serving = _vllm_serving(spec, plan, model)
-    reader_warnings = [w for v in views if not (v.reader is said and v.too_short) and (w := v.warning())] + serving
+    from ropectl.readers.parity import disagreement_warnings
+
+    # the printed command (overrides and --max-model-len) serves the target in every vLLM release
+    reader_warnings = disagreement_warnings([v for v in views if not (said and v.reader.engine == said.engine
+                                                                      and v.too_short)]) + serving
     result = _result(spec, model, plan, done, _warnings(spec, plan, model) + reader_warnings + emit_warnings)
     return replace(result, readers=tuple(v.to_json() for v in views))

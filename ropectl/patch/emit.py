@@ -62,8 +62,7 @@ def emit_vllm(model: str, rope: RopeParams, layers: Mapping[str, RopeParams], pa
     if rope.rope_type == "dynamic":
         theta = _served_rope(rope, target).rope_theta
         warnings.append(DYNAMIC_STATIC.format(target=target, theta=theta))
-    if rope.rope_type == "yarn" and any(k in rope.scaling for k in ("attention_factor", "mscale", "mscale_all_dim")):
-        warnings.append("vLLM's plain YaRN path may ignore attention_factor/mscale (vLLM PR #46280): check its logs")
+    # what each release does with attention_factor / mscale is a reader quirk (readers.vllm_models), said by patch
     command = "vllm serve " + " ".join(shlex.quote(a) for a in [model, *args])
     return {"engine": "vllm", "versions": reader.versions.label, "hf_overrides": overrides,
             "max_model_len": target, "args": args, "command": command}, warnings

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ropectl.readers import engines
-from ropectl.readers.base import Reader, Reading
+from ropectl.readers.base import Reader, Reading, version_key
 from ropectl.rope.frequencies import compute_frequencies
 from ropectl.rope.params import RopeParams
 
@@ -52,12 +52,12 @@ class EngineView:
         return bool(self.differs and self.differs.startswith(SHORT))
 
     def warning(self) -> str | None:
-        if self.differs is None:
-            return None
-        return f"{self.reader.label}: {self.differs}" + (f"; fix: {self.fix}" if self.fix else "")
+        return _warning(self.to_json())
 
     def to_json(self) -> dict[str, Any]:
-        return {"reader": self.reader.label, "engine": self.reader.engine, "agrees": self.differs is None,
+        versions = self.reader.versions
+        return {"reader": self.reader.label, "engine": self.reader.engine, "versions": [versions.low, versions.high],
+                "agrees": self.differs is None,
                 "differs": self.differs, "fix": self.fix, "error": self.reading.error,
                 "notes": list(self.reading.notes), "serving_length": self.reading.serving_length,
                 "serving_rule": self.reader.serving_length, "layers": self.summary()}
@@ -130,5 +130,34 @@ def engine_views(config: Mapping[str, Any], expected: Mapping[str, RopeParams],
     return views
 
 
+def _warning(view: Mapping[str, Any]) -> str | None:
+    if view["differs"] is None:
+        return None
+    return f"{_span(view['engine'], *view['versions'])}: {view['differs']}" + (f"; fix: {view['fix']}" if view["fix"] else "")
+
+
+def _span(engine: str, low: str, high: str | None) -> str:
+    if version_key(low) == (0,) or version_key(low) == (0, 0):
+        return f"{engine} (every version)" if high is None else f"{engine} before {high}"
+    return f"{engine} {low}+" if high is None else f"{engine} {low} to <{high}"
+
+
+def merge_runs(views: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Consecutive versions of one engine that read a config the same way, as one view (``to_json`` form) whose
+    ``reader`` names the whole span: a plain GGUF is one "same" line per engine, not one per version range."""
+    out: list[dict[str, Any]] = []
+    for view in views:
+        prev = out[-1] if out else None
+        same = prev is not None and prev["engine"] == view["engine"] and all(
+            prev[k] == view[k] for k in view if k not in ("reader", "versions", "serving_rule", "notes"))
+        if same:
+            prev["versions"] = [prev["versions"][0], view["versions"][1]]
+            prev["reader"] = _span(view["engine"], *prev["versions"])
+        else:
+            out.append(dict(view))
+    return out
+
+
 def disagreement_warnings(views: Iterable[EngineView]) -> list[str]:
-    return [w for w in (v.warning() for v in views) if w]
+    """One line per run of versions that differ the same way."""
+    return [w for w in (_warning(v) for v in merge_runs(v.to_json() for v in views)) if w]

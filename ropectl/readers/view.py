@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ropectl.readers.parity import EngineView, engine_views
+from ropectl.readers.parity import EngineView, disagreement_warnings, engine_views
 from ropectl.rope.params import RopeParams
 from ropectl.schema.read import ModelRope, text_config
 
@@ -40,4 +40,4 @@ def engine_section(config: Mapping[str, Any], model: ModelRope, target: int | No
 
 def engine_warnings(config: Mapping[str, Any], views: list[EngineView]) -> list[str]:
     out = [w for w in (null_theta_warning(config),) if w]
-    return out + [w for w in (v.warning() for v in views) if w]
+    return out + disagreement_warnings(views)

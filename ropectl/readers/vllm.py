@@ -16,8 +16,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ropectl.readers import vllm_models as vm
 from ropectl.readers.base import DICT, MAX_POS, TOP, Quirk, Reader, Reading, VersionRange
-from ropectl.readers.vllm_models import model_file_rope
 from ropectl.rope.frequencies import dynamic_theta
 from ropectl.rope.params import RopeParams
 
@@ -54,11 +54,26 @@ _YARN_ORIGINAL = Quirk(YARN_FROM_ORIGINAL, "derived max length for yarn = origin
                        fix="`ropectl patch MODEL ... --emit vllm` passes --max-model-len")
 
 
+_MLA = Quirk(vm.MLA_YARN, vm.MLA_NOTE, model_types=vm.MLA_TYPES, fix="patch with yarn")
+_GPT_OSS = Quirk(vm.ALWAYS_YARN, vm.GPT_OSS_NOTE, model_types=vm.ALWAYS_YARN_TYPES, fix="patch with yarn")
+_PLAIN_ATTENTION = Quirk(vm.PLAIN_YARN_ATTENTION, vm.PLAIN_ATTENTION_NOTE, rope_types=frozenset({"yarn"}),
+                         exclude=vm.MLA_TYPES, fix="use vLLM >= 0.30")
+
+
+def _mrope(exclude: frozenset[str] = frozenset()) -> Quirk:
+    return Quirk(vm.MROPE_RANGE, vm.MROPE_NOTE, rope_types=frozenset({"yarn"}), exclude=exclude,
+                 fix="none in vLLM: the served RoPE differs from transformers' for yarn on this model")
+
+
+_TIMES = _times_factor(frozenset({"linear", "dynamic"}))
+# Model-file quirks come first: what they build is what the length and dynamic quirks then read.
 READERS: tuple[Reader, ...] = (
     Reader(ENGINE, VersionRange("0.0", "0.30"), _READS, (), _ORIGINAL, {}, SERVING,
-           (_times_factor(frozenset({"linear", "dynamic"})), _YARN_ORIGINAL, _DYNAMIC, _LONGROPE), ("0.29.0",)),
-    Reader(ENGINE, VersionRange("0.30"), _READS, (), _ORIGINAL, {}, SERVING,
-           (_times_factor(frozenset({"linear", "dynamic"})), _DYNAMIC, _LONGROPE), ("0.32.0",)),
+           (_MLA, _GPT_OSS, _mrope(), _PLAIN_ATTENTION, _TIMES, _YARN_ORIGINAL, _DYNAMIC, _LONGROPE), ("0.29.0",)),
+    Reader(ENGINE, VersionRange("0.30", "0.32"), _READS, (), _ORIGINAL, {}, SERVING,
+           (_MLA, _GPT_OSS, _mrope(), _TIMES, _DYNAMIC, _LONGROPE)),
+    Reader(ENGINE, VersionRange("0.32"), _READS, (), _ORIGINAL, {}, SERVING,
+           (_MLA, _GPT_OSS, _mrope(vm.MROPE_FACTOR_ONE), _TIMES, _DYNAMIC, _LONGROPE), ("0.32.0",)),
 )
 
 
@@ -95,6 +110,19 @@ def static_dynamic(rope: RopeParams, length: int, trained: int | None = None) ->
     return RopeParams("default", theta, rope.rotary_dim, length, {})
 
 
+def _model_file(reader: Reader, model_type: str, rope: RopeParams, notes: list[str]) -> RopeParams | str:
+    """The RoPE the model file builds (or the error it raises), adding the notes of the quirks that changed it."""
+    for quirk in reader.quirks_for(model_type, rope.rope_type):
+        build = vm.BUILDERS.get(quirk.kind)
+        built = build(rope) if build else rope
+        if isinstance(built, str):
+            return built
+        if built != rope:
+            notes.append(quirk.note)
+        rope = built
+    return rope
+
+
 def predict(reader: Reader, config: Mapping[str, Any], version: str | None = None) -> Reading:
     """What vLLM builds from ``config``, and the longest sequence it accepts by default."""
     from ropectl.readers import transformers as tf
@@ -107,10 +135,9 @@ def predict(reader: Reader, config: Mapping[str, Any], version: str | None = Non
     model_type, max_pos = str(cfg.get("model_type") or ""), int(cfg.get("max_position_embeddings") or 2048)
     ropes, notes = {}, list(base.notes)
     for layer, p in base.ropes.items():
-        built, why = model_file_rope(model_type, p)
+        built = _model_file(reader, model_type, p, notes)
         if isinstance(built, str):
             return Reading(reader, error=built, notes=tuple(notes))
-        notes += [why] if why else []
         if _quirk(reader, STATIC_DYNAMIC, model_type, built.rope_type):
             notes.append(_DYNAMIC.note)
             built = static_dynamic(built, max_pos)

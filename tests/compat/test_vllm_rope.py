@@ -28,7 +28,7 @@ from vllm_families import FAMILIES, write_family
 HERE = Path(__file__).parent
 CACHE = Path(os.environ.get("ROPECTL_COMPAT_CACHE", Path.home() / ".cache" / "ropectl-compat"))
 VENV = CACHE / "vllm"
-NEWEST = "vLLM 0.30+"
+NEWEST = "vLLM 0.32+"
 TOL = 1e-4  # float32 cos/sin from two implementations; the differences this tier must see are > 1e-2
 CASES = [(family, method) for family, (_, methods, _) in FAMILIES.items() for method in methods]
 _STATE: dict[str, Any] = {}
