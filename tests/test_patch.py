@@ -64,8 +64,10 @@ def expected_rope(method: str, theta: float, dim: int, trained: int, args: list[
     if method == "longrope":
         scaling["short_factor"] = [float(v) for v in args[args.index("--short-factor") + 1].split(",")]
         scaling["long_factor"] = [float(v) for v in args[args.index("--long-factor") + 1].split(",")]
-    # The write form: yarn, linear and dynamic keep the trained length (README, "Write form").
-    max_pos = trained if method in ("dynamic", "linear", "yarn") else trained * 4
+    # The write form (docs, "The write form"): only dynamic keeps the trained length; with --max-positions trained
+    # yarn and linear keep it too.
+    legacy = "--max-positions" in args and args[args.index("--max-positions") + 1] == "trained"
+    max_pos = trained if method == "dynamic" or legacy and method in ("linear", "yarn") else trained * 4
     return RopeParams(method, theta, dim, max_pos, scaling)
 
 
@@ -110,11 +112,14 @@ def check_v4_form(cfg: dict, arch: str, rope: RopeParams) -> None:
     else:
         assert legacy["rope_type"] == legacy["type"] == rope.rope_type
         assert isinstance(legacy["factor"], float) and "rope_theta" not in legacy
-        # yarn leaves out an original length equal to max_position_embeddings (4.51-4.55 would derive the factor)
+        # yarn leaves out an original length equal to max_position_embeddings (4.51-4.55 would derive the factor):
+        # the --max-positions trained form; the default names the original in both forms
         same = {k: v for k, v in modern.items() if k not in ("rope_theta", "partial_rotary_factor")}
-        if rope.rope_type == "yarn":
+        if rope.rope_type == "yarn" and cfg["max_position_embeddings"] == rope.original_max_position_embeddings:
             assert "original_max_position_embeddings" not in legacy
             assert same.pop("original_max_position_embeddings") == cfg["max_position_embeddings"]
+        elif rope.rope_type == "yarn":
+            assert legacy["original_max_position_embeddings"] == rope.original_max_position_embeddings
         assert same == {k: v for k, v in legacy.items() if k != "type"}
     assert modern["rope_theta"] == pytest.approx(rope.rope_theta)
 
@@ -122,9 +127,20 @@ def check_v4_form(cfg: dict, arch: str, rope: RopeParams) -> None:
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("arch", ARCHS)
 def test_method_on_architecture(ckpts: dict[str, Path], tmp_path: Path, arch: str, method: str) -> None:
+    check_method(ckpts, tmp_path, arch, method)
+
+
+@pytest.mark.parametrize("method", ("linear", "yarn"))
+@pytest.mark.parametrize("arch", ARCHS)
+def test_trained_form_on_architecture(ckpts: dict[str, Path], tmp_path: Path, arch: str, method: str) -> None:
+    """--max-positions trained: the earlier form (for transformers 4.43-4.50), read the same by transformers."""
+    check_method(ckpts, tmp_path, arch, method, "--max-positions", "trained")
+
+
+def check_method(ckpts: dict[str, Path], tmp_path: Path, arch: str, method: str, *extra: str) -> None:
     src = ckpts[arch]
     _, dim, theta, trained = source_info(src)
-    args = method_args(method, dim)
+    args = [*method_args(method, dim), *extra]
     out = tmp_path / "out"
     code, data, err = invoke(src, *args, "-o", out, "--json")
     if arch == "phi3" and method not in PHI3_OK:
@@ -208,8 +224,8 @@ def test_patch_twice_replaces_instead_of_stacking(ckpts: dict[str, Path], tmp_pa
     code, data, err = invoke(first, "-m", "linear", "-f", "2", "-o", second, "--json")
     assert code == 0, err
     cfg = json.loads((second / "config.json").read_text())
-    # linear keeps the trained length (vLLM multiplies max_position_embeddings by the factor)
-    assert cfg["rope_scaling"]["factor"] == 2.0 and cfg["max_position_embeddings"] == 256
+    # linear writes the target, from the trained length 256, not from the yarn folder's 1024
+    assert cfg["rope_scaling"]["factor"] == 2.0 and cfg["max_position_embeddings"] == 512
     assert data["composed_from_record"] and data["before"]["factor"] == 4.0
     back = tmp_path / "c"
     assert invoke(second, "-m", "none", "-o", back)[0] == 0
@@ -329,7 +345,8 @@ def test_transformers_warning_during_verification_is_reported(ckpts: dict[str, P
 def test_non_integer_yarn_factor_reads_the_same_everywhere(ckpts: dict[str, Path], tmp_path: Path) -> None:
     """-f 3.3: no version may derive another factor from max_position_embeddings / original."""
     out = tmp_path / "out"
-    code, data, err = invoke(ckpts["llama"], "-m", "yarn", "-f", "3.3", "-o", out, "--json")
+    code, data, err = invoke(ckpts["llama"], "-m", "yarn", "-f", "3.3", "-o", out, "--max-positions", "trained",
+                             "--json")
     assert code == 0, err
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["max_position_embeddings"] == 256 and "original_max_position_embeddings" not in cfg["rope_scaling"]

@@ -156,10 +156,22 @@ def test_llama_cpp_command_never_names_an_hf_folder(qwen: Path, smollm2: Path) -
     assert "convert_hf_to_gguf" not in gguf.output
 
 
-def test_yarn_folder_names_the_newest_vllm_once(qwen: Path, tmp_path: Path) -> None:
-    """The written yarn form keeps the trained length, which vLLM 0.30+ serves as is: one line says so, with the
-    override; vLLM up to 0.29 (original x factor = the target) is not named; --json still lists every view."""
+def test_yarn_folder_serves_the_target_in_every_vllm(qwen: Path, tmp_path: Path) -> None:
+    """The default write form: max_position_embeddings is the target, which vLLM 0.30+ serves as is and vLLM up
+    to 0.29 derives as original x factor: no vLLM line, no lm-eval line."""
     result = runner.invoke(app, ["patch", str(qwen), "-m", "yarn:4", "-o", str(tmp_path / "y"), "--json"])
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert not [w for w in data["warnings"] if w.startswith(("vLLM", "lm-eval"))]
+    views = {r["reader"]: r for r in data["readers"] if r["engine"] in ("vLLM", "lm-eval")}
+    assert all(v["agrees"] and v["serving_length"] == 131072 for v in views.values()) and len(views) == 4
+
+
+def test_yarn_folder_names_the_newest_vllm_once(qwen: Path, tmp_path: Path) -> None:
+    """The --max-positions trained form keeps the trained length, which vLLM 0.30+ serves as is: one line says so,
+    with the override; vLLM up to 0.29 (original x factor = the target) is not named; --json lists every view."""
+    result = runner.invoke(app, ["patch", str(qwen), "-m", "yarn:4", "-o", str(tmp_path / "y"), "--max-positions",
+                                 "trained", "--json"])
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     vllm_lines = [w for w in data["warnings"] if w.startswith("vLLM")]

@@ -38,10 +38,10 @@ def test_gpt_oss_yarn_64_from_its_original_4096(tmp_path: Path) -> None:
     result = _patch(_model("gpt-oss-20b", tmp_path), "yarn:64", out)
     written = json.loads((out / "config.json").read_text())
     scaling = written["rope_scaling"]
-    # The yarn write form keeps max_position_embeddings at the original length, which every reader then
-    # takes as the original (docs/write-form.md); the v5 section names it too.
-    assert scaling["factor"] == 64.0 and written["max_position_embeddings"] == 4096
-    assert scaling.get("original_max_position_embeddings", 4096) == 4096
+    # The yarn write form: max_position_embeddings is the target, and both sections name the original
+    # (docs/write-form.md).
+    assert scaling["factor"] == 64.0 and written["max_position_embeddings"] == 4096 * 64
+    assert scaling["original_max_position_embeddings"] == 4096
     assert written["rope_parameters"]["original_max_position_embeddings"] == 4096
     assert scaling["truncate"] is False and scaling["beta_fast"] == 32.0  # the model's own options, kept
     assert result.target_context == 4096 * 64
@@ -70,7 +70,7 @@ def test_another_method_starts_from_the_unscaled_base(tmp_path: Path) -> None:
     scaling = json.loads((out / "config.json").read_text())["rope_scaling"]
     assert scaling["rope_type"] == "yarn" and "low_freq_factor" not in scaling
     written = json.loads((out / "config.json").read_text())
-    assert written["max_position_embeddings"] == 8192 and scaling.get("original_max_position_embeddings", 8192) == 8192
+    assert written["max_position_embeddings"] == 131072 and scaling["original_max_position_embeddings"] == 8192
     assert result.target_context == 131072
 
 

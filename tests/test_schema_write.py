@@ -41,8 +41,16 @@ def test_input_not_modified_and_v4_form() -> None:
     original = copy.deepcopy(LLAMA)
     new, rope = apply_to_config(LLAMA, MethodSpec("yarn", 4.0))
     assert LLAMA == original
-    # yarn's write form: max_position_embeddings stays the original length, so rope_scaling need not name it
-    # (transformers 4.43-4.50 ignore it there; docs/write-form.md).
+    # the default write form: max_position_embeddings is the target (what lm-eval and vLLM read as the length),
+    # and both sections name the original
+    scaling = {"factor": 4.0, "original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0}
+    assert new["rope_scaling"] == {"rope_type": "yarn", "type": "yarn", **scaling}
+    assert new["rope_parameters"] == {"rope_type": "yarn", "rope_theta": 500000.0, **scaling}
+    assert new["rope_theta"] == 500000.0 and new["max_position_embeddings"] == 16384
+    assert rope.rope_type == "yarn" and rope.factor == 4.0
+    # --max-positions trained: max_position_embeddings stays the original length, so rope_scaling need not name
+    # it (transformers 4.43-4.50 take the original from max_position_embeddings; docs/write-form.md).
+    new, rope = apply_to_config(LLAMA, MethodSpec("yarn", 4.0), max_positions="trained")
     assert new["rope_scaling"] == {"rope_type": "yarn", "type": "yarn", "factor": 4.0,
                                    "beta_fast": 32.0, "beta_slow": 1.0}
     assert new["rope_parameters"] == {"rope_type": "yarn", "rope_theta": 500000.0, "factor": 4.0,

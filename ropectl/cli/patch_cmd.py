@@ -35,6 +35,9 @@ InPlaceOpt = Annotated[bool, _opt("--in-place", panel=OUTPUT, help="Rewrite conf
 DryRunOpt = Annotated[bool, _opt("--dry-run", panel=OUTPUT, help="Print a unified diff of config.json; write nothing.")]
 EmitOpt = Annotated[str, _opt("--emit", panel=OUTPUT, help="config (write), or print vllm / llama.cpp flags.")]
 SchemaOpt = Annotated[Optional[str], _opt("--schema", panel=OUTPUT, help="both (default), v4 or v5 config keys.")]
+MaxPosOpt = Annotated[str, _opt("--max-positions", panel=OUTPUT,
+                                 help="max_position_embeddings written: target (default; what lm-eval and vLLM read as "
+                                      "the length) or trained (the form transformers 4.43-4.50 need for yarn).")]
 CopyOpt = Annotated[bool, _opt("--copy", panel=OUTPUT, help="Copy weights instead of hardlinking them.")]
 ReplaceOpt = Annotated[bool, _opt("--replace-existing", panel=OUTPUT,
                                   help="Replace scaling already in a config that ropectl did not write.")]
@@ -97,8 +100,8 @@ def _template(
     model: ModelArg, method: MethodOpt = None, factor: FactorOpt = None, target_length: TargetOpt = None,
     preset: PresetOpt = None, config: ConfigOpt = None, set_: SetOpt = None, longrope_file: LongFileOpt = None,
     output: OutputOpt = None, in_place: InPlaceOpt = False, dry_run: DryRunOpt = False, emit: EmitOpt = "config",
-    schema: SchemaOpt = None, force: ForceOpt = False, copy: CopyOpt = False, replace_existing: ReplaceOpt = False,
-    json_out: JsonOpt = False,
+    schema: SchemaOpt = None, max_positions: MaxPosOpt = "target", force: ForceOpt = False, copy: CopyOpt = False,
+    replace_existing: ReplaceOpt = False, json_out: JsonOpt = False,
 ) -> None:
     """The hand-declared part of patch's signature; the method options come from the registry."""
 
@@ -114,7 +117,7 @@ def patch(**kw: Any) -> None:
     spec = PatchSpec(model=kw["model"], method=method_spec(choice), target_length=choice.target_length,
                      output=kw["output"], in_place=kw["in_place"], dry_run=kw["dry_run"], emit=kw["emit"],
                      schema=choice.schema or "both", force=kw["force"], copy=kw["copy"],
-                     replace_existing=kw["replace_existing"])
+                     replace_existing=kw["replace_existing"], max_positions=kw["max_positions"])
     result = patch_checkpoint(spec).to_dict()
     if kw["json_out"]:
         typer.echo(json.dumps(result, indent=2))

@@ -154,7 +154,7 @@ def effective_spec(base: RopeParams, spec: MethodSpec, target_length: int | None
 
 def plan_config(
     config: Mapping[str, Any], spec: MethodSpec, target_length: int | None = None, schema: str = "both",
-    *, replace_existing: bool = False, transformers: bool = True,
+    *, replace_existing: bool = False, transformers: bool = True, max_positions: str = "target",
 ) -> ConfigPlan:
     """Everything ``apply_to_config`` computes, with the before/base state for summaries.
 
@@ -172,7 +172,7 @@ def plan_config(
     kept = {k: before.rope.scaling[k] for k in families.STRUCTURAL_ROPE_KEYS if k in before.rope.scaling}
     rope = rope.with_(scaling={**rope.scaling, **kept}) if kept else rope
     if transformers:  # the RoPE as written: max_position_embeddings in the form most config readers agree on
-        rope = rope.with_(max_position_embeddings=written_max_positions(rope, base.trained_context))
+        rope = rope.with_(max_position_embeddings=written_max_positions(rope, base.trained_context, max_positions))
     _check_model(before, rope, transformers)
     layers = {**before.layer_ropes, before.main_layer or "full_attention": rope} if before.layer_ropes else {}
     new = write_rope(config, before, rope, schema, layer_ropes=layers or None, trained=base.trained_context)
@@ -185,7 +185,7 @@ def plan_config(
 
 def apply_to_config(
     config: Mapping[str, Any], spec: MethodSpec, target_length: int | None = None, schema: str = "both",
-    *, replace_existing: bool = False,
+    *, replace_existing: bool = False, max_positions: str = "target",
 ) -> tuple[dict[str, Any], RopeParams]:
     """Apply ``spec`` to a loaded config dict exactly as ``ropectl patch`` does.
 
@@ -193,5 +193,6 @@ def apply_to_config(
     full-attention one for per-layer models). Raises MethodError / ConfigError on bad input, and
     ConfigError for an already-scaled model without a ropectl record unless ``replace_existing``.
     """
-    plan = plan_config(config, spec, target_length, schema, replace_existing=replace_existing)
+    plan = plan_config(config, spec, target_length, schema, replace_existing=replace_existing,
+                       max_positions=max_positions)
     return plan.config, plan.rope

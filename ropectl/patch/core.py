@@ -232,8 +232,35 @@ def _vllm_serving(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> tu
     if not reading.ok or (reading.serving_length == target and plan.rope.rope_type != "dynamic"):
         return None, []
     emitted, notes = _emit_vllm(str(spec.output or model.folder or spec.model), plan, target)
-    return reader, [f"{reader.label}: derives a max length of {reading.serving_length} from this config, not the "
-                    f"target {target}; serve it with: {emitted['command']}", *notes]
+    served = int(reading.serving_length or 0)
+    if served > target and plan.rope.rope_type != "dynamic":  # longer is still the same RoPE: a cap, not a fix
+        return None, [f"{reader.label}: accepts up to {served} tokens from this config (max_position_embeddings x "
+                      f"factor), above the target {target}; to cap it there: {emitted['command']}"]
+    return reader, [f"{reader.label}: derives a max length of {served} from this config, not the target {target}; "
+                    f"serve it with: {emitted['command']}", *notes]
+
+
+def _lm_eval_serving(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel, views: list[Any]) -> list[str]:
+    """lm-eval left-truncates prompts past max_position_embeddings: when that is below the target, the command."""
+    short = next((v for v in views if v.reader.engine == "lm-eval" and v.too_short), None)
+    if short is None:
+        return []
+    from ropectl.readers import lm_eval
+
+    target = int(plan.target_context or 0)
+    where = str(spec.output or model.folder or spec.model)
+    return [f"{short.reader.label}: takes max_position_embeddings ({short.reading.serving_length}) as the longest "
+            f"prompt and left-truncates longer ones; run it with: {lm_eval.command(where, target)}"]
+
+
+def _legacy_form_hint(spec: PatchSpec, plan: ConfigPlan, views: list[Any]) -> list[str]:
+    """The target form costs transformers 4.43-4.50 their yarn reading: name the opt-in that serves them."""
+    if spec.max_positions != "target" or plan.rope.rope_type not in ("yarn", "linear"):
+        return []
+    if not any(v.reader.engine == "transformers" and v.differs and not v.too_short for v in views):
+        return []
+    return ["for the transformers releases named above, patch with --max-positions trained (max_position_embeddings "
+            "stays the trained length; lm-eval then needs max_length=N and vLLM the override patch prints)"]
 
 
 def _mode(spec: PatchSpec) -> str:
@@ -289,16 +316,20 @@ def patch_checkpoint(spec: PatchSpec) -> PatchResult:
         raise UsageError("a hub model's patched copy must go to a folder", "pass --output DIR")
     _check_outputs(spec, model)
     config = _gguf_config(model) if model.is_gguf else dict(model.config)
-    plan = plan_config(config, spec.method, spec.target_length, spec.schema,
-                       replace_existing=spec.replace_existing, transformers=not model.is_gguf)
+    plan = plan_config(config, spec.method, spec.target_length, spec.schema, replace_existing=spec.replace_existing,
+                       transformers=not model.is_gguf, max_positions=spec.max_positions)
     views = _reader_views(spec, plan, model)
+    legacy = _legacy_form_hint(spec, plan, views)
     done, emit_warnings = _execute(spec, model, plan)
     # the newest vLLM's short serving length is said once, by the line that carries its override
     said, serving = _vllm_serving(spec, plan, model)
     from ropectl.readers.parity import disagreement_warnings
 
-    # the printed command (overrides and --max-model-len) serves the target in every vLLM release
-    reader_warnings = disagreement_warnings([v for v in views if not (said and v.reader.engine == said.engine
-                                                                      and v.too_short)]) + serving
-    result = _result(spec, model, plan, done, _warnings(spec, plan, model) + reader_warnings + emit_warnings)
+    lm_eval = _lm_eval_serving(spec, plan, model, views)
+    # the printed commands (overrides and --max-model-len; max_length) serve the target in every release
+    spoken = {said.engine} if said else set()
+    spoken |= {"lm-eval"} if lm_eval else set()
+    reader_warnings = disagreement_warnings([v for v in views if not (v.reader.engine in spoken and v.too_short)])
+    reader_warnings += serving + lm_eval
+    result = _result(spec, model, plan, done, _warnings(spec, plan, model) + reader_warnings + legacy + emit_warnings)
     return replace(result, readers=tuple(v.to_json() for v in views))

