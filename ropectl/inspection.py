@@ -102,7 +102,10 @@ def _base_theta(model: ModelRope) -> float:
     return float(base.rope_theta if base else model.rope.rope_theta)
 
 
-def _contexts(rope: RopeParams, record: Record) -> tuple[int | None, int | None]:
+def _contexts(rope: RopeParams, record: Record, model_type: str = "") -> tuple[int | None, int | None]:
+    shipped = families.shipped_original(model_type, rope.rope_type, rope.factor, rope.max_position_embeddings)
+    if shipped and not record.base:  # Gemma 3's linear x8: max_position_embeddings is the scaled length already
+        return shipped, rope.max_position_embeddings
     trained = (record.base.context if record.base else None) or rope.trained_context
     if rope.rope_type in ("dynamic", "linear", "yarn") and rope.factor and (trained or rope.max_position_embeddings):
         # These keep max_position_embeddings at the trained length (patch's write form): the target is factor x it.
@@ -135,7 +138,7 @@ def inspect_model(spec: InspectSpec) -> InspectReport:
     model = read_model_rope(resolved.config)
     rope = model.rope
     freqs = _model_frequencies(model, spec.seq_len)
-    trained, target = _contexts(rope, Record.from_json(model.record))
+    trained, target = _contexts(rope, Record.from_json(model.record), model.model_type)
     base_inv = base_inv_freq(_base_theta(model), model.rotary_dim)
     pairs = tuple(pair_reports(base_inv, freqs.inv_freq, trained or rope.max_position_embeddings or 1))
     layout, reason = known_layout(resolved.config)

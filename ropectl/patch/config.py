@@ -90,7 +90,8 @@ def _base_rope(model: ModelRope, replace_existing: bool) -> tuple[RopeParams, bo
                 "pass --replace-existing to replace the existing scaling, taking rope_theta and the original "
                 "context from the config as the base",
             )
-        trained = rope.trained_context
+        trained = families.shipped_original(model.model_type, rope.rope_type, rope.factor,
+                                            rope.max_position_embeddings) or rope.trained_context
         return RopeParams("default", rope.rope_theta, model.rotary_dim, trained, {}), False
     return RopeParams("default", rope.rope_theta, model.rotary_dim, rope.max_position_embeddings, {}), False
 

@@ -170,8 +170,7 @@ def _warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[s
     if plan.reextension:
         out.append(plan.reextension)
     elif plan.before.rope.rope_type != "default" or plan.composed_from_record:
-        how = "from the base recorded by ropectl" if plan.composed_from_record else "taking the config's theta as base"
-        out.append(f"the existing '{plan.before.rope.rope_type}' scaling was replaced, not stacked ({how})")
+        out.append(_replaced(plan))
     original = dict(plan.method.options if plan.method else ()).get("original_max_position_embeddings")
     trained = plan.base.trained_context
     if original and trained and int(original) != trained and not plan.reextension:
@@ -185,6 +184,21 @@ def _warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[s
         out.append("re-saving this checkpoint with transformers 5 (save_pretrained) drops the v4 keys rope_scaling "
                    "and top-level rope_theta; patch again after re-saving if transformers 4 readers matter")
     return out
+
+
+def _replaced(plan: ConfigPlan) -> str:
+    """What a replacement drops, and where the new scaling counts from."""
+    old, start = plan.before.rope, plan.base.trained_context
+    if plan.composed_from_record:
+        return f"the existing '{old.rope_type}' scaling was replaced, not stacked (from the base recorded by ropectl)"
+    own = f"'{old.rope_type}' x{old.factor:g}" if old.factor else f"'{old.rope_type}'"
+    shipped = max(int(round((start or 0) * (old.factor or 1.0))), int(old.max_position_embeddings or 0))
+    line = (f"the existing {own} scaling ({start} -> {shipped}) was replaced, not stacked: its interpolation is "
+            f"dropped, and the new {plan.rope.rope_type} counts from the original {start} (-> {plan.target_context}), "
+            "with the config's theta as base")
+    if plan.target_context and plan.target_context <= shipped:
+        line += f"; note the new context {plan.target_context} is not beyond the shipped {shipped}"
+    return line
 
 
 def _reader_views(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[Any]:
@@ -257,7 +271,7 @@ def _legacy_form_hint(spec: PatchSpec, plan: ConfigPlan, views: list[Any]) -> li
     """The target form costs transformers 4.43-4.50 their yarn reading: name the opt-in that serves them."""
     if spec.max_positions != "target" or plan.rope.rope_type not in ("yarn", "linear"):
         return []
-    if not any(v.reader.engine == "transformers" and v.differs and not v.too_short for v in views):
+    if not any(v.reader.engine == "transformers" and v.reading.ok and v.differs and not v.too_short for v in views):
         return []
     return ["for the transformers releases named above, patch with --max-positions trained (max_position_embeddings "
             "stays the trained length; lm-eval then needs max_length=N and vLLM the override patch prints)"]

@@ -44,7 +44,10 @@ def predict(reader: Reader, config: Mapping[str, Any], version: str | None = Non
     base = tf.predict(tf.READERS[-1], config)
     if not base.ok:
         return Reading(reader, error=base.error, notes=base.notes)
-    return Reading(reader, base.ropes, notes=base.notes, serving_length=max_length(config) or DEFAULT_MAX_LENGTH)
+    # the config class default where config.json has none, as the loaded config carries it
+    main = base.ropes.get("full_attention") or next(iter(base.ropes.values()), None)
+    length = max_length(config) or (main.max_position_embeddings if main else None) or DEFAULT_MAX_LENGTH
+    return Reading(reader, base.ropes, notes=base.notes, serving_length=length)
 
 
 def command(model: str, target: int) -> str:

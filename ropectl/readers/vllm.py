@@ -132,7 +132,10 @@ def predict(reader: Reader, config: Mapping[str, Any], version: str | None = Non
     if not base.ok:
         return Reading(reader, error=base.error, notes=base.notes)
     cfg = text_config(config)
-    model_type, max_pos = str(cfg.get("model_type") or ""), int(cfg.get("max_position_embeddings") or 2048)
+    main_rope = base.ropes.get("full_attention") or next(iter(base.ropes.values()))
+    # the config class default where config.json has none (gemma-3-4b-it's text_config), as transformers loads it
+    model_type = str(cfg.get("model_type") or "")
+    max_pos = int(cfg.get("max_position_embeddings") or main_rope.max_position_embeddings or 2048)
     ropes, notes = {}, list(base.notes)
     for layer, p in base.ropes.items():
         built = _model_file(reader, model_type, p, notes)

@@ -32,8 +32,11 @@ class Reextension:
 
     @property
     def shipped_context(self) -> int:
+        """The context the shipped config serves: its max_position_embeddings where that is longer than original x
+        factor (llama3 reaches 131072 from 8192 with factor 8; Llama 4 states 10,485,760), else original x factor
+        (configs that keep max_position_embeddings at the original, as Qwen's yarn form does)."""
         factor = self.shipped.factor or 1.0
-        return int(round(self.original * factor))
+        return max(int(round(self.original * factor)), int(self.shipped.max_position_embeddings or 0))
 
     def summary(self, new: RopeParams, factor: float | None) -> str:
         own = f"{self.shipped.rope_type} x{self.shipped.factor:g}" if self.shipped.factor else self.shipped.rope_type

@@ -88,6 +88,19 @@ PATCH_REFUSED: dict[str, tuple[tuple[str, ...] | None, str]] = {
     "embedding_gemma2_text": (("longrope",), _PER_LAYER_HEADS),
 }
 
+# Model types that publish linear scaling with max_position_embeddings already scaled (Gemma 3: linear x8 and
+# 131072, trained 16384 on its global layers); vLLM reads them so too. For any other linear config without a ropectl
+# record, max_position_embeddings is taken as the trained length (vLLM multiplies it by the factor).
+LINEAR_SCALED_MAX_POSITIONS = frozenset({"gemma3", "gemma3_text"})
+
+
+def shipped_original(model_type: str, rope_type: str, factor: float | None, max_pos: int | None) -> int | None:
+    """The pretraining length of a published linear scaling whose max_position_embeddings is already scaled."""
+    if rope_type != "linear" or model_type not in LINEAR_SCALED_MAX_POSITIONS or not factor or not max_pos:
+        return None
+    return int(round(max_pos / factor))
+
+
 # Keys of a rope section that describe the model, not the scaling: every method keeps them (Qwen2-VL / Qwen3-VL
 # multimodal RoPE splits the frequencies into temporal / height / width sections).
 STRUCTURAL_ROPE_KEYS = ("mrope_section", "mrope_interleaved")

@@ -1,0 +1,123 @@
+"""What ropectl says of each engine for the families beyond Llama, and published configs read as they ship.
+
+The vLLM facts are measured by tests/compat/test_vllm_rope.py (vLLM's own model classes); here, hand-computed values
+and published figures pin what the CLI prints, with negative controls.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from ropectl.cli.app import app
+
+FIXTURES = Path(__file__).parent / "fixtures" / "configs"
+runner = CliRunner()
+
+
+def _folder(tmp_path: Path, config: dict[str, Any], name: str = "m") -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def _fixture(tmp_path: Path, name: str) -> Path:
+    return _folder(tmp_path, json.loads((FIXTURES / f"{name}.json").read_text()), name)
+
+
+def _patch(*args: Any) -> tuple[int, dict[str, Any] | None, str]:
+    result = runner.invoke(app, ["patch", *map(str, args), "--json"])
+    return result.exit_code, json.loads(result.stdout) if result.exit_code == 0 else None, result.stderr
+
+
+def _vllm(data: dict[str, Any]) -> dict[str, Any]:
+    return next(v for v in data["readers"] if v["reader"] == "vLLM 0.32+")
+
+
+QWEN25_VL = {"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
+             "hidden_size": 3584, "num_attention_heads": 28, "num_key_value_heads": 4, "max_position_embeddings": 128000,
+             "rope_theta": 1000000.0, "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+             "vision_config": {"depth": 32, "hidden_size": 1280}}
+
+
+def test_deepseek_llama3_is_yarn_in_vllm(tmp_path: Path) -> None:
+    code, data, err = _patch(_fixture(tmp_path, "deepseek-v3"), "-m", "llama3", "-f", "2", "--replace-existing",
+                             "--dry-run")
+    assert code == 0, err
+    view = _vllm(data)
+    assert not view["agrees"] and "deepseek_v2.py" in view["differs"]
+    # YaRN's cos/sin scale at factor 2, by hand: 0.1 ln 2 + 1
+    assert view["layers"]["main"]["attention_factor"] == pytest.approx(0.1 * math.log(2) + 1)
+    assert any(w.startswith("vLLM (every version): computes other RoPE") for w in data["warnings"])
+    (tmp_path / "y").mkdir()
+    code, data, err = _patch(_fixture(tmp_path / "y", "deepseek-v3"), "-m", "yarn", "-f", "2", "--replace-existing",
+                             "--dry-run")
+    assert code == 0 and _vllm(data)["agrees"]  # negative control: yarn is what vLLM builds
+
+
+@pytest.mark.parametrize(("fixture", "method", "key"), [("deepseek-v3", "linear", "original_max_position_embeddings"),
+                                                        ("gpt-oss-20b", "ntk", "factor")])
+def test_what_vllm_cannot_build_is_refused_for_emit(tmp_path: Path, fixture: str, method: str, key: str) -> None:
+    folder = _fixture(tmp_path, fixture)
+    code, data, err = _patch(folder, "-m", method, "-f", "2", "--replace-existing", "--dry-run")
+    assert code == 0 and f"KeyError '{key}'" in _vllm(data)["error"]
+    result = runner.invoke(app, ["patch", str(folder), "-m", method, "-f", "2", "--replace-existing", "--emit", "vllm"])
+    assert result.exit_code != 0 and "cannot serve this" in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_qwen25_vl_hub_config_inspects_and_patches(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, QWEN25_VL)
+    result = runner.invoke(app, ["inspect", str(folder), "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["rope_type"] == "default"
+    code, data, err = _patch(folder, "-m", "yarn", "-f", "4", "--emit", "vllm")
+    assert code == 0, err
+    overrides = data["emit"]["hf_overrides"]
+    # composite: nested where vLLM's text model reads (negative control: not at the top level)
+    assert set(overrides) == {"text_config"} and overrides["text_config"]["max_position_embeddings"] == 512000
+    assert overrides["text_config"]["rope_parameters"]["mrope_section"] == [16, 24, 24]
+    # MRotaryEmbedding's x4 correction range: said, not "same"
+    assert any("MRotaryEmbedding" in w for w in data["warnings"])
+
+
+def test_plain_llama_overrides_stay_flat(tmp_path: Path) -> None:
+    config = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "max_position_embeddings": 1024, "rope_theta": 10000.0}
+    code, data, err = _patch(_folder(tmp_path, config), "-m", "yarn", "-f", "2", "--emit", "vllm")
+    assert code == 0 and "text_config" not in data["emit"]["hf_overrides"] and not data["warnings"]
+
+
+def test_gemma3_as_shipped_is_trained_16k(tmp_path: Path) -> None:
+    folder = _fixture(tmp_path, "gemma-3-4b-it")
+    result = runner.invoke(app, ["inspect", str(folder), "--engines", "--json"])
+    report = json.loads(result.stdout)
+    # published: linear x8 over a 16k-trained global attention, max_position_embeddings 131072
+    assert report["trained_context"] == 16384 and report["target_context"] == 131072
+    differs = [v["reader"] for v in report["engines"] if not v["agrees"]]
+    assert differs == ["transformers 4.43 to <4.45", "transformers 4.45 to <4.48", "transformers 4.48 to <4.51"]
+    code, data, err = _patch(folder, "-m", "yarn", "-f", "4", "--replace-existing", "--dry-run")
+    assert code == 0, err
+    assert data["target_context"] == 65536
+    line = next(w for w in data["warnings"] if w.startswith("the existing 'linear' x8"))
+    assert "(16384 -> 131072)" in line and "dropped" in line and "not beyond the shipped 131072" in line
+
+
+@pytest.mark.parametrize(("config", "shipped"), [
+    (json.loads((FIXTURES / "llama-3.1-8b-instruct.json").read_text()), 131072),
+    ({"model_type": "llama4_text", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "head_dim": 16, "max_position_embeddings": 10485760, "rope_theta": 500000.0,
+      "rope_scaling": {"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                       "original_max_position_embeddings": 8192}}, 10485760),
+])
+def test_reextension_states_the_shipped_context(tmp_path: Path, config: dict[str, Any], shipped: int) -> None:
+    code, data, err = _patch(_folder(tmp_path, config), "-m", "llama3", "-f", "32", "--dry-run")
+    assert code == 0, err
+    line = next(w for w in data["warnings"] if w.startswith("re-extension"))
+    assert f"(8192 -> {shipped})" in line
