@@ -5,7 +5,7 @@ patched by ropectl's CLI. In the cached vLLM venv, tests/compat/vllm_rope_runner
 builds each one with vLLM's own ModelConfig (config loading, --hf-overrides, derived max length) and the
 architecture's own model class, and reads the cos/sin of every rotary embedding it holds; transformers' rotary
 class gives the oracle from the patched folder. Two routes per case:
-- ``folder``: the patched folder, with the override patch printed when it said vLLM derives another length;
+- ``folder``: the patched folder, with the override patch printed when it said vLLM derives another length (or to cap it);
 - ``emit``: the unpatched folder with the overrides ``patch --emit vllm`` printed (when it did not refuse).
 What ropectl claims (patch --json ``readers`` for the newest vLLM, and --emit's refusal or warnings) must match:
 an error claimed <=> vLLM raises; "same" <=> vLLM's cos/sin equal transformers'; and the derived max length is the
@@ -38,10 +38,17 @@ def _printed_overrides(warnings: list[str]) -> dict[str, Any]:
     import shlex
 
     for w in warnings:
-        if "serve it with: vllm serve" in w:
-            args = shlex.split(w.split("serve it with: ", 1)[1])
-            return json.loads(args[args.index("--hf-overrides") + 1])
+        for lead in ("serve it with: ", "to cap it there: "):
+            if lead + "vllm serve" in w:
+                args = shlex.split(w.split(lead, 1)[1])
+                return json.loads(args[args.index("--hf-overrides") + 1])
     return {}
+
+
+def _covers_newest(warning: str) -> bool:
+    """A vLLM warning whose version span includes the release this tier runs (the newest)."""
+    label = warning.split(":", 1)[0]
+    return label.startswith("vLLM") and (label.endswith("+") or label == "vLLM (every version)")
 
 
 def _case(root: Path, family: str, method: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -118,7 +125,9 @@ def test_folder_claim_is_what_vllm_builds(family: str, method: str, measured: di
     print(f"{family} {method} folder: max |cos/sin diff| vLLM vs transformers {diff:.1e}; ropectl: {view['differs']}")
     assert (diff <= TOL) == _claims_same(view), (diff, view["differs"])
     if _claims_same(view):
-        assert got["max_model_len"] == case["target"], "the folder (with the printed override) must serve the target"
+        # the target exactly with a printed override; else what ropectl says the folder gives, never less
+        printed = bool(_printed_overrides(case["patched"]["warnings"]))
+        assert got["max_model_len"] == (case["target"] if printed else view["serving_length"]) >= case["target"]
 
 
 @pytest.mark.parametrize(("family", "method"), CASES)
@@ -132,7 +141,7 @@ def test_emitted_overrides_are_what_vllm_builds(family: str, method: str, measur
     assert "error" not in got, got["error"]
     assert got["max_model_len"] == case["target"]
     diff = _max_diff(got)
-    warned = any("computes other RoPE" in w for w in case["emitted"]["warnings"])
+    warned = any("computes other RoPE" in w and _covers_newest(w) for w in case["emitted"]["warnings"])
     print(f"{family} {method} emit: max |cos/sin diff| {diff:.1e}; warned: {warned}")
     assert (diff > TOL) == warned
 

@@ -84,6 +84,34 @@ def _mistral3() -> dict[str, Any]:
             "vision_feature_layer": -1, "multimodal_projector_bias": False, "projector_hidden_act": "gelu"}
 
 
+def _qwen3_5() -> dict[str, Any]:
+    # Qwen3.5: hybrid linear / full attention; RoPE (partial, multimodal sections) on the full-attention layers
+    text = {"model_type": "qwen3_5_text", **TEXT, "head_dim": 32, "max_position_embeddings": 1024,
+            "layer_types": ["linear_attention", "full_attention"], "linear_key_head_dim": 16,
+            "linear_value_head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 2,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
+                                "mrope_section": [1, 1, 2], "mrope_interleaved": True}}
+    return {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", "text_config": text,
+            "vision_config": {"depth": 1, "hidden_size": 32, "intermediate_size": 32, "num_heads": 2,
+                              "out_hidden_size": 64, "patch_size": 16, "spatial_merge_size": 2,
+                              "temporal_patch_size": 2, "num_position_embeddings": 16},
+            "image_token_id": 250, "video_token_id": 251, "vision_start_token_id": 252, "vision_end_token_id": 253}
+
+
+def _llama4() -> dict[str, Any]:
+    # Llama 4 Scout's RoPE (llama3 x16 from 8192), interleaved; a NoPE layer every 4th, MoE shrunk
+    text = {"model_type": "llama4_text", **TEXT, "head_dim": 32, "num_hidden_layers": 2, "intermediate_size_mlp": 64,
+            "num_local_experts": 2, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1,
+            "no_rope_layers": [1, 1], "attention_chunk_size": 8192, "max_position_embeddings": 10485760,
+            "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0,
+                                                     "high_freq_factor": 1.0, "original_max_position_embeddings": 8192}}
+    vision = {"model_type": "llama4_vision_model", "hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 1,
+              "num_attention_heads": 2, "image_size": 28, "patch_size": 14, "vision_output_dim": 32,
+              "projector_input_dim": 32, "projector_output_dim": 32, "pixel_shuffle_ratio": 0.5}
+    return {"architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4", "text_config": text,
+            "vision_config": vision, "image_token_index": 250}
+
+
 FAMILIES: dict[str, tuple[Any, tuple[str, ...], tuple[str, ...]]] = {
     "llama": (_llama, ("yarn:2", "linear:2", "llama3:2", "ntk:2"), ()),
     "deepseek_v3": (_deepseek_v3, ("yarn:2", "llama3:2", "linear:2"), ("--replace-existing",)),
@@ -92,6 +120,8 @@ FAMILIES: dict[str, tuple[Any, tuple[str, ...], tuple[str, ...]]] = {
     "qwen3_vl": (_qwen3_vl, ("yarn:2",), ()),
     "gemma3": (_gemma3, ("yarn:2",), ("--replace-existing",)),
     "mistral3": (_mistral3, ("yarn:2", "linear:2"), ()),
+    "qwen3_5": (_qwen3_5, ("yarn:2",), ()),
+    "llama4": (_llama4, ("llama3:32", "yarn:2"), ("--replace-existing",)),
 }
 
 

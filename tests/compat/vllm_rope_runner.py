@@ -102,10 +102,13 @@ def hf_side(folder: str, positions: list[int]) -> dict:
     for layer_type in layer_types if takes_type else ["main"]:
         x = torch.zeros(1, dtype=torch.float32)
         try:
-            cos, sin = rotary(x, ids, layer_type) if takes_type else rotary(x, ids)
+            out_ = rotary(x, ids, layer_type) if takes_type else rotary(x, ids)
         except Exception:  # multimodal RoPE: (3, batch, seq) position ids, equal for text
             cos, sin = rotary(x, ids[None].expand(3, 1, -1))
-            cos, sin = cos[0], sin[0]
+            out_ = (cos[0], sin[0])
+        if torch.is_tensor(out_) and out_.is_complex():  # Llama 4: freqs_cis, cos + i sin per frequency
+            out_ = (out_.real.float(), out_.imag.float())
+        cos, sin = out_
         cos, sin, half = cos[0], sin[0], cos.shape[-1] // 2
         if torch.equal(cos[:, :half], cos[:, half:]) and torch.equal(sin[:, :half], sin[:, half:]):
             cos, sin = cos[:, :half], sin[:, :half]  # rotate_half's layout repeats each frequency; gpt-oss's does not
