@@ -48,6 +48,7 @@ class Recommendation:
     trained: int
     max_regression: float
     evidence: tuple[Evidence, ...]  # ranked, best first
+    serve_with: tuple[str, ...] = ()  # the engines a method had to be served by as evaluated (empty: not asked)
 
     @property
     def winner(self) -> Evidence:
@@ -55,7 +56,8 @@ class Recommendation:
 
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "trained": self.trained, "max_regression": self.max_regression,
-                "winner": self.winner.method, "evidence": [e.to_dict() for e in self.evidence]}
+                "winner": self.winner.method, "serve_with": list(self.serve_with),
+                "evidence": [e.to_dict() for e in self.evidence]}
 
 
 def load_ppl(folder: Path) -> dict[str, Any]:
@@ -80,7 +82,8 @@ def _read(path: Path, command: str, flag: str) -> dict[str, Any]:
 
 
 def recommend(ppl: dict[str, Any], passkey: dict[str, Any] | None, target: int,
-              max_regression: float = DEFAULT_MAX_REGRESSION) -> Recommendation:
+              max_regression: float = DEFAULT_MAX_REGRESSION, serve_with: tuple[str, ...] = ()) -> Recommendation:
+    """Rank the measured methods; a method an engine in ``serve_with`` would not compute as evaluated is out."""
     meta = ppl["meta"]
     trained = meta.get("trained_context")
     if not trained:
@@ -93,11 +96,21 @@ def recommend(ppl: dict[str, Any], passkey: dict[str, Any] | None, target: int,
                          f"including {target}")
     reference = next((m for m in REFERENCE if (m, target) in table), None)
     keys = _passkey_at(passkey, target)
-    found = [_evidence(m, table, lengths, trained, target, reference, keys.get(m), max_regression)
+    found = [_served(_evidence(m, table, lengths, trained, target, reference, keys.get(m), max_regression), serve_with)
              for m in meta["methods"] if (m, target) in table]
     ranked = sorted(found, key=_order)
     return Recommendation(target, trained, max_regression,
-                          tuple(Evidence(**{**e.to_dict(), "rank": i + 1}) for i, e in enumerate(ranked)))
+                          tuple(Evidence(**{**e.to_dict(), "rank": i + 1}) for i, e in enumerate(ranked)), serve_with)
+
+
+def _served(e: Evidence, serve_with: tuple[str, ...]) -> Evidence:
+    from ropectl.readers import why_not_served
+    from ropectl.rope.methods import parse_spec
+
+    if e.method in REFERENCE or not serve_with:
+        return e
+    why = why_not_served(parse_spec(e.method).name, serve_with)
+    return e if why is None else Evidence(**{**e.to_dict(), "eligible": False, "note": f"not served as evaluated: {why}"})
 
 
 def _order(e: Evidence) -> tuple[Any, ...]:
@@ -130,18 +143,24 @@ def _evidence(method: str, table: dict[tuple[str, int], float], lengths: list[in
                     note)
 
 
-def patch_commands(model: str, method: str) -> list[str]:
-    """The commands that ship ``method``: write the checkpoint, and print vLLM / llama.cpp flags."""
+def patch_commands(model: str, method: str, serve_with: tuple[str, ...] = ("vllm", "llama.cpp")) -> list[str]:
+    """The commands that ship ``method``: write the checkpoint, and print the flags of the engines in
+    ``serve_with`` (vLLM, llama.cpp) that take them."""
     import shlex
 
     path = Path(model)
     tag = method.replace(":", "").replace(",", "-").replace("=", "")
-    out = str(path.with_name(f"{path.stem}-{tag}.gguf")) if path.suffix == ".gguf" else f"{path.name or model}-{tag}"
+    # into the working folder, never beside the source (the embedded GGUF sits in site-packages)
+    out = f"{path.stem}-{tag}.gguf" if path.suffix == ".gguf" else f"{path.name or model}-{tag}"
     from ropectl.readers.llama_cpp import cannot_express
     from ropectl.rope.methods import parse_spec
 
     base = ["ropectl", "patch", model, "-m", method]
-    commands = [shlex.join([*base, "-o", out]), shlex.join([*base, "--emit", "vllm"])]
-    why_not = cannot_express(parse_spec(method).name)
-    # patch refuses --emit llama.cpp for a method llama.cpp lacks: say so instead of printing a failing command
-    return [*commands, f"# not for llama.cpp: {why_not}" if why_not else shlex.join([*base, "--emit", "llama.cpp"])]
+    commands = [shlex.join([*base, "-o", out])]
+    if "vllm" in serve_with:
+        commands.append(shlex.join([*base, "--emit", "vllm"]))
+    if "llama.cpp" in serve_with:
+        why_not = cannot_express(parse_spec(method).name)
+        # patch refuses --emit llama.cpp for a method llama.cpp lacks: say so instead of printing a failing command
+        commands.append(f"# not for llama.cpp: {why_not}" if why_not else shlex.join([*base, "--emit", "llama.cpp"]))
+    return commands

@@ -29,7 +29,8 @@ class Sweeps:
 
 def run_sweeps(model: str | None, target: int, factor: float | None, out: Path | None, dtype: str, device: str,
                max_regression: float = DEFAULT_MAX_REGRESSION,
-               progress: Callable[[Any], None] | None = None, on_ppl: Callable[[Any], None] | None = None) -> Sweeps:
+               progress: Callable[[Any], None] | None = None, on_ppl: Callable[[Any], None] | None = None,
+               serve_with: tuple[str, ...] = ()) -> Sweeps:
     from ropectl.passkey import build_passkey_spec, run_passkey
     from ropectl.ppl import build_spec, run_eval
     from ropectl.ppl.model import model_source, trained_context
@@ -51,13 +52,13 @@ def run_sweeps(model: str | None, target: int, factor: float | None, out: Path |
     if on_ppl:
         on_ppl(ppl)
     first = recommend({"meta": ppl.meta, "table": [a.to_dict() for a in ppl.aggregates]}, None, target,
-                      max_regression)
+                      max_regression, serve_with)
     best = next((e.method for e in first.evidence if e.eligible and e.method != "none"), None)
     methods = ["none"] + ([best] if best else [])
     pk_spec = build_passkey_spec(model=model, methods=methods, out=root / "passkey", **pk, **common)
     passkey = run_passkey(pk_spec, progress)
     final = recommend({"meta": ppl.meta, "table": [a.to_dict() for a in ppl.aggregates]}, passkey.to_dict(), target,
-                      max_regression)
+                      max_regression, serve_with)
     return Sweeps(ppl, passkey, final)
 
 

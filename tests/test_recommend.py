@@ -60,13 +60,31 @@ def test_cli_is_deterministic_and_prints_the_patch_commands(tmp_path: Path) -> N
     first, second = runner.invoke(app, args), runner.invoke(app, args)
     assert first.exit_code == 0, first.output
     assert first.stdout == second.stdout
-    assert "winner: dynamic:2" in first.stdout
-    assert "ropectl patch ./my-llama -m dynamic:2 -o my-llama-dynamic2" in first.stdout
-    assert "ropectl patch ./my-llama -m dynamic:2 --emit vllm" in first.stdout
+    # a Hugging Face folder reaches every engine: dynamic (static in vLLM, absent in llama.cpp) is out, saying why
+    assert "winner: yarn:2" in first.stdout and "not served as evaluated: vLLM: dynamic is static" in first.stdout
+    assert "ropectl patch ./my-llama -m yarn:2 -o my-llama-yarn2" in first.stdout
+    assert "ropectl patch ./my-llama -m yarn:2 --emit vllm" in first.stdout
     data = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
-    assert data["winner"] == "dynamic:2" and len(data["commands"]) == 3
-    # patch refuses --emit llama.cpp for dynamic (llama.cpp has none): the command must not be offered
-    assert "dynamic:2 --emit llama.cpp" not in first.stdout and "not for llama.cpp" in first.stdout
+    assert data["winner"] == "yarn:2" and len(data["commands"]) == 3
+    assert data["serve_with"] == ["transformers", "vllm", "llama.cpp"]
+    # served by transformers alone, dynamic wins, and no engine flags are offered for it
+    only = runner.invoke(app, [*args, "--serve-with", "transformers", "--json"])
+    data = json.loads(only.stdout)
+    assert data["winner"] == "dynamic:2" and data["commands"] == ["ropectl patch ./my-llama -m dynamic:2 -o my-llama-dynamic2"]
+    assert "dynamic:2 --emit llama.cpp" not in only.stdout
+
+
+def test_a_gguf_never_ships_what_llama_cpp_lacks(tmp_path: Path) -> None:
+    ppl, pk = write(tmp_path)
+    data = json.loads(runner.invoke(app, ["recommend", "model.gguf", "-t", "16k", "--ppl", str(ppl), "--passkey",
+                                          str(pk), "--json"]).stdout)
+    assert data["serve_with"] == ["llama.cpp"] and data["winner"] == "yarn:2"
+    dynamic = next(e for e in data["evidence"] if e["method"] == "dynamic:2")
+    assert not dynamic["eligible"] and "llama.cpp has no dynamic NTK" in dynamic["note"]
+    # written into the working folder, never beside the source
+    assert data["commands"][0] == "ropectl patch model.gguf -m yarn:2 -o model-yarn2.gguf"
+    bad = runner.invoke(app, ["recommend", "-t", "16k", "--ppl", str(ppl), "--serve-with", "tgi"])
+    assert bad.exit_code != 0 and "unknown --serve-with engine 'tgi'" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_llama_cpp_command_printed_for_a_method_it_has() -> None:

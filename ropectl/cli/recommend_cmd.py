@@ -25,11 +25,30 @@ RegressionOpt = Annotated[Optional[float], _opt("--max-regression", panel=RULE, 
     "Largest PPL increase over `none` allowed at lengths up to the trained context [default: 0.05]."))]
 
 
+ServeOpt = Annotated[Optional[str], _opt("--serve-with", panel=RULE, help=(
+    "Engines the checkpoint will be served with, comma-separated: transformers, vllm, llama.cpp. A method one of "
+    "them would not compute as evaluated is out [default: every engine the format reaches; a GGUF: llama.cpp]."))]
+
+
+def _serve_with(value: str | None, model: str) -> tuple[str, ...]:
+    from ropectl.errors import UsageError
+    from ropectl.readers import SERVING_ENGINES, serving_engines_for
+
+    if value is None:
+        return serving_engines_for(model)
+    engines = tuple(e.strip() for e in value.split(",") if e.strip())
+    unknown = [e for e in engines if e not in SERVING_ENGINES]
+    if unknown or not engines:
+        raise UsageError(f"unknown --serve-with engine '{(unknown or [value])[0]}'",
+                         f"use a comma-separated list of {', '.join(SERVING_ENGINES)}")
+    return engines
+
+
 @handle_errors
 def recommend_cmd(
     model: ModelOpt = None, target_length: TargetOpt = "", ppl: PplOpt = None, passkey: PasskeyOpt = None,
     factor: FactorOpt = None, max_regression: RegressionOpt = None, dtype: DtypeOpt = None, device: DeviceOpt = None,
-    out: OutOpt = None, json_out: JsonOpt = False,
+    out: OutOpt = None, serve_with: ServeOpt = None, json_out: JsonOpt = False,
 ) -> None:
     """Rank RoPE methods for --target-length: in-window regression vs none, passkey at the target, PPL at it.
 
@@ -50,14 +69,16 @@ def recommend_cmd(
         raise UsageError("--passkey needs --ppl", "pass both results folders, or neither to run the sweeps")
     if ppl is not None:
         ppl_data = load_ppl(ppl)
-        result = recommend(ppl_data, load_passkey(passkey) if passkey else None, target, limit)
         model_name = model or ppl_data["meta"]["model"]
+        engines = _serve_with(serve_with, _model_arg(model_name))
+        result = recommend(ppl_data, load_passkey(passkey) if passkey else None, target, limit, engines)
     else:
         from ropectl.recommend_run import run_sweeps
 
+        engines = _serve_with(serve_with, model or _default_path())
         with progress_bar(enabled=not json_out) as on_progress:
             sweeps = run_sweeps(model, target, factor, out, dtype or "auto", device or "auto", limit, on_progress,
-                                None if json_out else print_table)
+                                None if json_out else print_table, engines)
         result, model_name = sweeps.recommendation, model or _default_path()
         if not json_out:
             from ropectl.cli.passkey_cmd import print_passkey_table
@@ -79,7 +100,8 @@ def _commands(model: str, result: Any) -> list[str]:
     from ropectl.recommend import patch_commands
 
     winner = result.winner.method
-    return [] if winner in ("none", "as-is") else patch_commands(_model_arg(model), winner)
+    engines = result.serve_with or ("vllm", "llama.cpp")
+    return [] if winner in ("none", "as-is") else patch_commands(_model_arg(model), winner, engines)
 
 
 def _model_arg(model: str) -> str:
@@ -107,6 +129,9 @@ def print_recommendation(result: Any, model: str) -> None:
         table.add_row(str(e.rank), e.method, f"{e.ppl_target:.2f}", vs, reg, key, e.note or ("ok" if e.eligible else ""))
     console = Console()
     console.print(table)
+    for e in result.evidence:  # the reasons in full: a table cell wraps them out of sight
+        if e.note.startswith("not served as evaluated"):
+            console.print(f"{e.method}: {e.note}", soft_wrap=True, markup=False)
     console.print(f"rule: drop methods more than {result.max_regression:.0%} worse than none at any length ≤ the "
                   "trained context; then highest passkey accuracy at the target; then lowest PPL at the target; "
                   "ties go to none.")

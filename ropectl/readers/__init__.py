@@ -8,7 +8,7 @@ warnings, ``inspect --engines`` and the README's compatibility table are all der
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from ropectl.readers.base import Quirk, Reader, Reading, VersionRange
@@ -20,6 +20,23 @@ ENGINE_MODULES = ("ropectl.readers.transformers", "ropectl.readers.vllm", "ropec
 Predict = Callable[[Reader, Mapping[str, Any]], Reading]
 
 
+# Engines a checkpoint is served with, by the name users pass (recommend --serve-with).
+SERVING_ENGINES = ("transformers", "vllm", "llama.cpp")
+
+
+def serving_engines_for(model: str) -> tuple[str, ...]:
+    """The engines a checkpoint's format reaches: a GGUF file is llama.cpp's; a Hugging Face folder reaches all."""
+    return ("llama.cpp",) if str(model).lower().endswith(".gguf") else SERVING_ENGINES
+
+
+def why_not_served(rope_type: str, serve_with: Iterable[str]) -> str | None:
+    """Why one of ``serve_with`` would not compute what transformers evaluated for ``rope_type`` (None: all do)."""
+    from ropectl.readers import llama_cpp, vllm
+
+    checks = {"vllm": vllm.cannot_serve, "llama.cpp": llama_cpp.cannot_express}
+    return next((why for engine in serve_with if engine in checks and (why := checks[engine](rope_type))), None)
+
+
 def engines() -> Iterator[tuple[Reader, Predict]]:
     """Every known reader with the function that predicts its reading."""
     for name in ENGINE_MODULES:
@@ -28,4 +45,5 @@ def engines() -> Iterator[tuple[Reader, Predict]]:
             yield reader, module.predict
 
 
-__all__ = ["ENGINE_MODULES", "Quirk", "Reader", "Reading", "VersionRange", "engines"]
+__all__ = ["ENGINE_MODULES", "SERVING_ENGINES", "Quirk", "Reader", "Reading", "VersionRange", "engines",
+           "serving_engines_for", "why_not_served"]

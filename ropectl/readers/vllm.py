@@ -77,6 +77,12 @@ READERS: tuple[Reader, ...] = (
 )
 
 
+def cannot_serve(rope_type: str) -> str | None:
+    """Why vLLM does not compute what transformers evaluates for ``rope_type`` (dynamic is static there), or None."""
+    quirk = next((q for q in newest().quirks if q.kind == STATIC_DYNAMIC and rope_type in q.rope_types), None)
+    return f"vLLM: {quirk.note}" if quirk else None
+
+
 def reader_for(version: str) -> Reader:
     return next(r for r in READERS if version in r.versions)
 
