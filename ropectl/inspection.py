@@ -71,7 +71,9 @@ class InspectReport:
             "num_key_value_heads": m.num_key_value_heads,
             "rope_theta": rope.rope_theta,
             "rope_type": rope.rope_type,
-            "factor": rope.factor,
+            "factor": rope.effective_factor,
+            "factor_source": ("implied: max_position_embeddings / original_max_position_embeddings"
+                              if rope.implied_factor else "config" if rope.factor is not None else None),
             "original_max_position_embeddings": rope.original_max_position_embeddings,
             "max_position_embeddings": rope.max_position_embeddings,
             "trained_context": self.trained_context,
@@ -108,7 +110,8 @@ def _contexts(rope: RopeParams, record: Record, model_type: str = "") -> tuple[i
         return shipped, rope.max_position_embeddings
     trained = (record.base.context if record.base else None) or rope.trained_context
     if rope.rope_type in ("dynamic", "linear", "yarn") and rope.factor and (trained or rope.max_position_embeddings):
-        # These keep max_position_embeddings at the trained length (patch's write form): the target is factor x it.
+        # The target is factor x the trained length: recorded by patch, named by the config (yarn), or, for a
+        # linear or dynamic config without either, max_position_embeddings (vLLM reads those so too).
         target = int(round(int(trained or rope.max_position_embeddings) * rope.factor))
     else:
         target = rope.max_position_embeddings

@@ -121,3 +121,49 @@ def test_reextension_states_the_shipped_context(tmp_path: Path, config: dict[str
     assert code == 0, err
     line = next(w for w in data["warnings"] if w.startswith("re-extension"))
     assert f"(8192 -> {shipped})" in line
+
+
+def test_one_length_parser_for_patch(tmp_path: Path) -> None:
+    config = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "max_position_embeddings": 1024, "rope_theta": 10000.0}
+    folder = _folder(tmp_path, config)
+    short = _patch(folder, "-m", "yarn", "-t", "4k", "--dry-run")
+    plain = _patch(folder, "-m", "yarn", "-t", "4096", "--dry-run")
+    assert short[0] == plain[0] == 0 and short[1]["target_context"] == plain[1]["target_context"] == 4096
+    bad = runner.invoke(app, ["patch", str(folder), "-m", "yarn", "-t", "4q", "--dry-run"])
+    assert bad.exit_code != 0 and "length '4q'" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_phi3_longrope_reports_its_implied_factor(tmp_path: Path) -> None:
+    folder = _fixture(tmp_path, "phi-3.5-mini-instruct")
+    report = json.loads(runner.invoke(app, ["inspect", str(folder), "--json"]).stdout)
+    # published: max_position_embeddings 131072 over original 4096 -> 32, which its attention factor comes from
+    assert report["factor"] == 32.0 and "implied" in report["factor_source"]
+    assert report["attention_factor"] == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)))
+    text = runner.invoke(app, ["inspect", str(folder)], env={"COLUMNS": "200"}).stdout
+    assert "factor=32 (implied)" in text
+    # `none` removes the published scaling without --replace-existing: the config names the original
+    code, data, err = _patch(folder, "-m", "none", "--dry-run")
+    assert code == 0, err
+    assert data["before"]["factor"] == 32.0 and data["after"]["rope_type"] == "default"
+    n = 48
+    result = runner.invoke(app, ["patch", str(folder), "-m", "longrope", "-f", "32", "--replace-existing", "--dry-run",
+                                 "--short-factor", ",".join(["1.0"] * n), "--long-factor", ",".join(["2.0"] * n)],
+                           env={"COLUMNS": "200"})
+    # the summary title counts the lists (the diff above it still shows every number)
+    assert result.exit_code == 0 and "long_factor=[48 values]" in result.stdout
+    assert "short_factor=[1.0" not in result.stdout
+
+
+def test_composite_and_new_model_types_are_reported_truly(tmp_path: Path) -> None:
+    folder = _fixture(tmp_path, "gemma-3-4b-it")
+    report = json.loads(runner.invoke(app, ["inspect", str(folder), "--json"]).stdout)
+    assert report["architectures"] == ["Gemma3ForConditionalGeneration"]
+    qwen35 = {"model_type": "qwen3_5", "architectures": ["Qwen3_5ForConditionalGeneration"],
+              "text_config": {"model_type": "qwen3_5_text", "hidden_size": 64, "num_attention_heads": 2,
+                              "num_key_value_heads": 1, "head_dim": 32, "max_position_embeddings": 1024,
+                              "rope_parameters": {"rope_type": "default", "rope_theta": 1e7}}}
+    report = json.loads(runner.invoke(app, ["inspect", str(_folder(tmp_path, qwen35, "q35")), "--json"]).stdout)
+    lines = [w for w in report["warnings"] if w.startswith("transformers 4")]
+    # one line for every 4.x release, and the reason is what 4.x reads, not that the model has no RoPE
+    assert len(lines) == 1 and "does not read" in lines[0] and "does not use rotary" not in lines[0]

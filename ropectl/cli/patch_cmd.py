@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -25,8 +26,8 @@ MethodOpt = Annotated[Optional[str], _opt("--method", "-m", panel=METHOD,
                                           help="linear, ntk, dynamic, yarn, llama3, longrope or none "
                                                "(or a spec such as yarn:4,beta_fast=16).")]
 FactorOpt = Annotated[Optional[float], _opt("--factor", "-f", panel=METHOD, help="Context extension factor (> 1).")]
-TargetOpt = Annotated[Optional[int], _opt("--target-length", "-t", panel=METHOD,
-                                          help="Target context; the factor is target / trained context.")]
+TargetOpt = Annotated[Optional[str], _opt("--target-length", "-t", panel=METHOD,
+                                          help="Target context (32768, 32k); the factor is target / trained context.")]
 PresetOpt = Annotated[Optional[str], _opt("--preset", panel=METHOD, help="A preset from configs/patch-NAME.toml.")]
 ConfigOpt = Annotated[Optional[Path], _opt("--config", panel=METHOD, help="A TOML file with a \\[patch] table.")]
 SetOpt = Annotated[Optional[list[str]], _opt("--set", help="Any method option as key=value (repeatable).")]
@@ -56,7 +57,9 @@ def _render(result: dict[str, Any]) -> None:
     if result["diff"] is not None:
         typer.echo(result["diff"] or "(no change)")
     before, after, pairs = result["before"], result["after"], result["pairs"]
-    table = Table(title=f"{result['method']}  ({result['mode']})", show_header=True, box=None)
+    # longrope's factor lists (96 numbers for Phi-3) as their count: the title is a summary
+    method = re.sub(r"\[[^\]]*\]", lambda m: f"[{m.group(0).count(',') + 1} values]", result["method"])
+    table = Table(title=f"{method}  ({result['mode']})", show_header=True, box=None)
     for col in ("", "before", "after"):
         table.add_column(col, style="bold cyan" if not col else None)
     for key, label in (("rope_type", "rope type"), ("rope_theta", "θ"), ("factor", "factor"),
@@ -112,7 +115,10 @@ def patch(**kw: Any) -> None:
     from ropectl.patch import MethodChoice, PatchSpec, build_choice, method_spec, patch_checkpoint
 
     options = {k[len(OPT):]: kw.pop(k) for k in list(kw) if k.startswith(OPT)}
-    flags = MethodChoice(None, kw["factor"], kw["target_length"], options, kw["longrope_file"], kw["schema"])
+    from ropectl.ppl.spec import parse_length  # the one length parser: 32k here is 32k in eval-ppl and recommend
+
+    target = None if kw["target_length"] is None else parse_length(kw["target_length"])
+    flags = MethodChoice(None, kw["factor"], target, options, kw["longrope_file"], kw["schema"])
     choice = build_choice(kw["preset"], kw["config"], flags, kw["set_"] or (), spec=kw["method"])
     spec = PatchSpec(model=kw["model"], method=method_spec(choice), target_length=choice.target_length,
                      output=kw["output"], in_place=kw["in_place"], dry_run=kw["dry_run"], emit=kw["emit"],

@@ -36,6 +36,8 @@ def print_inspect(d: dict[str, Any], console: Console | None = None) -> None:
     heads = f"{d['num_attention_heads']} query / {d['num_key_value_heads']} key-value"
     scaling = d["rope_type"] if not d["scaling"] else d["rope_type"] + "  " + ", ".join(
         f"{k}={_fmt(v)}" for k, v in d["scaling"].items() if not isinstance(v, list))
+    if d.get("factor") is not None and "factor" not in d["scaling"]:
+        scaling += f"  factor={_fmt(d['factor'])} ({'implied' if 'implied' in d['factor_source'] else 'config'})"
     rows = [
         ("model", f"{d['source']}  [dim]({d['kind']}, {d['model_type'] or 'no model_type'})[/dim]"),
         ("heads", heads),

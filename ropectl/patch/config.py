@@ -85,7 +85,8 @@ def _base_rope(model: ModelRope, replace_existing: bool) -> tuple[RopeParams, bo
     if is_scaled(model):
         if not replace_existing and reextension_of(rope) is None:
             raise ConfigError(
-                f"the model is already scaled (rope type '{rope.rope_type}', factor {rope.factor}) and config.json "
+                f"the model is already scaled (rope type '{rope.rope_type}', factor {rope.effective_factor or 1:g}) "
+                "and config.json "
                 "has no ropectl record of its unscaled base, so a new factor would silently stack on the old one",
                 "pass --replace-existing to replace the existing scaling, taking rope_theta and the original "
                 "context from the config as the base",
@@ -164,7 +165,9 @@ def plan_config(
     check_schema(schema)
     _check_theta_known(config)
     before = read_model_rope(config)
-    base, from_record = base_rope(before, replace_existing)
+    # `none` on a config that names its original length removes the scaling: nothing stacks, nothing is guessed
+    undo = spec.name == "none" and before.rope.original_max_position_embeddings is not None
+    base, from_record = base_rope(before, replace_existing or undo)
     re = None if from_record or replace_existing else reextension_of(before.rope)
     if re is not None:  # a shipped yarn/llama3 scaling: the new one counts from the original length, same options
         spec = with_carried_options(re, spec)

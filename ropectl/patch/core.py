@@ -191,8 +191,9 @@ def _replaced(plan: ConfigPlan) -> str:
     old, start = plan.before.rope, plan.base.trained_context
     if plan.composed_from_record:
         return f"the existing '{old.rope_type}' scaling was replaced, not stacked (from the base recorded by ropectl)"
-    own = f"'{old.rope_type}' x{old.factor:g}" if old.factor else f"'{old.rope_type}'"
-    shipped = max(int(round((start or 0) * (old.factor or 1.0))), int(old.max_position_embeddings or 0))
+    factor = old.effective_factor
+    own = f"'{old.rope_type}' x{factor:g}" if factor else f"'{old.rope_type}'"
+    shipped = max(int(round((start or 0) * (factor or 1.0))), int(old.max_position_embeddings or 0))
     line = (f"the existing {own} scaling ({start} -> {shipped}) was replaced, not stacked: its interpolation is "
             f"dropped, and the new {plan.rope.rope_type} counts from the original {start} (-> {plan.target_context}), "
             "with the config's theta as base")

@@ -30,7 +30,7 @@ class RopeState:
 
 def rope_state(params: RopeParams, seq_len: int | None = None, factor: float | None = None) -> RopeState:
     freqs = compute_frequencies(params, seq_len)
-    return RopeState(params.rope_type, float(params.rope_theta), factor if factor is not None else params.factor,
+    return RopeState(params.rope_type, float(params.rope_theta), factor if factor is not None else params.effective_factor,
                      params.max_position_embeddings, float(freqs.attention_factor))
 
 

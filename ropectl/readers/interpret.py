@@ -126,12 +126,19 @@ def _original_and_factor(reader: Reader, p: RopeParams, cfg: Mapping[str, Any],
 
 
 def interpret(reader: Reader, config: Mapping[str, Any], version: str | None = None) -> Reading:
-    from ropectl.schema.read import read_model_rope, text_config
+    from ropectl.schema.read import ROPE_KEYS, ROPE_MODEL_TYPES, read_model_rope, text_config
 
     v5 = "rope_parameters" in reader.reads
     cfg = dict(text_config(config))
+    ignored = [key for key in reader.ignores if cfg.get(key) is not None]
     for key in reader.ignores:
         cfg.pop(key, None)
+    if ignored and not any(cfg.get(k) is not None for k in ROPE_KEYS) and cfg.get("model_type") not in ROPE_MODEL_TYPES:
+        # only keys this version does not read, on a model type not known to be RoPE in every release: a type it may
+        # lack (Qwen3.5 is 5.x only); a known one (llama) builds plain RoPE with the default base, read below
+        return Reading(reader, error=f"this config names its RoPE only in {', '.join(ignored)}, which this version "
+                                     f"does not read; it builds plain RoPE with its default base, or does not know "
+                                     f"model type '{cfg.get('model_type')}' at all")
     if v5 and "rope_theta" in rope_section(cfg, v5) and rope_section(cfg, v5)["rope_theta"] is None:
         return Reading(reader, error=NULL_THETA)
     error, notes = _apply_quirks(reader, cfg, version)

@@ -39,7 +39,8 @@ V5 = ("rope_scaling", "rope_parameters", "rope_theta")  # rope_scaling wins when
 GEMMA3 = frozenset({"gemma3", "gemma3_text"})
 PHI3 = frozenset({"phi3"})
 PHI3_KEYS = frozenset({"type", "short_factor", "long_factor"})
-NO_LIMIT = "none enforced: max_position_embeddings is metadata (dynamic scales past it)"
+NO_LIMIT = ("none enforced: longer prompts run (max_position_embeddings sizes only the initial cos/sin cache, and is "
+            "where dynamic starts scaling)")
 TOP_FACTOR = "factor = max_position_embeddings / top-level original_max_position_embeddings when that is set"
 DICT_FACTOR = "factor = max_position_embeddings / original_max_position_embeddings when the rope section has it"
 

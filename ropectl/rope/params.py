@@ -33,6 +33,20 @@ class RopeParams:
         return None if value is None else float(value)
 
     @property
+    def implied_factor(self) -> bool:
+        """True when the factor is not written but implied (Phi-3-style longrope, and yarn without one): transformers
+        then takes max_position_embeddings / original_max_position_embeddings."""
+        return (self.factor is None and self.rope_type in ("longrope", "yarn")
+                and bool(self.max_position_embeddings and self.original_max_position_embeddings))
+
+    @property
+    def effective_factor(self) -> float | None:
+        """The factor the model uses: the written one, else the implied one (see ``implied_factor``)."""
+        if self.implied_factor:
+            return int(self.max_position_embeddings or 0) / int(self.original_max_position_embeddings or 1)
+        return self.factor
+
+    @property
     def original_max_position_embeddings(self) -> int | None:
         value = self.scaling.get("original_max_position_embeddings")
         return None if value is None else int(value)

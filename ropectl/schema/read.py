@@ -278,7 +278,7 @@ def read_model_rope(raw: Mapping[str, Any]) -> ModelRope:
     main = layer_ropes[main_name] if main_name else _params(section, theta, _rotary_dim(head_dim, partial), cfg)
     return ModelRope(
         model_type=model_type,
-        architectures=tuple(cfg.get("architectures") or ()),
+        architectures=tuple(cfg.get("architectures") or raw.get("architectures") or ()),  # a wrapper's, if composite
         head_dim=head_dim,
         rotary_dim=main.rotary_dim,
         partial_rotary_factor=partial,
