@@ -13,7 +13,7 @@ from ropectl.limits import MAX_POSITIONS
 from ropectl.readers.view import engine_section, engine_warnings
 from ropectl.resolve import resolve_model
 from ropectl.rope.analysis import PairReport, first_non_rotating, pair_reports
-from ropectl.rope.frequencies import base_inv_freq, compute_frequencies, mrope_prerotated
+from ropectl.rope.frequencies import base_inv_freq, compute_frequencies, mrope_prerotated, softmax_mscale
 from ropectl.rope.params import Frequencies, RopeParams
 from ropectl.schema import ModelRope, families, read_model_rope
 from ropectl.schema.record import Record
@@ -55,6 +55,7 @@ class InspectReport:
     plot: Path | None = None
     engines: tuple[dict[str, Any], ...] = ()  # per-reader views (inspect --engines)
     engine_warnings: tuple[str, ...] = ()
+    softmax_scale: float = 1.0  # on top of 1/sqrt(d): mscale(factor, mscale_all_dim)^2 for DeepSeek-style attention
 
     def to_dict(self) -> dict[str, Any]:
         m, rope = self.model, self.model.rope
@@ -82,6 +83,7 @@ class InspectReport:
             "seq_len": self.seq_len,
             "effective_theta": self.effective_theta,
             "attention_factor": self.attention_factor,
+            "softmax_scale": self.softmax_scale,
             "inv_freq": list(self.inv_freq),
             # p-RoPE's unrotated pairs have an infinite wavelength: null in JSON, which has no infinity.
             "wavelengths": [p.wavelength if math.isfinite(p.wavelength) else None for p in self.pairs],
@@ -153,6 +155,7 @@ def inspect_model(spec: InspectSpec) -> InspectReport:
         target_context=target, pairs=pairs, layers=_layer_summary(model, spec.seq_len), plot=spec.plot,
         engines=tuple(v.to_json() for v in views) if spec.engines else (),
         engine_warnings=tuple(engine_warnings(resolved.config, views)),
+        softmax_scale=softmax_mscale(rope) if model.model_type in families.SOFTMAX_MSCALE_TYPES else 1.0,
     )
     if spec.plot is not None:
         from ropectl.plotting import plot_wavelengths

@@ -168,3 +168,23 @@ def test_composite_and_new_model_types_are_reported_truly(tmp_path: Path) -> Non
     lines = [w for w in report["warnings"] if w.startswith("transformers 4")]
     # one line for every 4.x release, and the reason is what 4.x reads, not that the model has no RoPE
     assert len(lines) == 1 and "does not read" in lines[0] and "does not use rotary" not in lines[0]
+
+
+@pytest.mark.parametrize("factor", [40.0, 64.0])
+def test_deepseek_softmax_scale_is_transformers(tmp_path: Path, factor: float) -> None:
+    """inspect's softmax scale equals the factor transformers' DeepSeek-V3 attention puts on 1/sqrt(d)."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    rope = {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": 4096, "mscale": 1.0,
+            "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1, "rope_theta": 10000.0}
+    config = DeepseekV3Config(vocab_size=64, hidden_size=64, intermediate_size=64, moe_intermediate_size=32,
+                              num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, n_routed_experts=4,
+                              num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1, q_lora_rank=32,
+                              kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16,
+                              max_position_embeddings=int(4096 * factor), rope_parameters=rope)
+    attention = DeepseekV3ForCausalLM(config).model.layers[0].self_attn
+    oracle = attention.scaling * math.sqrt(16 + 16)
+    config.save_pretrained(tmp_path / "ds")
+    report = json.loads(runner.invoke(app, ["inspect", str(tmp_path / "ds"), "--json"]).stdout)
+    assert report["softmax_scale"] == pytest.approx(oracle, rel=1e-6)
+    assert oracle == pytest.approx((0.1 * math.log(factor) + 1) ** 2)  # 1.874 at x40, 2.005 at x64, by hand

@@ -45,7 +45,9 @@ def print_inspect(d: dict[str, Any], console: Console | None = None) -> None:
         ("rope_theta", _fmt(d["rope_theta"]) + (f"  (effective {_fmt(d['effective_theta'])} at {d['seq_len']:,} tokens)"
                                                  if d["effective_theta"] != d["rope_theta"] else "")),
         ("scaling", scaling),
-        ("attention factor", _fmt(d["attention_factor"])),
+        ("attention factor", _fmt(d["attention_factor"]) + (
+            f"  (cos/sin); softmax scale x{d['softmax_scale']:.4g} = mscale(factor, mscale_all_dim)²"
+            if d.get("softmax_scale", 1.0) != 1.0 else "")),
         ("trained context", _fmt(d["trained_context"])),
         ("max positions", _fmt(d["max_position_embeddings"])),
         ("layout", f"{d['layout']}  [dim]({d['layout_reason']})[/dim]"),

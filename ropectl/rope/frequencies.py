@@ -186,3 +186,12 @@ def compute_frequencies(params: RopeParams, seq_len: int | None = None) -> Frequ
             f"use one of {', '.join(sorted(_COMPUTE))} (static NTK is a rope_theta change)",
         ) from None
     return compute(params, seq_len)
+
+
+def softmax_mscale(p: RopeParams) -> float:
+    """The factor on the attention softmax scale of models with ``families.SOFTMAX_MSCALE_TYPES``:
+    mscale(factor, mscale_all_dim)^2 for a scaled rope type with mscale_all_dim set, else 1."""
+    all_dim = p.scaling.get("mscale_all_dim")
+    if p.rope_type == "default" or not all_dim or not p.factor:
+        return 1.0
+    return yarn_mscale(float(p.factor), float(all_dim)) ** 2

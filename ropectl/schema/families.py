@@ -88,6 +88,14 @@ PATCH_REFUSED: dict[str, tuple[tuple[str, ...] | None, str]] = {
     "embedding_gemma2_text": (("longrope",), _PER_LAYER_HEADS),
 }
 
+# Model types whose attention multiplies its softmax scale by mscale(factor, mscale_all_dim)^2 when the rope type is
+# scaled and mscale_all_dim is set (transformers' yarn_apply_mscale in their modeling files; vLLM's deepseek_v2.py
+# does the same): DeepSeek-V3's x40 gives x1.874 on top of 1/sqrt(d).
+SOFTMAX_MSCALE_TYPES = frozenset({
+    "axk1", "axk2", "bailing_hybrid", "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe_lite", "glm_moe_dsa",
+    "hy_v4", "hy_v4_vl", "kimi_k2", "longcat_flash", "minicpm3", "mistral4", "mistral_large4", "youtu",
+})
+
 # Model types that publish linear scaling with max_position_embeddings already scaled (Gemma 3: linear x8 and
 # 131072, trained 16384 on its global layers); vLLM reads them so too. For any other linear config without a ropectl
 # record, max_position_embeddings is taken as the trained length (vLLM multiplies it by the factor).
