@@ -138,6 +138,26 @@ def _model_frequencies(model: ModelRope, seq_len: int | None) -> Frequencies:
     return freqs
 
 
+def _with_commands(views: list[Any], resolved: Any, model: ModelRope, target: int | None) -> list[Any]:
+    """A view that serves less than the target gets the command that serves it, as patch prints it."""
+    if not target:
+        return views
+    from ropectl.patch.emit import emit_vllm
+    from ropectl.readers import lm_eval, vllm
+
+    where = resolved.source if resolved.kind == "hub" else str(resolved.path)
+    out = []
+    for view in views:
+        if view.too_short and view.reader.engine == vllm.ENGINE:
+            emitted, _ = emit_vllm(where, model.rope, model.layer_ropes, model.partial_rotary_factor, target,
+                                   model.model_type, vllm.override_path(resolved.config))
+            view = replace(view, fix=f"serve it with: {emitted['command']}")
+        elif view.too_short and view.reader.engine == lm_eval.ENGINE:
+            view = replace(view, fix=f"run it with: {lm_eval.command(where, target)}")
+        out.append(view)
+    return out
+
+
 def inspect_model(spec: InspectSpec) -> InspectReport:
     resolved = resolve_model(spec.model)
     model = read_model_rope(resolved.config)
@@ -147,7 +167,7 @@ def inspect_model(spec: InspectSpec) -> InspectReport:
     base_inv = base_inv_freq(_base_theta(model), model.rotary_dim)
     pairs = tuple(pair_reports(base_inv, freqs.inv_freq, trained or rope.max_position_embeddings or 1))
     layout, reason = known_layout(resolved.config)
-    views = engine_section(resolved.config, model, target or trained)
+    views = _with_commands(engine_section(resolved.config, model, target or trained), resolved, model, target)
     report = InspectReport(
         source=resolved.source, kind=resolved.kind, model=model, layout=layout, layout_reason=reason,
         seq_len=spec.seq_len, inv_freq=freqs.inv_freq, attention_factor=freqs.attention_factor,

@@ -188,3 +188,24 @@ def test_deepseek_softmax_scale_is_transformers(tmp_path: Path, factor: float) -
     report = json.loads(runner.invoke(app, ["inspect", str(tmp_path / "ds"), "--json"]).stdout)
     assert report["softmax_scale"] == pytest.approx(oracle, rel=1e-6)
     assert oracle == pytest.approx((0.1 * math.log(factor) + 1) ** 2)  # 1.874 at x40, 2.005 at x64, by hand
+
+
+def test_inspect_names_the_commands_patch_prints(tmp_path: Path) -> None:
+    config = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "max_position_embeddings": 1024, "rope_theta": 10000.0}
+    out = tmp_path / "y"
+    code, data, err = _patch(_folder(tmp_path, config), "-m", "yarn:4", "--max-positions", "trained", "-o", out)
+    assert code == 0, err
+    printed = next(w for w in data["warnings"] if "serve it with: vllm serve" in w).split("serve it with: ")[1]
+    report = json.loads(runner.invoke(app, ["inspect", str(out), "--engines", "--json"]).stdout)
+    fixes = {v["reader"]: v["fix"] for v in report["engines"] if v["fix"]}
+    # the same command (the overrides compared as JSON: key order is not meaning)
+    assert _command(fixes["vLLM 0.32+"].removeprefix("serve it with: ")) == _command(printed)
+    lm_line = next(w for w in data["warnings"] if w.startswith("lm-eval"))
+    assert fixes["lm-eval 0.4.13+"] == "run it with: " + lm_line.split("run it with: ")[1]
+
+
+def _command(line: str) -> list[Any]:
+    import shlex
+
+    return [json.loads(a) if a.startswith("{") else a for a in shlex.split(line)]
