@@ -6,36 +6,22 @@ import json
 from pathlib import Path
 
 import pytest
+from factories import (
+    RECOMMEND_PASSKEY,
+    RECOMMEND_PPL,
+    RECOMMEND_TARGET,
+    RECOMMEND_TRAINED,
+    write_recommend_results,
+)
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
 from ropectl.recommend import recommend
 
 runner = CliRunner()
-TRAINED, TARGET = 8192, 16384
-# PPL by method and length (1k, 4k, 8k, 16k), written by hand.
-PPL = {
-    "none": [20.0, 20.0, 21.0, 60.0],
-    "yarn:2": [20.9, 20.8, 21.8, 22.5],  # +4.5% in window: allowed at 5%
-    "ntk:2": [20.2, 20.3, 21.2, 22.0],  # lowest PPL at 16k among the eligible
-    "dynamic:2": [20.0, 20.0, 21.0, 22.4],  # no regression
-    "linear:2": [50.0, 52.0, 55.0, 21.0],  # best at 16k, but 2.6x worse in window: out
-}
-PASSKEY = {"none": 0.0, "yarn:2": 1.0, "dynamic:2": 1.0, "ntk:2": 2 / 3, "linear:2": 1.0}
-
-
-def write(folder: Path) -> tuple[Path, Path]:
-    ppl, pk = folder / "ppl", folder / "pk"
-    ppl.mkdir(parents=True)
-    pk.mkdir(parents=True)
-    lengths = [1024, 4096, 8192, TARGET]
-    table = [{"method": m, "length": n, "ppl": v} for m, vs in PPL.items() for n, v in zip(lengths, vs)]
-    meta = {"model": "./my-llama", "methods": list(PPL), "lengths": lengths, "trained_context": TRAINED}
-    (ppl / "summary.json").write_text(json.dumps({"meta": meta, "table": table}))
-    by_length = [{"method": m, "length": TARGET, "trials": 3, "correct": round(a * 3), "accuracy": a}
-                 for m, a in PASSKEY.items()]
-    (pk / "passkey-summary.json").write_text(json.dumps({"meta": {}, "table": [], "by_length": by_length}))
-    return ppl, pk
+TRAINED, TARGET = RECOMMEND_TRAINED, RECOMMEND_TARGET
+PPL, PASSKEY = RECOMMEND_PPL, RECOMMEND_PASSKEY
+write = write_recommend_results
 
 
 def test_rule_by_hand(tmp_path: Path) -> None:
