@@ -126,7 +126,8 @@ def print_recommendation(result: Any, model: str) -> None:
         reg = "-" if e.regression is None else f"{e.regression:+.1%} @ {length_label(e.regression_at)}"
         key = "-" if e.passkey is None else f"{e.passkey:.0%} ({round(e.passkey * e.passkey_trials)}/{e.passkey_trials})"
         vs = "-" if e.vs_none_target is None else f"{e.vs_none_target:.3f}"
-        table.add_row(str(e.rank), e.method, f"{e.ppl_target:.2f}", vs, reg, key, e.note or ("ok" if e.eligible else ""))
+        note = "not served as evaluated (below)" if e.note.startswith("not served") else e.note
+        table.add_row(str(e.rank), e.method, f"{e.ppl_target:.2f}", vs, reg, key, note or ("ok" if e.eligible else ""))
     console = Console()
     console.print(table)
     for e in result.evidence:  # the reasons in full: a table cell wraps them out of sight
