@@ -9,15 +9,14 @@ printed an lm-eval command, its --model_args are run as printed.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from ropectl_cli import ROOT, ropectl_json
+from venv_runner import run_jobs
 
 HERE = Path(__file__).parent
 CACHE = Path(os.environ.get("ROPECTL_COMPAT_CACHE", Path.home() / ".cache" / "ropectl-compat"))
@@ -59,14 +58,8 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         printed = _printed_model_args(patched[name]["warnings"])
         if printed:
             jobs.append({"name": f"{name}/printed", "model_args": printed, "tokens": TARGET})
-    (root / "jobs.json").write_text(json.dumps(jobs))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
-    env.pop("PYTHONPATH", None)
-    proc = subprocess.run([str(VENV / "bin" / "python"), str(HERE / "lm_eval_runner.py"), str(root / "jobs.json"),
-                           str(root / "out.json")], capture_output=True, text=True, env=env, timeout=1800)
-    if not (root / "out.json").exists():
-        raise AssertionError(f"the lm-eval runner produced nothing (exit {proc.returncode}): {proc.stderr[-3000:]}")
-    _STATE.update(patched=patched, results=json.loads((root / "out.json").read_text()))
+    results = run_jobs(VENV / "bin" / "python", HERE / "lm_eval_runner.py", jobs, root)
+    _STATE.update(patched=patched, results=results)
     return _STATE
 
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from ropectl_cli import ropectl_json, ropectl_try
+from venv_runner import run_jobs
 from vllm_families import FAMILIES, write_family
 
 HERE = Path(__file__).parent
@@ -84,14 +84,9 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         for family, method in CASES:
             cases[(family, method)], more = _case(root, family, method)
             jobs += more
-        (root / "jobs.json").write_text(json.dumps(jobs))
-        env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-               "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(HERE / "stand_in")}
-        proc = subprocess.run([str(VENV / "bin" / "python"), str(HERE / "vllm_rope_runner.py"), str(root / "jobs.json"),
-                               str(root / "out.json")], capture_output=True, text=True, env=env, timeout=1800)
-        if not (root / "out.json").exists():
-            raise AssertionError(f"the vLLM runner produced nothing (exit {proc.returncode}): {proc.stderr[-3000:]}")
-        _STATE.update(cases=cases, results=json.loads((root / "out.json").read_text()))
+        env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "PYTHONPATH": str(HERE / "stand_in")}
+        results = run_jobs(VENV / "bin" / "python", HERE / "vllm_rope_runner.py", jobs, root, env)
+        _STATE.update(cases=cases, results=results)
     return _STATE
 
 
