@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -187,3 +188,32 @@ def test_cli_table_and_json(isolated, tiny_model: Path) -> None:
     table = runner.invoke(app, ["eval-passkey", str(tiny_model), "-m", "none", "-l", "300", "--depths", "0.5",
                                 "-o", "out2"])
     assert table.exit_code == 0 and "passkey retrieval" in table.stdout and "all" in table.stdout
+
+
+@pytest.mark.slow
+def test_the_printed_resume_line_runs(tiny_model: Path, tmp_path: Path) -> None:
+    """Ctrl-C after the first logged trials: the "resume with" line, run as printed, finishes the sweep."""
+    import shlex
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "XDG_CACHE_HOME": str(tmp_path / "cache"),
+           "ROPECTL_TEST_PAUSE_AFTER_CELLS": "1"}
+    args = [sys.executable, "-m", "ropectl", "eval-passkey", str(tiny_model), "-m", "none", "-m", "ntk:2",
+            "-l", "300,400", "-n", "2", "-o", str(out)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    log = out / "passkey.jsonl"
+    while proc.poll() is None and not (log.is_file() and log.read_bytes().endswith(b"\n")):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    line = next(ln for ln in err.splitlines() if "resume with: " in ln)
+    argv = shlex.split(line.split("resume with: ", 1)[1])
+    assert argv[:2] == ["ropectl", "eval-passkey"] and "--resume" in argv
+    resumed = runner.invoke(app, [*argv[1:], "--json"], env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["meta"]["new_trials"] > 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -171,7 +172,12 @@ def test_one_writer_per_out_and_sigterm_keeps_cells(isolated, tiny_model, tiny_c
     assert len(lines) == 1 and "--resume" in lines[0] and str(out) in lines[0], err
     kept = len((out / "results.jsonl").read_text().splitlines())
     assert kept >= 1
-    _, data = evaluate(str(tiny_model), tiny_corpus, str(out), "--resume")  # the lock went with the process
+    # the printed resume line, run as printed (the lock went with the process)
+    argv = shlex.split(lines[0].split("resume with: ", 1)[1])
+    assert argv[:2] == ["ropectl", "eval-ppl"] and "--resume" in argv
+    resumed = runner.invoke(app, [*argv[1:], "--json"])
+    assert resumed.exit_code == 0, resumed.output
+    data = strict(resumed.stdout)
     total = 2 * sum(data["meta"]["docs_used"].values())  # 2 methods x documents long enough at each length
     assert data["meta"]["new_cells"] == total - kept and total > kept
 

@@ -22,6 +22,7 @@ from ropectl.passkey.prompt import PROMPT_VERSION, PromptBuilder, Trial
 from ropectl.passkey.results import PLOT, Accuracy, Row, accuracies, append_rows, read_rows, write_outputs
 from ropectl.passkey.spec import PasskeySpec
 from ropectl.ppl import Progress, SweepInterrupted, dist
+from ropectl.ppl.interrupt import pause_for_tests
 from ropectl.ppl.model import (
     LoadedModel,
     MethodState,
@@ -160,6 +161,7 @@ def _execute(loaded: LoadedModel, states: list[MethodState], trials: dict[Unit, 
                         loaded.tokenizer.decode(list(o.predicted)), trials[u].key_at, params[m])
                     for u, o in zip(todo, outcomes, strict=True) for m in labels if (m, *u) not in done]
             append_rows(out, rows)
+            pause_for_tests(len(rows))
             new += rows
             tokens += length * len(todo)
             if progress:
