@@ -89,4 +89,24 @@ def cell(version: str, case: Case, measured: dict[str, Any] | None) -> tuple[str
         return ("E" if "error" in measured else "P"), wrong or ""
     if not wrong:
         return "P", ""
-    return ("W" if any(reader.label in w for w in case.warnings) else "U"), wrong
+    return ("W" if any(names_version(w, version) for w in case.warnings) else "U"), wrong
+
+
+def names_version(warning: str, version: str, engine: str = "transformers") -> bool:
+    """Does a warning's leading label ("transformers 4.51 to <5.0", "transformers 5.9+", "... before 4.45",
+    "... (every version)": consecutive releases that read alike are one line) cover ``version``?"""
+    import re
+
+    key = tuple(int(n) for n in re.findall(r"\d+", version)[:3])
+    label = warning.split(":", 1)[0]
+    if not label.startswith(f"{engine} "):
+        return False
+    span = label[len(engine) + 1:]
+    bounds = [tuple(int(n) for n in re.findall(r"\d+", b)) for b in re.findall(r"[\d.]+", span)]
+    if span == "(every version)":
+        return True
+    if span.startswith("before "):
+        return key < bounds[0]
+    if span.endswith("+"):
+        return key >= bounds[0]
+    return " to <" in span and bounds[0] <= key < bounds[1]
