@@ -83,6 +83,9 @@ def test_qwen25_vl_hub_config_inspects_and_patches(tmp_path: Path) -> None:
     # composite: nested where vLLM's text model reads (negative control: not at the top level)
     assert set(overrides) == {"text_config"} and overrides["text_config"]["max_position_embeddings"] == 512000
     assert overrides["text_config"]["rope_parameters"]["mrope_section"] == [16, 24, 24]
+    # merged key by key into the shipped section: every key vLLM's YaRN reads is spelled (unset ones as null)
+    section = overrides["text_config"]["rope_parameters"]
+    assert section["attention_factor"] is None and section["mscale"] is None and section["truncate"] is True
     # MRotaryEmbedding's x4 correction range: said, not "same"
     assert any("MRotaryEmbedding" in w for w in data["warnings"])
 
@@ -92,6 +95,7 @@ def test_plain_llama_overrides_stay_flat(tmp_path: Path) -> None:
               "max_position_embeddings": 1024, "rope_theta": 10000.0}
     code, data, err = _patch(_folder(tmp_path, config), "-m", "yarn", "-f", "2", "--emit", "vllm")
     assert code == 0 and "text_config" not in data["emit"]["hf_overrides"] and not data["warnings"]
+    assert "attention_factor" not in data["emit"]["hf_overrides"]["rope_parameters"]  # replaced whole: nothing to clear
 
 
 def test_gemma3_as_shipped_is_trained_16k(tmp_path: Path) -> None:

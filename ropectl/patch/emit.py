@@ -36,16 +36,29 @@ def _served_rope(rope: RopeParams, target: int) -> RopeParams:
     return vllm_reader.static_dynamic(rope, target, rope.max_position_embeddings or rope.trained_context)
 
 
+# Keys vLLM's get_rope reads per rope type beyond the ones ropectl always writes, with the value that means "not set"
+# there (read in vllm/model_executor/layers/rotary_embedding/__init__.py and the YaRN / LongRoPE classes).
+_UNSET = {"yarn": {"attention_factor": None, "mscale": None, "mscale_all_dim": None, "truncate": True},
+          "longrope": {"short_mscale": None, "long_mscale": None}}
+
+
+def _merge_proof(section: dict[str, Any]) -> dict[str, Any]:
+    """vLLM merges a nested override into the config's rope_parameters key by key, so a key the model shipped
+    (a yarn attention_factor, say) would outlive the new section: spell every key vLLM reads for this type."""
+    return {**_UNSET.get(str(section.get("rope_type")), {}), **section}
+
+
 def vllm_overrides(rope: RopeParams, layers: Mapping[str, RopeParams], partial: float, target: int,
                    model_type: str = "", reader: Reader | None = None, path: tuple[str, ...] = ()) -> dict[str, Any]:
     """The ``--hf-overrides`` value; ``path`` nests it where vLLM's text model reads (``vllm.override_path``)."""
     reader = reader or vllm_reader.newest()
     part = partial if partial != 1.0 else None
     served = _served_rope(rope, target)
+    section = (lambda p: _merge_proof(v5_parameters(p, part))) if path else (lambda p: v5_parameters(p, part))
     if layers:
-        params: dict[str, Any] = {label: v5_parameters(_served_rope(p, target), part) for label, p in sorted(layers.items())}
+        params: dict[str, Any] = {label: section(_served_rope(p, target)) for label, p in sorted(layers.items())}
     else:
-        params = v5_parameters(served, part)
+        params = section(served)
     overrides: dict[str, Any] = {"rope_parameters": params,
                                  "max_position_embeddings": vllm_reader.max_positions_for(reader, model_type, served, target)}
     for key in reversed(path):

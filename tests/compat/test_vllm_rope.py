@@ -10,7 +10,8 @@ class gives the oracle from the patched folder. Two routes per case:
 What ropectl claims (patch --json ``readers`` for the newest vLLM, and --emit's refusal or warnings) must match:
 an error claimed <=> vLLM raises; "same" <=> vLLM's cos/sin equal transformers'; and the derived max length is the
 target wherever a command was printed for it. A flat (un-nested) override on a composite config is the negative
-control: it must leave the text model unscaled.
+control: it must leave the text model unscaled; and a nested section stripped of the keys it clears must keep a
+shipped attention_factor (vLLM merges nested overrides key by key).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ CACHE = Path(os.environ.get("ROPECTL_COMPAT_CACHE", Path.home() / ".cache" / "ro
 VENV = CACHE / "vllm"
 NEWEST = "vLLM 0.32+"
 TOL = 1e-4  # float32 cos/sin from two implementations; the differences this tier must see are > 1e-2
+STALE = {"qwen3_vl_yarn"}  # ships a yarn attention_factor that a re-extension drops
+CLEARED = ("attention_factor", "mscale", "mscale_all_dim", "truncate")
 CASES = [(family, method) for family, (_, methods, _) in FAMILIES.items() for method in methods]
 _STATE: dict[str, Any] = {}
 
@@ -71,6 +74,10 @@ def _case(root: Path, family: str, method: str) -> tuple[dict[str, Any], list[di
         if nested:  # negative control: what ropectl printed before nesting
             jobs.append({"name": f"{family}/{method}/flat", "model": str(src), "reference": str(out),
                          "hf_overrides": nested, "control": True})
+        if family in STALE:  # negative control: the nested section without the keys it spells to clear
+            section = {k: v for k, v in nested["rope_parameters"].items() if k not in CLEARED}
+            jobs.append({"name": f"{family}/{method}/uncleared", "model": str(src), "reference": str(out),
+                         "hf_overrides": {"text_config": {**nested, "rope_parameters": section}}})
     return case, jobs
 
 
@@ -155,3 +162,13 @@ def test_the_matrix_sees_differences(measured: dict[str, Any]) -> None:
     views = [c["view"] for c in measured["cases"].values()]
     assert sum(not _claims_same(v) and not v["error"] for v in views) >= 2
     assert sum(bool(v["error"]) for v in views) >= 2
+
+
+def test_a_dropped_key_is_cleared_in_the_nested_overrides(measured: dict[str, Any]) -> None:
+    """vLLM merges nested overrides key by key: without the cleared keys, the shipped attention_factor survives."""
+    for family in STALE:
+        for method in FAMILIES[family][1]:
+            got = measured["results"][f"{family}/{method}/uncleared"]
+            assert "error" not in got, got["error"]
+            assert _max_diff(got) > TOL, f"{family} {method}: the shipped key did not survive (no control)"
+            assert _max_diff(measured["results"][f"{family}/{method}/emit"]) <= TOL

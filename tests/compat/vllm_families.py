@@ -65,6 +65,16 @@ def _qwen3_vl() -> dict[str, Any]:
             "image_token_id": 250, "video_token_id": 251, "vision_start_token_id": 252, "vision_end_token_id": 253}
 
 
+def _qwen3_vl_yarn() -> dict[str, Any]:
+    # shipped with YaRN and an explicit attention_factor: a re-extension drops it, and vLLM merges nested overrides
+    # key by key, so the emitted section must clear it
+    config = _qwen3_vl()
+    config["text_config"]["rope_scaling"] = {"rope_type": "yarn", "factor": 2.0, "attention_factor": 0.8,
+                                             "original_max_position_embeddings": 512, "mrope_section": [4, 6, 6],
+                                             "mrope_interleaved": True}
+    return config
+
+
 def _gemma3() -> dict[str, Any]:
     # gemma-3-4b-it's RoPE: linear x8 on global layers, 10k local base, trained 131072 as published
     text = {"model_type": "gemma3_text", **TEXT, "head_dim": 32, "query_pre_attn_scalar": 32, "sliding_window": 64,
@@ -118,6 +128,7 @@ FAMILIES: dict[str, tuple[Any, tuple[str, ...], tuple[str, ...]]] = {
     "gpt_oss": (_gpt_oss, ("yarn:4", "ntk:2"), ("--replace-existing",)),
     "qwen2_5_vl": (_qwen2_5_vl, ("yarn:4", "linear:2"), ()),
     "qwen3_vl": (_qwen3_vl, ("yarn:2",), ()),
+    "qwen3_vl_yarn": (_qwen3_vl_yarn, ("yarn:4",), ()),
     "gemma3": (_gemma3, ("yarn:2",), ("--replace-existing",)),
     "mistral3": (_mistral3, ("yarn:2", "linear:2"), ()),
     "qwen3_5": (_qwen3_5, ("yarn:2",), ()),
