@@ -15,9 +15,27 @@ import time
 import numpy as np
 
 
+def _without_extra_buffers(llama_cpp) -> None:  # noqa: ANN001
+    """Weights stay in plain CPU buffers: ggml's AMX repacking (the extra buffer type it picks on CPUs with AMX,
+    as this build's -march=native has) segfaults in ggml_backend_amx_mul_mat on these machines. The plain path
+    computes the same RoPE; only the matmul kernel differs."""
+    defaults = llama_cpp.llama_model_default_params
+
+    def params():  # noqa: ANN202
+        out = defaults()
+        out.use_extra_bufts = False
+        return out
+
+    llama_cpp.llama_model_default_params = params
+    import llama_cpp.llama as module
+
+    module.llama_cpp.llama_model_default_params = params
+
+
 def main() -> None:
     import llama_cpp
 
+    _without_extra_buffers(llama_cpp)
     job = json.loads(open(sys.argv[1]).read())
     params = dict(job["params"])
     if "rope_scaling_type" in params:
