@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ropectl.errors import MethodError, OutputError, UsageError
+from ropectl.errors import OutputError, UsageError
 from ropectl.fsutil import (
     atomic_write_bytes,
     atomic_write_text,
@@ -24,8 +24,9 @@ from ropectl.fsutil import (
 from ropectl.layout.weights import WEIGHT_SUFFIXES
 from ropectl.ownership import note_written
 from ropectl.patch import gguf as gguf_out
+from ropectl.patch import serving
 from ropectl.patch.config import ConfigPlan, plan_config
-from ropectl.patch.emit import emit_llama_cpp, emit_vllm
+from ropectl.patch.emit import emit_llama_cpp
 from ropectl.patch.spec import PatchSpec
 from ropectl.patch.summary import PatchResult, pair_counts, rope_state
 from ropectl.patch.verify import expected_ropes, verify_config, verify_folder
@@ -161,8 +162,8 @@ def _gguf(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> dict[str, 
 def _emit(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> tuple[dict[str, Any], list[str]]:
     target = int(plan.target_context or 0)
     if spec.emit == "vllm":
-        differs = _check_vllm_builds(plan)
-        emitted, warnings = _emit_vllm(spec.model, plan, target)
+        differs = serving.check_vllm_builds(plan)
+        emitted, warnings = serving.emit_vllm_for(spec.model, plan, target)
         return emitted, differs + warnings
     return emit_llama_cpp(spec.model, plan.rope, plan.layer_ropes, plan.before.model_type, target)
 
@@ -207,82 +208,6 @@ def _replaced(plan: ConfigPlan) -> str:
     if plan.target_context and plan.target_context <= shipped:
         line += f"; note the new context {plan.target_context} is not beyond the shipped {shipped}"
     return line
-
-
-def _reader_views(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[Any]:
-    """Every known reader's reading of the written config, against the RoPE ropectl means it to hold."""
-    if model.is_gguf or spec.emit != "config":
-        return []
-    from ropectl.readers.parity import engine_views
-
-    lengths = (None, plan.target_context) if plan.target_context else (None,)
-    return engine_views(plan.config, expected_ropes(plan.rope, plan.layer_ropes), lengths)
-
-
-def _emit_vllm(where: str, plan: ConfigPlan, target: int) -> tuple[dict[str, Any], list[str]]:
-    from ropectl.readers import vllm as vllm_reader
-
-    return emit_vllm(where, plan.rope, plan.layer_ropes, plan.before.partial_rotary_factor, target,
-                     plan.before.model_type, vllm_reader.override_path(plan.config))
-
-
-def _check_vllm_builds(plan: ConfigPlan) -> list[str]:
-    """``--emit vllm`` for a method the model's vLLM code cannot build would print a command that crashes: refused.
-    Where it builds other RoPE from the overrides, the warning says how."""
-    from ropectl.readers import vllm as vllm_reader
-    from ropectl.readers.parity import disagreement_warnings, engine_views
-
-    views = [v for v in engine_views(plan.config, expected_ropes(plan.rope, plan.layer_ropes),
-                                     (None, plan.target_context)) if v.reader.engine == vllm_reader.ENGINE]
-    newest = next(v for v in views if v.reader is vllm_reader.newest())
-    if not newest.reading.ok:
-        raise MethodError(f"{newest.reader.label} cannot serve this: {newest.reading.error}",
-                          "pick a method this model's vLLM code builds (yarn for DeepSeek and gpt-oss)")
-    return disagreement_warnings([v for v in views if not v.too_short])  # the command sets the length
-
-
-def _vllm_serving(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> tuple[Any, list[str]]:
-    """The newest vLLM's serving length for the written config; when it is not the target, the exact override.
-    Returns the reader that spoke (None when it had nothing to say) and its lines."""
-    target = int(plan.target_context or 0)
-    if model.is_gguf or spec.emit != "config" or not target:
-        return None, []
-    from ropectl.readers import vllm as vllm_reader
-
-    reader = vllm_reader.newest()
-    reading = vllm_reader.predict(reader, plan.config)
-    if not reading.ok or (reading.serving_length == target and plan.rope.rope_type != "dynamic"):
-        return None, []
-    emitted, notes = _emit_vllm(str(spec.output or model.folder or spec.model), plan, target)
-    served = int(reading.serving_length or 0)
-    if served > target and plan.rope.rope_type != "dynamic":  # longer is still the same RoPE: a cap, not a fix
-        return None, [f"{reader.label}: accepts up to {served} tokens from this config (max_position_embeddings x "
-                      f"factor), above the target {target}; to cap it there: {emitted['command']}"]
-    return reader, [f"{reader.label}: derives a max length of {served} from this config, not the target {target}; "
-                    f"serve it with: {emitted['command']}", *notes]
-
-
-def _lm_eval_serving(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel, views: list[Any]) -> list[str]:
-    """lm-eval left-truncates prompts past max_position_embeddings: when that is below the target, the command."""
-    short = next((v for v in views if v.reader.engine == "lm-eval" and v.too_short), None)
-    if short is None:
-        return []
-    from ropectl.readers import lm_eval
-
-    target = int(plan.target_context or 0)
-    where = str(spec.output or model.folder or spec.model)
-    return [f"{short.reader.label}: takes max_position_embeddings ({short.reading.serving_length}) as the longest "
-            f"prompt and left-truncates longer ones; run it with: {lm_eval.command(where, target)}"]
-
-
-def _legacy_form_hint(spec: PatchSpec, plan: ConfigPlan, views: list[Any]) -> list[str]:
-    """The target form costs transformers 4.43-4.50 their yarn reading: name the opt-in that serves them."""
-    if spec.max_positions != "target" or plan.rope.rope_type not in ("yarn", "linear"):
-        return []
-    if not any(v.reader.engine == "transformers" and v.reading.ok and v.differs and not v.too_short for v in views):
-        return []
-    return ["for the transformers releases named above, patch with --max-positions trained (max_position_embeddings "
-            "stays the trained length; lm-eval then needs max_length=N and vLLM the override patch prints)"]
 
 
 def _mode(spec: PatchSpec) -> str:
@@ -340,18 +265,8 @@ def patch_checkpoint(spec: PatchSpec) -> PatchResult:
     config = _gguf_config(model) if model.is_gguf else dict(model.config)
     plan = plan_config(config, spec.method, spec.target_length, spec.schema, replace_existing=spec.replace_existing,
                        transformers=not model.is_gguf, max_positions=spec.max_positions)
-    views = _reader_views(spec, plan, model)
-    legacy = _legacy_form_hint(spec, plan, views)
+    views = serving.reader_views(spec, plan, model)
     done, emit_warnings = _execute(spec, model, plan)
-    # the newest vLLM's short serving length is said once, by the line that carries its override
-    said, serving = _vllm_serving(spec, plan, model)
-    from ropectl.readers.parity import disagreement_warnings
-
-    lm_eval = _lm_eval_serving(spec, plan, model, views)
-    # the printed commands (overrides and --max-model-len; max_length) serve the target in every release
-    spoken = {said.engine} if said else set()
-    spoken |= {"lm-eval"} if lm_eval else set()
-    reader_warnings = disagreement_warnings([v for v in views if not (v.reader.engine in spoken and v.too_short)])
-    reader_warnings += serving + lm_eval
-    result = _result(spec, model, plan, done, _warnings(spec, plan, model) + reader_warnings + legacy + emit_warnings)
+    engine_lines = serving.serving_warnings(spec, plan, model, views)
+    result = _result(spec, model, plan, done, _warnings(spec, plan, model) + engine_lines + emit_warnings)
     return replace(result, readers=tuple(v.to_json() for v in views))

@@ -24,3 +24,16 @@ def ropectl_try(*args: str) -> tuple[int, dict[str, Any] | None, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-m", "ropectl", *args, "--json"], capture_output=True, text=True, env=env)
     return proc.returncode, json.loads(proc.stdout) if proc.returncode == 0 else None, proc.stderr
+
+
+def printed_vllm_overrides(warnings: list[str]) -> dict[str, Any]:
+    """The --hf-overrides of the `vllm serve ...` command a patch warning printed (to serve the target, or to cap a
+    longer length), as printed; empty when none was."""
+    import shlex
+
+    for w in warnings:
+        for lead in ("serve it with: ", "to cap it there: "):
+            if lead + "vllm serve" in w:
+                args = shlex.split(w.split(lead, 1)[1])
+                return json.loads(args[args.index("--hf-overrides") + 1])
+    return {}

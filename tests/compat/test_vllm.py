@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from factories import tiny_llama  # noqa: E402
-from ropectl_cli import ropectl_json  # noqa: E402
+from ropectl_cli import printed_vllm_overrides, ropectl_json  # noqa: E402
 from test_ppl_fixtures import add_char_tokenizer  # noqa: E402
 
 CACHE = Path(os.environ.get("ROPECTL_COMPAT_CACHE", Path.home() / ".cache" / "ropectl-compat"))
@@ -49,14 +48,6 @@ def _vllm_missing(version: str) -> str | None:
     return None
 
 
-def _printed_overrides(warnings: list[str]) -> dict[str, Any]:
-    """The --hf-overrides of the `serve it with: vllm serve ...` line patch printed (empty when none)."""
-    for w in warnings:
-        for lead in ("serve it with: ", "to cap it there: "):
-            if lead + "vllm serve" in w:
-                args = shlex.split(w.split(lead, 1)[1])
-                return json.loads(args[args.index("--hf-overrides") + 1])
-    return {}
 
 
 def _reference(folder: Path, tokens: list[int]) -> list[float]:
@@ -87,7 +78,7 @@ def _build(work: Path) -> dict[str, Any]:
         emitted = ropectl_json("patch", str(src), "-m", method, "--emit", "vllm")
         assert emitted["emit"]["max_model_len"] == TARGET
         refs[name] = _reference(out, tokens)
-        jobs.append({"name": f"{name}/folder", "model": str(out), "hf_overrides": _printed_overrides(folder["warnings"]),
+        jobs.append({"name": f"{name}/folder", "model": str(out), "hf_overrides": printed_vllm_overrides(folder["warnings"]),
                      "tokens": tokens[:-1]})
         jobs.append({"name": f"{name}/emit", "model": str(src), "hf_overrides": emitted["emit"]["hf_overrides"],
                      "tokens": tokens[:-1]})

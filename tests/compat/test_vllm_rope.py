@@ -16,13 +16,12 @@ shipped attention_factor (vLLM merges nested overrides key by key).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-from ropectl_cli import ropectl_json, ropectl_try
+from ropectl_cli import printed_vllm_overrides, ropectl_json, ropectl_try
 from venv_runner import run_jobs
 from vllm_families import FAMILIES, write_family
 
@@ -37,15 +36,6 @@ CASES = [(family, method) for family, (_, methods, _) in FAMILIES.items() for me
 _STATE: dict[str, Any] = {}
 
 
-def _printed_overrides(warnings: list[str]) -> dict[str, Any]:
-    import shlex
-
-    for w in warnings:
-        for lead in ("serve it with: ", "to cap it there: "):
-            if lead + "vllm serve" in w:
-                args = shlex.split(w.split(lead, 1)[1])
-                return json.loads(args[args.index("--hf-overrides") + 1])
-    return {}
 
 
 def _covers_newest(warning: str) -> bool:
@@ -66,7 +56,7 @@ def _case(root: Path, family: str, method: str) -> tuple[dict[str, Any], list[di
     case = {"patched": patched, "view": view, "emit_code": code, "emit_err": err, "emitted": emitted,
             "target": patched["target_context"]}
     jobs = [{"name": f"{family}/{method}/folder", "model": str(out), "reference": str(out),
-             "hf_overrides": _printed_overrides(patched["warnings"])}]
+             "hf_overrides": printed_vllm_overrides(patched["warnings"])}]
     if emitted is not None:
         jobs.append({"name": f"{family}/{method}/emit", "model": str(src), "reference": str(out),
                      "hf_overrides": emitted["emit"]["hf_overrides"]})
@@ -128,7 +118,7 @@ def test_folder_claim_is_what_vllm_builds(family: str, method: str, measured: di
     assert (diff <= TOL) == _claims_same(view), (diff, view["differs"])
     if _claims_same(view):
         # the target exactly with a printed override; else what ropectl says the folder gives, never less
-        printed = bool(_printed_overrides(case["patched"]["warnings"]))
+        printed = bool(printed_vllm_overrides(case["patched"]["warnings"]))
         assert got["max_model_len"] == (case["target"] if printed else view["serving_length"]) >= case["target"]
 
 

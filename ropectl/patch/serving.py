@@ -1,0 +1,101 @@
+"""What the serving engines need for a patched checkpoint: each reader's view of the written config, the commands
+that make vLLM and lm-eval serve the target, and the refusal of a method the model's vLLM code cannot build."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ropectl.errors import MethodError
+from ropectl.patch.config import ConfigPlan
+from ropectl.patch.emit import emit_vllm
+from ropectl.patch.spec import PatchSpec
+from ropectl.patch.verify import expected_ropes
+from ropectl.resolve import ResolvedModel
+
+
+def reader_views(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[Any]:
+    """Every known reader's reading of the written config, against the RoPE ropectl means it to hold."""
+    if model.is_gguf or spec.emit != "config":
+        return []
+    from ropectl.readers.parity import engine_views
+
+    lengths = (None, plan.target_context) if plan.target_context else (None,)
+    return engine_views(plan.config, expected_ropes(plan.rope, plan.layer_ropes), lengths)
+
+
+def emit_vllm_for(where: str, plan: ConfigPlan, target: int) -> tuple[dict[str, Any], list[str]]:
+    from ropectl.readers import vllm as vllm_reader
+
+    return emit_vllm(where, plan.rope, plan.layer_ropes, plan.before.partial_rotary_factor, target,
+                     plan.before.model_type, vllm_reader.override_path(plan.config))
+
+
+def check_vllm_builds(plan: ConfigPlan) -> list[str]:
+    """``--emit vllm`` for a method the model's vLLM code cannot build would print a command that crashes: refused.
+    Where it builds other RoPE from the overrides, the warning says how."""
+    from ropectl.readers import vllm as vllm_reader
+    from ropectl.readers.parity import disagreement_warnings, engine_views
+
+    views = [v for v in engine_views(plan.config, expected_ropes(plan.rope, plan.layer_ropes),
+                                     (None, plan.target_context)) if v.reader.engine == vllm_reader.ENGINE]
+    newest = next(v for v in views if v.reader is vllm_reader.newest())
+    if not newest.reading.ok:
+        raise MethodError(f"{newest.reader.label} cannot serve this: {newest.reading.error}",
+                          "pick a method this model's vLLM code builds (yarn for DeepSeek and gpt-oss)")
+    return disagreement_warnings([v for v in views if not v.too_short])  # the command sets the length
+
+
+def vllm_serving(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> tuple[Any, list[str]]:
+    """The newest vLLM's serving length for the written config; when it is not the target, the exact override.
+    Returns the reader that spoke (None when it had nothing to say) and its lines."""
+    target = int(plan.target_context or 0)
+    if model.is_gguf or spec.emit != "config" or not target:
+        return None, []
+    from ropectl.readers import vllm as vllm_reader
+
+    reader = vllm_reader.newest()
+    reading = vllm_reader.predict(reader, plan.config)
+    if not reading.ok or (reading.serving_length == target and plan.rope.rope_type != "dynamic"):
+        return None, []
+    emitted, notes = emit_vllm_for(str(spec.output or model.folder or spec.model), plan, target)
+    served = int(reading.serving_length or 0)
+    if served > target and plan.rope.rope_type != "dynamic":  # longer is still the same RoPE: a cap, not a fix
+        return None, [f"{reader.label}: accepts up to {served} tokens from this config (max_position_embeddings x "
+                      f"factor), above the target {target}; to cap it there: {emitted['command']}"]
+    return reader, [f"{reader.label}: derives a max length of {served} from this config, not the target {target}; "
+                    f"serve it with: {emitted['command']}", *notes]
+
+
+def lm_eval_serving(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel, views: list[Any]) -> list[str]:
+    """lm-eval left-truncates prompts past max_position_embeddings: when that is below the target, the command."""
+    short = next((v for v in views if v.reader.engine == "lm-eval" and v.too_short), None)
+    if short is None:
+        return []
+    from ropectl.readers import lm_eval
+
+    target = int(plan.target_context or 0)
+    where = str(spec.output or model.folder or spec.model)
+    return [f"{short.reader.label}: takes max_position_embeddings ({short.reading.serving_length}) as the longest "
+            f"prompt and left-truncates longer ones; run it with: {lm_eval.command(where, target)}"]
+
+
+def legacy_form_hint(spec: PatchSpec, plan: ConfigPlan, views: list[Any]) -> list[str]:
+    """The target form costs transformers 4.43-4.50 their yarn reading: name the opt-in that serves them."""
+    if spec.max_positions != "target" or plan.rope.rope_type not in ("yarn", "linear"):
+        return []
+    if not any(v.reader.engine == "transformers" and v.reading.ok and v.differs and not v.too_short for v in views):
+        return []
+    return ["for the transformers releases named above, patch with --max-positions trained (max_position_embeddings "
+            "stays the trained length; lm-eval then needs max_length=N and vLLM the override patch prints)"]
+
+
+def serving_warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel, views: list[Any]) -> list[str]:
+    """Each reader that differs, once per run of versions, then the commands that serve the target; a reader whose
+    only trouble is a short default length is said once, by the line that carries its command."""
+    from ropectl.readers.parity import disagreement_warnings
+
+    said, vllm_lines = vllm_serving(spec, plan, model)
+    lm_eval_lines = lm_eval_serving(spec, plan, model, views)
+    spoken = ({said.engine} if said else set()) | ({"lm-eval"} if lm_eval_lines else set())
+    differ = disagreement_warnings([v for v in views if not (v.reader.engine in spoken and v.too_short)])
+    return differ + vllm_lines + lm_eval_lines + legacy_form_hint(spec, plan, views)
