@@ -90,6 +90,28 @@ def test_qwen25_vl_hub_config_inspects_and_patches(tmp_path: Path) -> None:
     assert any("MRotaryEmbedding" in w for w in data["warnings"])
 
 
+def test_qwen2_vl_as_transformers_5_saves_it(tmp_path: Path) -> None:
+    """transformers 5 saves the hub's "type": "mrope" beside its own rope_type "default": one RoPE, not a conflict."""
+    from transformers import Qwen2VLConfig
+
+    hub = {"model_type": "qwen2_vl", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "max_position_embeddings": 256, "rope_theta": 1e6, "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}}
+    Qwen2VLConfig(**hub).save_pretrained(tmp_path / "saved")
+    section = json.loads((tmp_path / "saved" / "config.json").read_text())["text_config"]["rope_parameters"]
+    assert section["type"] == "mrope" and section["rope_type"] == "default"  # the form under test
+    result = runner.invoke(app, ["inspect", str(tmp_path / "saved"), "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["rope_type"] == "default"
+    code, data, err = _patch(tmp_path / "saved", "-m", "yarn", "-f", "4", "--dry-run")
+    assert code == 0, err
+    # negative control: a section that really names two methods is still refused
+    section = {**section, "rope_type": "linear", "factor": 2.0}
+    config = {**json.loads((tmp_path / "saved" / "config.json").read_text())}
+    config["text_config"] = {**config["text_config"], "rope_parameters": section}
+    result = runner.invoke(app, ["inspect", str(_folder(tmp_path, config, "bad")), "--json"])
+    assert result.exit_code != 0 and "contradicts itself" in result.stderr
+
+
 def test_plain_llama_overrides_stay_flat(tmp_path: Path) -> None:
     config = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
               "max_position_embeddings": 1024, "rope_theta": 10000.0}

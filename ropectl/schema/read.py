@@ -164,17 +164,20 @@ def _is_nested(section: Mapping[str, Any], cfg: Mapping[str, Any]) -> bool:
     )
 
 
+# Qwen2-VL / Qwen2.5-VL hub configs say "type": "mrope": their config classes (transformers 4.x and 5) and vLLM
+# read that as default RoPE split into mrope_section, and transformers 5 saves it as rope_type "default" beside it.
+_ALIASES = {"su": "longrope", "ntk_aware": "ntk", "mrope": "default"}
+
+
 def _rope_type(section: Mapping[str, Any]) -> str:
     new, old = section.get("rope_type"), section.get("type")
-    if new is not None and old is not None and new != old:
+    if new is not None and old is not None and _ALIASES.get(str(new), new) != _ALIASES.get(str(old), old):
         raise ConfigError(
             f"the rope section contradicts itself: rope_type is '{new}' but type is '{old}'",
             "make 'type' and 'rope_type' equal, or drop 'type'",
         )
     rope_type = str(new or old or "default")
-    # Qwen2-VL / Qwen2.5-VL hub configs say "type": "mrope": their config classes (transformers 4.x and 5) and vLLM
-    # read that as default RoPE split into mrope_section.
-    return {"su": "longrope", "ntk_aware": "ntk", "mrope": "default"}.get(rope_type, rope_type)
+    return _ALIASES.get(rope_type, rope_type)
 
 
 def _params(section: Mapping[str, Any], theta: float, rotary_dim: int, cfg: Mapping[str, Any]) -> RopeParams:
