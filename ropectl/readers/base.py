@@ -104,6 +104,7 @@ class Reading:
     error: str | None = None  # why it cannot load the config
     notes: tuple[str, ...] = ()  # quirks that shaped this reading
     serving_length: int | None = None  # longest sequence it derives / accepts (None: no limit)
+    logit_scale: float = 1.0  # what its attention code multiplies the logits by beyond transformers' (MLA graphs)
 
     @property
     def ok(self) -> bool:

@@ -17,10 +17,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropectl.readers.base import DICT, FAILS, MAX_POS, TOP, Quirk, Reader, Reading, VersionRange
-from ropectl.rope.params import YARN_DEFAULT_BETAS
+from ropectl.rope.params import YARN_DEFAULT_BETAS, RopeParams
 
 ENGINE = "llama.cpp"
 IGNORES_BETAS = "ignores-yarn-betas"  # the GGUF's yarn beta keys are not read for this architecture
+CONVERTER_DROPS = "converter-drops"  # convert_hf_to_gguf.py writes no such scaling for this architecture
+MLA_LOGITS = "mla-logits"  # llama.cpp's deepseek2 graph scales the attention logits its own way
 DEFAULT_BETAS = YARN_DEFAULT_BETAS  # what llama.cpp uses where it does not read the GGUF's betas
 # Architectures whose loader reads {arch}.rope.scaling.yarn_beta_fast/slow (llama-model.cpp); others use defaults.
 YARN_BETA_ARCHS = frozenset({"grok", "mistral3"})
@@ -33,6 +35,75 @@ _READS = ("{arch}.rope.freq_base", "{arch}.rope.scaling.type", "{arch}.rope.scal
           "{arch}.rope.scaling.original_context_length", "{arch}.rope.scaling.attn_factor", "{arch}.context_length")
 _ORIGINAL = {"yarn": (TOP, DICT, MAX_POS)}
 
+
+# config.json model types whose GGUF architecture reads the beta keys (the converter keeps the name).
+_BETA_MODEL_TYPES = frozenset({"grok", "mistral3"})
+
+# What convert_hf_to_gguf.py (the llama.cpp bundled with llama-cpp-python 0.3.36, conversion/*.py) carries into
+# the GGUF, by the config's ``architectures``: llama3 only where the converter class bakes a rope_freqs tensor, and
+# LongRoPE factors only where it writes rope_factors_long/short; elsewhere the GGUF holds unscaled RoPE.
+LLAMA3_ARCHITECTURES = frozenset({
+    "AfmoeForCausalLM", "ApertusForCausalLM", "ArceeForCausalLM", "BambaForCausalLM", "CogVLMForCausalLM",
+    "DeciLMForCausalLM", "Exaone4ForCausalLM", "ExaoneForCausalLM", "ExaoneMoEForCausalLM", "ExaoneMoeForCausalLM",
+    "GraniteForCausalLM", "GraniteMoeForCausalLM", "GraniteMoeHybridForCausalLM", "GraniteMoeSharedForCausalLM",
+    "IQuestCoderForCausalLM", "JanusForConditionalGeneration", "LLaMAForCausalLM", "Llama4ForCausalLM",
+    "Llama4ForConditionalGeneration", "LlamaForCausalLM", "LlamaModel", "LlavaForConditionalGeneration",
+    "MistralForCausalLM", "MixtralForCausalLM", "NemotronHForCausalLM", "SmolLM3ForCausalLM",
+    "VLlama3ForCausalLM", "VoxtralForConditionalGeneration",
+})
+LONGROPE_ARCHITECTURES = frozenset({"MiniCPM3ForCausalLM", "MiniCPMForCausalLM", "Phi3ForCausalLM",
+                                    "Phi4ForCausalLMV", "PhiMoEForCausalLM"})
+_CARRIED = {"llama3": (LLAMA3_ARCHITECTURES, "a rope_freqs tensor"),
+            "longrope": (LONGROPE_ARCHITECTURES, "rope_factors_long/short tensors")}
+# Model types the converter turns into llama.cpp's deepseek2 graph (multi-head latent attention).
+DEEPSEEK2_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_vl", "youtu"})
+DEEPSEEK2_NOTE = ("llama.cpp's DeepSeek-2 graph (deepseek2.cpp) multiplies the attention logits by mscale^2, with "
+                  "mscale from the scaling factor and rope.scaling.yarn_log_mul, for every scaled rope type; it "
+                  "equals transformers only for yarn with mscale equal to mscale_all_dim, as DeepSeek ships it")
+DEEPSEEK2_FIX = "patch with yarn and --mscale 1 --mscale-all-dim 1 (DeepSeek's own form)"
+
+
+def converter_drops(rope_type: str, architecture: str) -> str | None:
+    """Why convert_hf_to_gguf.py writes no ``rope_type`` scaling for ``architecture`` (llama.cpp then runs
+    unscaled RoPE), or None where it carries it."""
+    carried = _CARRIED.get(rope_type)
+    if carried is None or architecture in carried[0]:
+        return None
+    return _drop_note(rope_type)
+
+
+def _drop_note(rope_type: str) -> str:
+    return (f"llama.cpp's converter (convert_hf_to_gguf.py) writes {rope_type} scaling ({_CARRIED[rope_type][1]}) "
+            "only for Llama-family and a few other architectures: for this one the GGUF runs unscaled RoPE")
+
+
+def deepseek2_logit_scale(p: RopeParams) -> float:
+    """llama.cpp's deepseek2 attention-logit multiplier over transformers' for ``p`` (1.0: the same).
+
+    llama.cpp (llama-context.cpp, deepseek2.cpp): with s the factor and L = mscale_all_dim (yarn_log_mul), the
+    cos/sin factor is R = mscale(s, m)/mscale(s, L) where L is set (m = 1, or L itself when L != 1), else
+    mscale(s); the logits are then scaled by (R mscale(s, L))^2 on top. transformers: cos/sin factor A
+    (mscale(s, m)/mscale(s, L) when both are set, else mscale(s), or the explicit attention_factor) and logits
+    times mscale(s, L)^2 when L is set. Linear: llama.cpp scales logits by mscale(s)^2, transformers not at all.
+    """
+    from ropectl.rope.frequencies import compute_frequencies, yarn_mscale
+
+    s = float(p.factor or 1.0)
+    if p.rope_type not in ("linear", "yarn") or s <= 1:
+        return 1.0
+    if p.rope_type == "linear":
+        return yarn_mscale(s) ** 2
+    all_dim = float(p.scaling.get("mscale_all_dim") or 0.0)
+    if all_dim:
+        rope = yarn_mscale(s, all_dim if all_dim != 1 else 1.0) / yarn_mscale(s, all_dim)
+    else:
+        rope = yarn_mscale(s)
+    llama_cpp = rope ** 2 * (rope * yarn_mscale(s, all_dim)) ** 2
+    hf_attention = compute_frequencies(p).attention_factor
+    transformers = hf_attention ** 2 * (yarn_mscale(s, all_dim) ** 2 if all_dim else 1.0)
+    return llama_cpp / transformers
+
+
 READERS: tuple[Reader, ...] = (
     Reader(ENGINE, VersionRange("0.3.36"), _READS, ("{arch}.rope.scaling.yarn_beta_fast (most archs)",),
            _ORIGINAL, {}, "none enforced: -c above context_length (n_ctx_train) only warns", (
@@ -42,11 +113,14 @@ READERS: tuple[Reader, ...] = (
                      f"{', '.join(sorted(YARN_BETA_ARCHS))}; other architectures use 32/1",
                      rope_types=frozenset({"yarn"}),
                      fix="pass --yarn-beta-fast/--yarn-beta-slow (`ropectl patch ... --emit llama.cpp` prints them)"),
+               Quirk(CONVERTER_DROPS, _drop_note("llama3"), rope_types=frozenset({"llama3"}),
+                     fix="use yarn, which the converter writes for every architecture"),
+               Quirk(CONVERTER_DROPS, _drop_note("longrope"), rope_types=frozenset({"longrope"}),
+                     fix="use yarn, which the converter writes for every architecture"),
+               Quirk(MLA_LOGITS, DEEPSEEK2_NOTE, model_types=DEEPSEEK2_MODEL_TYPES,
+                     rope_types=frozenset({"linear", "yarn"}), fix=DEEPSEEK2_FIX),
            ), ("llama-cpp-python 0.3.36",)),
 )
-
-# config.json model types whose GGUF architecture reads the beta keys (the converter keeps the name).
-_BETA_MODEL_TYPES = frozenset({"grok", "mistral3"})
 
 
 def cannot_express(rope_type: str) -> str | None:
@@ -77,8 +151,10 @@ def predict(reader: Reader, config: Mapping[str, Any], version: str | None = Non
     base = tf.predict(tf.READERS[-1], config)  # the converter reads config.json as transformers 5 does
     if not base.ok:
         return Reading(reader, error=base.error, notes=base.notes)
-    model_type = str(text_config(config).get("model_type") or "")
-    ropes, notes = {}, list(base.notes)
+    text = text_config(config)
+    model_type = str(text.get("model_type") or "")
+    architecture = next(iter(config.get("architectures") or text.get("architectures") or [""]), "")
+    ropes, notes, logit_scale = {}, list(base.notes), 1.0
     for layer, p in base.ropes.items():
         for quirk in reader.quirks_for(model_type, p.rope_type):
             if quirk.kind == FAILS:
@@ -86,5 +162,13 @@ def predict(reader: Reader, config: Mapping[str, Any], version: str | None = Non
             if quirk.kind == IGNORES_BETAS and model_type not in _BETA_MODEL_TYPES and ignored_betas("", p.scaling):
                 p = p.with_(scaling={**p.scaling, **DEFAULT_BETAS})
                 notes.append(quirk.note)
+        dropped = converter_drops(p.rope_type, architecture)
+        if dropped:
+            notes.append(dropped)
+            p = p.with_(rope_type="default", scaling={})
+        if model_type in DEEPSEEK2_MODEL_TYPES and abs(deepseek2_logit_scale(p) - 1.0) > 1e-6:
+            logit_scale = deepseek2_logit_scale(p)
+            notes.append(DEEPSEEK2_NOTE)
         ropes[layer] = p
-    return Reading(reader, ropes, notes=tuple(dict.fromkeys(notes)), serving_length=None)
+    return Reading(reader, ropes, notes=tuple(dict.fromkeys(notes)), serving_length=None, logit_scale=logit_scale)
+

