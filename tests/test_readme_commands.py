@@ -78,7 +78,7 @@ def run_examples(page: Path, root: Path, monkeypatch: pytest.MonkeyPatch, smollm
         # the installed command's way in (its one error handler included), not the Typer app alone
         proc = subprocess.run([str(CLI), *argv], capture_output=True, text=True, env=env)
         expected: list[Any] = [ln for ln in shown.splitlines() if ln.startswith("error:")]
-        if expected:  # an error example: exit 2 or 1, and exactly the line the README shows
+        if expected:  # an error example: exit 2 or 1, and exactly the line the page shows
             assert proc.returncode in (1, 2) and proc.stderr.strip() == "\n".join(expected), command
         else:
             assert proc.returncode == 0, f"{page.name}: {command}\n{proc.stderr}"
