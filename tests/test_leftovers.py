@@ -77,7 +77,7 @@ def test_sigterm_during_a_gguf_patch_removes_the_temp_file(tmp_path: Path) -> No
                            "-o", str(out / "x.gguf")], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).parents[1])
     assert "TEMP" in proc.stdout, proc.stderr  # the signal came while the temp file existed
-    assert proc.returncode == 130, (proc.returncode, proc.stderr)  # as README: SIGTERM unwinds like Ctrl-C
+    assert proc.returncode == 130, (proc.returncode, proc.stderr)  # as documented: SIGTERM unwinds like Ctrl-C
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "interrupted" in lines[0], proc.stderr
     assert list(out.iterdir()) == []

@@ -1,4 +1,4 @@
-"""The reader module: entries interpreted as documented, the README table in sync, the ropectl record.
+"""The reader module: entries interpreted as documented, the docs/compatibility.md table in sync, the ropectl record.
 
 Whether the entries match the real transformers versions is the compat tier's job (tests/compat/,
 `make compat`); here the interpreter is checked against values written out by hand from each version's
@@ -14,7 +14,7 @@ import pytest
 
 from ropectl.readers.base import VersionRange, version_key
 from ropectl.readers.parity import engine_views
-from ropectl.readers.table import in_sync
+from ropectl.readers.table import PAGE, in_sync
 from ropectl.readers.transformers import READERS, predict, reader_for
 from ropectl.readers.view import null_theta_warning
 from ropectl.schema.record import BaseRope, Record
@@ -27,7 +27,9 @@ YARN_RAISED = {**LLAMA, "rope_scaling": {"rope_type": "yarn", "type": "yarn", "f
 
 
 def test_readme_table_in_sync() -> None:
-    assert in_sync((ROOT / "README.md").read_text(encoding="utf-8")), "run python -m ropectl.readers.table"
+    """The generated reader table lives in docs/compatibility.md (the README links to it)."""
+    assert PAGE == "docs/compatibility.md"
+    assert in_sync((ROOT / PAGE).read_text(encoding="utf-8")), "run python -m ropectl.readers.table"
 
 
 def test_readme_table_goes_stale_when_an_entry_changes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -38,7 +40,7 @@ def test_readme_table_goes_stale_when_an_entry_changes(monkeypatch: pytest.Monke
 
     changed = (dataclasses.replace(tf.READERS[0], tested=("4.43.0",)), *tf.READERS[1:])
     monkeypatch.setattr(tf, "READERS", changed)
-    assert not in_sync((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert not in_sync((ROOT / PAGE).read_text(encoding="utf-8"))
 
 
 def test_versions_cover_every_supported_release_once() -> None:

@@ -2,7 +2,7 @@
 
 Each engine module (``transformers``; ``vllm`` and ``llama_cpp`` alongside) exposes ``READERS``, a tuple
 of frozen ``Reader`` entries, and ``predict(reader, config, version=None) -> Reading``. ``patch``'s
-warnings, ``inspect --engines`` and the README's compatibility table are all derived from them.
+warnings, ``inspect --engines`` and docs/compatibility.md's reader table are all derived from them.
 """
 
 from __future__ import annotations

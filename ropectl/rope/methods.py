@@ -45,7 +45,7 @@ class Method:
     uses_factor: bool = True
     # llama.cpp's rope.scaling.type, or None where GGUF metadata cannot express the method.
     gguf_type: str | None = None
-    # Why max_position_embeddings is what it is; shown by `patch` and the README.
+    # Why max_position_embeddings is what it is; shown by `patch` and docs/write-form.md.
     max_position_rule: str = "raised to the target context"
 
     def param(self, name: str) -> Param:

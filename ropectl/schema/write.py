@@ -31,7 +31,7 @@ ALLOWED_TYPES = {"phi3": ("default", "longrope"), "phi4_multimodal": ("default",
 ORIGINAL = "original_max_position_embeddings"
 SCALED_WITH_ORIGINAL = ("llama3", "yarn", "longrope")
 TRAINED, TARGET = "trained", "target"
-# The write form: which max_position_embeddings each rope type gets (the README's "The write form" says why).
+# The write form: which max_position_embeddings each rope type gets (docs/write-form.md says why).
 # ``target`` (the default) is what the readers users run in 2026 agree on: transformers >= 4.51 and 5.x read yarn's
 # original length from the rope section, vLLM >= 0.30 derives yarn's serving length from max_position_embeddings
 # (earlier releases from original x factor: the same number), and lm-eval, TGI and SGLang take it as the longest
