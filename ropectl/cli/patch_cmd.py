@@ -13,6 +13,7 @@ import typer
 from ropectl.cli.errors import handle_errors
 from ropectl.cli.options import ForceOpt, JsonOpt, ModelArg, OutputOpt, method_option_parameters
 from ropectl.cli.render import print_warning
+from ropectl.rope.methods import method_names
 
 METHOD, OPTIONS, OUTPUT = "Method", "Method options", "Output"
 OPT = "opt_"  # prefix of the generated method-option parameters
@@ -23,7 +24,7 @@ def _opt(*names: str, help: str, panel: str = OPTIONS, **kw: Any) -> Any:
 
 
 MethodOpt = Annotated[Optional[str], _opt("--method", "-m", panel=METHOD,
-                                          help="linear, ntk, dynamic, yarn, llama3, longrope or none "
+                                          help=f"{method_names()} "
                                                "(or a spec such as yarn:4,beta_fast=16).")]
 FactorOpt = Annotated[Optional[float], _opt("--factor", "-f", panel=METHOD, help="Context extension factor (> 1).")]
 TargetOpt = Annotated[Optional[str], _opt("--target-length", "-t", panel=METHOD,
@@ -86,6 +87,9 @@ def _render_files(result: dict[str, Any], console: Any) -> None:
         console.print(f"backup of the old config: {result['backup']}")
     if result["verification"]:
         v = result["verification"]
+        if v.get("skipped"):
+            console.print(f"[yellow]not verified[/yellow]: {v['skipped']}")
+            return
         detail = f"max relative error {v['max_rel_error']:.1e}" if "max_rel_error" in v else \
             f"{v.get('tensors_identical', 0)} tensors identical"
         console.print(f"[green]verified[/green] with {v['engine']}: {detail}")

@@ -20,6 +20,7 @@ from ropectl.patch.gguf import llama_cpp_attn_factor
 from ropectl.readers import llama_cpp
 from ropectl.readers import vllm as vllm_reader
 from ropectl.readers.base import Reader
+from ropectl.rope.methods import owner_of
 from ropectl.rope.params import RopeParams
 from ropectl.schema.write import v5_parameters
 
@@ -91,14 +92,13 @@ def _fmt(value: float) -> str:
 
 def llama_cpp_args(rope: RopeParams, target: int, model_type: str) -> tuple[list[str], list[str]]:
     kind = rope.rope_type
-    if kind in ("dynamic", "llama3", "longrope"):
-        why = {"dynamic": "llama.cpp has no dynamic NTK scaling",
-               "llama3": "llama.cpp bakes llama3 frequencies into a rope_freqs tensor when converting",
-               "longrope": "llama.cpp reads LongRoPE factors from tensors written when converting"}[kind]
-        # llama3 and longrope survive conversion (as tensors); dynamic has no GGUF form at all
+    owner = owner_of(kind)
+    if owner is not None and owner.gguf_none:
+        # llama3 and longrope survive conversion as tensors, for the architectures whose converter writes them
         fix = "use linear, ntk (--rope-freq-base) or yarn" + (
-            "" if kind == "dynamic" else ", or convert the patched checkpoint to GGUF")
-        raise MethodError(f"method '{kind}' cannot be expressed as llama.cpp flags: {why}", fix)
+            ", or convert the patched checkpoint to GGUF (llama.cpp's converter writes it for Llama-family "
+            "architectures)" if kind in llama_cpp.CONVERTER_CARRIES else "")
+        raise MethodError(f"method '{kind}' cannot be expressed as llama.cpp flags: {owner.gguf_none}", fix)
     flag = llama_cpp.FLAGS
     args = [flag["type"], "none" if kind == "default" else kind]
     if kind in ("linear", "yarn"):

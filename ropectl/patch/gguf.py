@@ -32,15 +32,13 @@ SCALING_KEYS = ("SCALING_TYPE", "SCALING_FACTOR", "SCALING_ORIG_CTX_LEN", "SCALI
                 "SCALING_YARN_BETA_SLOW", "SCALING_YARN_ATTN_FACTOR", "SCALING_YARN_EXT_FACTOR", "SCALING_YARN_LOG_MUL",
                 "SCALING_FINETUNED")
 LEGACY_SCALE_LINEAR = "{arch}.rope.scale_linear"
-UNEXPRESSIBLE = {
-    "dynamic": "llama.cpp has no dynamic NTK scaling",
-    "llama3": "llama.cpp bakes llama3 frequencies into a rope_freqs tensor when converting",
-    "longrope": "llama.cpp keeps LongRoPE factors in rope_factors_long/short tensors written when converting",
-}
 
 
 def check_expressible(rope: RopeParams, method_name: str) -> None:
-    why = UNEXPRESSIBLE.get(rope.rope_type)
+    from ropectl.rope.methods import owner_of
+
+    owner = owner_of(rope.rope_type)
+    why = owner.gguf_none if owner is not None else ""
     if why:
         raise MethodError(
             f"method '{method_name}' cannot be written to GGUF metadata: {why}",
@@ -54,9 +52,8 @@ def check_method_for_gguf(method_name: str) -> None:
     from ropectl.rope.methods import get_method
 
     method = get_method(method_name)
-    if method.gguf_type is None or method.name == "longrope":
-        kind = method.name
-        check_expressible(RopeParams(kind, 1e4, 2, None, {}), method.name)
+    if method.gguf_none:
+        check_expressible(RopeParams(method.rope_type, 1e4, 2, None, {}), method.name)
 
 
 def llama_cpp_attn_factor(rope: RopeParams) -> float:

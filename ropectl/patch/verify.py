@@ -32,10 +32,12 @@ class Verification:
     layers: tuple[str, ...]
     max_rel_error: float
     warnings: tuple[str, ...] = ()  # what transformers warned while loading the config: never swallowed
+    skipped: str = ""  # why nothing could be compared (a rope type this transformers does not know)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"engine": self.engine, "layers": list(self.layers), "max_rel_error": self.max_rel_error,
-                "warnings": list(self.warnings)}
+        out = {"engine": self.engine, "layers": list(self.layers), "max_rel_error": self.max_rel_error,
+               "warnings": list(self.warnings)}
+        return {**out, "skipped": self.skipped} if self.skipped else out
 
 
 # transformers messages that say nothing about the RoPE a checkpoint describes.
@@ -154,13 +156,25 @@ def compare(built: Mapping[str, tuple[list[float], float]], expected: Mapping[st
     return worst
 
 
+def unknown_to_transformers(expected: Mapping[str, RopeParams]) -> tuple[str, ...]:
+    """Rope types in ``expected`` that this transformers cannot build (a method registered outside ropectl)."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    return tuple(sorted({p.rope_type for p in expected.values()} - set(ROPE_INIT_FUNCTIONS) - {"default"}))
+
+
 def verify_folder(folder: Path, expected: Mapping[str, RopeParams]) -> Verification:
     import transformers
 
+    version = transformers.__version__
+    unknown = unknown_to_transformers(expected)
+    if unknown:
+        why = (f"transformers {version} has no rope type {', '.join(map(repr, unknown))}, so the written RoPE is "
+               "not verified and transformers cannot load this config")
+        return Verification(f"transformers {version}", tuple(expected), math.nan, (why,), skipped=why)
     with transformers_warnings() as said:
         built = transformers_frequencies(folder)
     worst = compare(built, expected)
-    version = transformers.__version__
     return Verification(f"transformers {version}", tuple(expected), worst,
                         tuple(f"transformers {version} warned while loading the patched config: {m}" for m in said))
 

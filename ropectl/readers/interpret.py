@@ -31,6 +31,11 @@ from ropectl.readers.base import (
     Reading,
 )
 from ropectl.rope.params import RopeParams
+from ropectl.schema.read import TYPE_ALIASES
+
+# The rope types transformers' ROPE_INIT_FUNCTIONS builds (4.43+; proportional is 5.x, where a quirk says so). A
+# method registered outside ropectl may write another one: ropectl computes it, no transformers can load it.
+BUILDS = frozenset({"default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional"})
 
 MAIN = "main"
 NULL_THETA = ("rope_theta is null in the rope section (transformers 5 saves that after `config.rope_scaling = "
@@ -144,6 +149,9 @@ def interpret(reader: Reader, config: Mapping[str, Any], version: str | None = N
     error, notes = _apply_quirks(reader, cfg, version)
     if error:
         return Reading(reader, error=error, notes=tuple(notes))
+    rope_type = TYPE_ALIASES.get(written_type(rope_section(cfg, v5)), written_type(rope_section(cfg, v5)))
+    if rope_type not in BUILDS:  # a method registered outside ropectl: ropectl computes it, transformers cannot
+        return Reading(reader, error=f"transformers has no rope type '{rope_type}'", notes=tuple(notes))
     try:
         model = read_model_rope(cfg)
     except RopectlError as exc:

@@ -37,7 +37,7 @@ _ORIGINAL = {"yarn": (TOP, DICT, MAX_POS)}
 
 
 # config.json model types whose GGUF architecture reads the beta keys (the converter keeps the name).
-_BETA_MODEL_TYPES = frozenset({"grok", "mistral3"})
+_BETA_MODEL_TYPES = YARN_BETA_ARCHS
 
 # What convert_hf_to_gguf.py (the llama.cpp bundled with llama-cpp-python 0.3.36, conversion/*.py) carries into
 # the GGUF, by the config's ``architectures``: llama3 only where the converter class bakes a rope_freqs tensor, and
@@ -55,6 +55,7 @@ LONGROPE_ARCHITECTURES = frozenset({"MiniCPM3ForCausalLM", "MiniCPMForCausalLM",
                                     "Phi4ForCausalLMV", "PhiMoEForCausalLM"})
 _CARRIED = {"llama3": (LLAMA3_ARCHITECTURES, "a rope_freqs tensor"),
             "longrope": (LONGROPE_ARCHITECTURES, "rope_factors_long/short tensors")}
+CONVERTER_CARRIES = frozenset(_CARRIED)  # rope types the converter writes as tensors (for some architectures)
 # Model types the converter turns into llama.cpp's deepseek2 graph (multi-head latent attention).
 DEEPSEEK2_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_vl", "youtu"})
 DEEPSEEK2_NOTE = ("llama.cpp's DeepSeek-2 graph (deepseek2.cpp) multiplies the attention logits by mscale^2, with "

@@ -32,6 +32,7 @@ from ropectl.readers.base import (
     Reading,
     VersionRange,
 )
+from ropectl.rope.methods import rope_types_where
 
 ENGINE = "transformers"
 V4 = ("rope_theta", "rope_scaling")
@@ -73,7 +74,7 @@ def _fixed_longrope(which: str, why: str) -> Quirk:
 
 _V4_LONGROPE = {"yarn": (MAX_POS,), "llama3": (DICT,), "longrope": (TOP, MAX_POS)}
 _V4_LATE = {"yarn": (DICT, MAX_POS), "llama3": (DICT,), "longrope": (TOP, MAX_POS)}
-_V5 = {t: (TOP, DICT, MAX_POS) for t in ("yarn", "llama3", "longrope")}
+_V5 = {t: (TOP, DICT, MAX_POS) for t in (rope_types_where(lambda m: m.needs_original))}
 
 READERS: tuple[Reader, ...] = (
     Reader(ENGINE, VersionRange("4.43", "4.45"), V4, ("rope_parameters",), _V4_LONGROPE, {"longrope": TOP_FACTOR},

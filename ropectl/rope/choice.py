@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import MethodError, UsageError
-from ropectl.rope.methods import MethodSpec, Param, get_method, parse_spec, parse_value
+from ropectl.rope.methods import MethodSpec, Param, get_method, method_names, parse_spec, parse_value
 
 # Keys a preset / config table may hold besides the method's own options.
 SPEC_KEYS = ("method", "factor", "target_length", "schema", "options", "longrope_file", "description")
@@ -106,7 +106,7 @@ def to_method_spec(choice: MethodChoice, extra_options: Mapping[str, Any] | None
     ``extra_options`` sit under the choice's own options (patch's --longrope-file lists).
     """
     if not choice.method:
-        raise MethodError("no scaling method given", "pass --method (linear, ntk, dynamic, yarn, llama3, longrope) "
+        raise MethodError("no scaling method given", f"pass --method ({method_names(exclude=('none',))}) "
                                                      "or --preset NAME")
     method = get_method(choice.method)
     if choice.factor is not None and choice.target_length is not None:

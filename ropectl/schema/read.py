@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ropectl.errors import ConfigError, NoRopeError
+from ropectl.rope.methods import rope_types, rope_types_where
 from ropectl.rope.params import RopeParams
 from ropectl.schema import families, validate
 from ropectl.schema.layers import layer_head_dims, main_label
@@ -36,7 +37,7 @@ ROPE_MODEL_TYPES = frozenset({
     "cohere", "cohere2", "granite", "internlm2", "deepseek_v2", "deepseek_v3", "persimmon", "smollm3",
     "codegen", "glm", "glm4", "helium", "exaone", "ernie4_5", "mistral4",
 })
-SCALED_TYPES_WITH_ORIGINAL = ("llama3", "yarn", "longrope")
+SCALED_TYPES_WITH_ORIGINAL = rope_types_where(lambda m: m.needs_original)
 GEMMA_LOCAL_THETA = 1e4
 
 
@@ -166,18 +167,18 @@ def _is_nested(section: Mapping[str, Any], cfg: Mapping[str, Any]) -> bool:
 
 # Qwen2-VL / Qwen2.5-VL hub configs say "type": "mrope": their config classes (transformers 4.x and 5) and vLLM
 # read that as default RoPE split into mrope_section, and transformers 5 saves it as rope_type "default" beside it.
-_ALIASES = {"su": "longrope", "ntk_aware": "ntk", "mrope": "default"}
+TYPE_ALIASES = {"su": "longrope", "ntk_aware": "ntk", "mrope": "default"}
 
 
 def _rope_type(section: Mapping[str, Any]) -> str:
     new, old = section.get("rope_type"), section.get("type")
-    if new is not None and old is not None and _ALIASES.get(str(new), new) != _ALIASES.get(str(old), old):
+    if new is not None and old is not None and TYPE_ALIASES.get(str(new), new) != TYPE_ALIASES.get(str(old), old):
         raise ConfigError(
             f"the rope section contradicts itself: rope_type is '{new}' but type is '{old}'",
             "make 'type' and 'rope_type' equal, or drop 'type'",
         )
     rope_type = str(new or old or "default")
-    return _ALIASES.get(rope_type, rope_type)
+    return TYPE_ALIASES.get(rope_type, rope_type)
 
 
 def _params(section: Mapping[str, Any], theta: float, rotary_dim: int, cfg: Mapping[str, Any]) -> RopeParams:
@@ -208,7 +209,7 @@ def _params(section: Mapping[str, Any], theta: float, rotary_dim: int, cfg: Mapp
 def _validate(params: RopeParams) -> None:
     from ropectl.rope.frequencies import compute_frequencies
 
-    known = ("default", "linear", "dynamic", "yarn", "llama3", "longrope", "proportional")
+    known = rope_types()
     if params.rope_type in families.VISION_ROPE_TYPES:
         raise NoRopeError(
             f"rope type '{params.rope_type}' is a 2-D RoPE over image patch rows and columns, not text positions, "

@@ -14,6 +14,7 @@ from typing import Any
 
 from ropectl.errors import UsageError
 from ropectl.readers.transformers import exact_v4_keys, needs_head_dim
+from ropectl.rope.methods import TARGET, TRAINED, owner_of, rope_types_where
 from ropectl.rope.params import RopeParams
 from ropectl.schema.families import LEGACY_NESTED_MERGE, MSCALE_TYPES
 from ropectl.schema.read import ROPE_KEYS, ModelRope
@@ -29,8 +30,7 @@ TOP_LEVEL_ORIGINAL = frozenset({"phi3", "phi4_multimodal"})
 # Rope types each config class accepts where it is stricter than transformers' generic validation.
 ALLOWED_TYPES = {"phi3": ("default", "longrope"), "phi4_multimodal": ("default", "longrope")}
 ORIGINAL = "original_max_position_embeddings"
-SCALED_WITH_ORIGINAL = ("llama3", "yarn", "longrope")
-TRAINED, TARGET = "trained", "target"
+SCALED_WITH_ORIGINAL = rope_types_where(lambda m: m.needs_original)
 # The write form: which max_position_embeddings each rope type gets (docs/write-form.md says why).
 # ``target`` (the default) is what the readers users run in 2026 agree on: transformers >= 4.51 and 5.x read yarn's
 # original length from the rope section, vLLM >= 0.30 derives yarn's serving length from max_position_embeddings
@@ -39,11 +39,7 @@ TRAINED, TARGET = "trained", "target"
 # ``trained`` is the earlier form, for transformers 4.43-4.50 (they take yarn's original length from
 # max_position_embeddings): yarn and linear keep the trained length too, and serving tools then need the length
 # passed (lm-eval max_length, vLLM's override), which patch prints.
-MAX_POSITION_FORMS = ("target", "trained")
-MAX_POSITION_RULES = {
-    "target": {"dynamic": TRAINED},
-    "trained": {"yarn": TRAINED, "linear": TRAINED, "dynamic": TRAINED},
-}
+MAX_POSITION_FORMS = (TARGET, TRAINED)  # each method module's ``max_positions`` says where it is not the target
 
 
 def check_max_positions(form: str) -> str:
@@ -71,8 +67,9 @@ def scaling_dict(rope: RopeParams) -> dict[str, Any]:
 
 
 def written_max_positions(rope: RopeParams, trained: int | None, form: str = "target") -> int | None:
-    """max_position_embeddings in the write form (see MAX_POSITION_RULES)."""
-    if MAX_POSITION_RULES[form].get(rope.rope_type, TARGET) == TRAINED:
+    """max_position_embeddings in the write form (each method module's ``max_positions``)."""
+    owner = owner_of(rope.rope_type)
+    if owner is not None and owner.max_positions.get(form, TARGET) == TRAINED:
         return rope.original_max_position_embeddings or trained or rope.max_position_embeddings
     return rope.max_position_embeddings
 

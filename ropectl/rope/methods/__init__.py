@@ -1,0 +1,39 @@
+"""Scaling methods: one module each in this package, registered in :mod:`.registry`.
+
+Adding a method is one module here (and its name in ``registry.BUILTIN``), or, outside the package, a module
+registered through ``register_method``, the ``ropectl.methods`` entry points or ``ROPECTL_METHODS``; see
+docs/contributing/add-a-method.md.
+"""
+
+from ropectl.rope.methods.common import ORIGINAL, is_prope, trained_length
+from ropectl.rope.methods.options import (
+    MethodSpec,
+    apply_method,
+    check_factor,
+    factor_for_target,
+    parse_spec,
+    parse_value,
+    validate_options,
+)
+from ropectl.rope.methods.registry import (
+    METHODS,
+    TARGET,
+    TRAINED,
+    Method,
+    Param,
+    get_method,
+    load_all,
+    method_names,
+    owner_of,
+    register_method,
+    rope_types,
+    rope_types_where,
+)
+
+load_all()
+
+__all__ = [
+    "METHODS", "ORIGINAL", "TARGET", "TRAINED", "Method", "MethodSpec", "Param", "apply_method", "check_factor",
+    "factor_for_target", "get_method", "is_prope", "method_names", "owner_of", "parse_spec", "parse_value",
+    "register_method", "rope_types", "rope_types_where", "trained_length", "validate_options",
+]

@@ -1,0 +1,56 @@
+"""llama3: Llama 3.1's wavelength bands, with a smooth blend between them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ropectl.errors import MethodError
+from ropectl.rope.formulas import base_inv_freq, factor_of, require
+from ropectl.rope.methods.common import ORIGINAL, original
+from ropectl.rope.methods.registry import Method, Param
+from ropectl.rope.params import Frequencies, RopeParams
+
+
+def build(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopeParams:
+    trained = original(base, o)
+    scaling = {
+        "factor": factor,
+        "low_freq_factor": float(o.get("low_freq_factor", 1.0)),
+        "high_freq_factor": float(o.get("high_freq_factor", 4.0)),
+        "original_max_position_embeddings": trained,
+    }
+    return RopeParams("llama3", base.rope_theta, base.rotary_dim, int(round(trained * factor)), scaling)
+
+
+def frequencies(p: RopeParams, seq_len: int | None) -> Frequencies:
+    sc = p.scaling
+    s = factor_of(p)
+    lff, hff = float(sc["low_freq_factor"]), float(sc["high_freq_factor"])
+    trained = require(p.original_max_position_embeddings, "original_max_position_embeddings", "llama3")
+    low_wl, high_wl = trained / lff, trained / hff
+    inv = []
+    for f in base_inv_freq(p.rope_theta, p.rotary_dim):
+        wl = 2 * math.pi / f
+        if wl < high_wl:
+            inv.append(f)
+        elif wl > low_wl:
+            inv.append(f / s)
+        else:
+            smooth = (trained / wl - lff) / (hff - lff)
+            inv.append((1 - smooth) * f / s + smooth * f)
+    return Frequencies(tuple(inv), 1.0, p.rope_theta)
+
+
+def validate(o: Mapping[str, Any], rotary_dim: int) -> None:
+    if o["high_freq_factor"] <= o["low_freq_factor"]:
+        raise MethodError("llama3 needs high_freq_factor > low_freq_factor", "e.g. low_freq_factor=1,high_freq_factor=4")
+
+
+METHOD = Method("llama3", "Llama 3.1: wavelength bands, smooth blend between them", (
+    ORIGINAL,
+    Param("low_freq_factor", float, 1.0, "wavelengths above original/low are interpolated"),
+    Param("high_freq_factor", float, 4.0, "wavelengths below original/high are kept"),
+), build, "llama3", frequencies, validate,
+    gguf_none="llama.cpp bakes llama3 frequencies into a rope_freqs tensor when converting", needs_original=True)

@@ -1,0 +1,68 @@
+"""yarn: interpolate low frequencies, keep high ones, scale attention (YaRN)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ropectl.errors import MethodError
+from ropectl.rope.formulas import (
+    base_inv_freq,
+    original_and_factor,
+    yarn_correction_range,
+    yarn_mscale,
+    yarn_ramp,
+)
+from ropectl.rope.methods.common import ORIGINAL, clean, original
+from ropectl.rope.methods.registry import TRAINED, Method, Param
+from ropectl.rope.params import YARN_DEFAULT_BETAS, Frequencies, RopeParams
+
+
+def build(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopeParams:
+    trained = original(base, o)
+    scaling: dict[str, Any] = {"factor": factor, "original_max_position_embeddings": trained}
+    scaling.update(clean(o, ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim")))
+    if o.get("truncate") is False:
+        scaling["truncate"] = False
+    return RopeParams("yarn", base.rope_theta, base.rotary_dim, int(round(trained * factor)), scaling)
+
+
+def frequencies(p: RopeParams, seq_len: int | None) -> Frequencies:
+    sc, dim = p.scaling, p.rotary_dim
+    trained, s = original_and_factor(p, "yarn")
+    attention = sc.get("attention_factor")
+    if attention is None:
+        mscale, mscale_all = sc.get("mscale"), sc.get("mscale_all_dim")
+        if mscale and mscale_all:
+            attention = yarn_mscale(s, mscale) / yarn_mscale(s, mscale_all)
+        else:
+            attention = yarn_mscale(s)
+    beta_fast = sc.get("beta_fast") or YARN_DEFAULT_BETAS["beta_fast"]
+    beta_slow = sc.get("beta_slow") or YARN_DEFAULT_BETAS["beta_slow"]
+    truncate = sc.get("truncate", True)
+    low, high = yarn_correction_range(beta_fast, beta_slow, dim, p.rope_theta, trained, bool(truncate))
+    ramp = yarn_ramp(low, high, dim // 2)
+    inv = [f / s * r + f * (1 - r) for f, r in zip(base_inv_freq(p.rope_theta, dim), ramp)]
+    return Frequencies(tuple(inv), float(attention), p.rope_theta)
+
+
+def validate(o: Mapping[str, Any], rotary_dim: int) -> None:
+    if not 0 < o["beta_slow"] < o["beta_fast"]:
+        raise MethodError("yarn needs 0 < beta_slow < beta_fast", "e.g. beta_fast=32,beta_slow=1")
+    if rotary_dim % 2:
+        raise MethodError(
+            f"the rotary dim {rotary_dim} is odd: transformers' yarn ramp then has one value less than the "
+            "frequencies and cannot be built",
+            "use --method linear, ntk or dynamic for this model",
+        )
+
+
+METHOD = Method("yarn", "YaRN: interpolate low frequencies, keep high ones, scale attention", (
+    ORIGINAL,
+    Param("beta_fast", float, YARN_DEFAULT_BETAS["beta_fast"], "rotations where the ramp ends (keep)"),
+    Param("beta_slow", float, YARN_DEFAULT_BETAS["beta_slow"], "rotations where the ramp starts (interpolate)"),
+    Param("attention_factor", float, None, "cos/sin scale (default 0.1 ln s + 1)"),
+    Param("mscale", float, None, "DeepSeek-style mscale"),
+    Param("mscale_all_dim", float, None, "DeepSeek-style mscale_all_dim"),
+    Param("truncate", bool, True, "round the ramp ends to whole dimensions"),
+), build, "yarn", frequencies, validate, gguf_type="yarn", max_positions={TRAINED: TRAINED}, needs_original=True)
