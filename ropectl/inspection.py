@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ropectl import families
 from ropectl.errors import UsageError
 from ropectl.layout.detect import known_layout
 from ropectl.limits import MAX_POSITIONS
@@ -15,7 +16,7 @@ from ropectl.resolve import resolve_model
 from ropectl.rope.analysis import PairReport, first_non_rotating, pair_reports
 from ropectl.rope.frequencies import base_inv_freq, compute_frequencies, mrope_prerotated, softmax_mscale
 from ropectl.rope.params import Frequencies, RopeParams
-from ropectl.schema import ModelRope, families, read_model_rope
+from ropectl.schema import ModelRope, read_model_rope
 from ropectl.schema.record import Record
 
 ERNIE_MROPE_SECTION = (22, 22, 20)  # transformers' default when the config names none

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ropectl.schema.families import TEXT_SUBCONFIG_TYPES
+from ropectl.families import TEXT_SUBCONFIG_TYPES
 
 
 def test_text_subconfig_types_are_transformers_composites() -> None:

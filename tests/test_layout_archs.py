@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ropectl.layout.archs import ARCHS
+from ropectl.families.layouts import ARCHS
 from ropectl.layout.convert import ConvertSpec, convert_layout
 from ropectl.layout.detect import HALF_SPLIT, INTERLEAVED, known_layout
 

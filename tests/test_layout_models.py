@@ -17,7 +17,7 @@ import pytest
 import torch
 from factories import tiny_gptj, tiny_llama, tiny_neox, tiny_phi3, tiny_qwen2
 
-from ropectl.layout.archs import NEOX_FUSED
+from ropectl.families.layouts import NEOX_FUSED
 from ropectl.layout.convert import ConvertSpec, convert_layout
 from ropectl.layout.detect import HALF_SPLIT, INTERLEAVED
 from ropectl.layout.permute import permute_qk, permute_rows, projection_index, tensor_index

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ropectl.errors import LayoutError
-from ropectl.layout.archs import NEOX_FUSED, PHI3_FUSED, SEPARATE, arch_for, layer_of, role_of
+from ropectl.families.layouts import NEOX_FUSED, PHI3_FUSED, SEPARATE, arch_for, layer_of, role_of
 from ropectl.layout.detect import HALF_SPLIT, INTERLEAVED
 from ropectl.layout.permute import head_index, permute_qk, permute_rows, projection_index, tensor_index
 from ropectl.layout.verify import rope

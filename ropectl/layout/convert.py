@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import LayoutError, UsageError
+from ropectl.families.layouts import arch_for
 from ropectl.fsutil import check_output_dir, staged_dir, symlink_refusal
-from ropectl.layout.archs import arch_for
 from ropectl.layout.detect import HALF_SPLIT, INTERLEAVED, LAYOUTS, known_layout
 from ropectl.layout.io import fsync_file, write_streaming, write_tensors
 from ropectl.layout.plan import Geometry, TensorPlan, check_layouts, plan_tensors

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ropectl.errors import LayoutError
-from ropectl.layout.archs import MLA, NEOX_FUSED, PHI3_FUSED
+from ropectl.families.layouts import MLA, NEOX_FUSED, PHI3_FUSED
 from ropectl.layout.detect import HALF_SPLIT, INTERLEAVED
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def projection_rows(packing: str, role: str, length: int, n_heads: int, n_kv: in
     if packing == PHI3_FUSED:
         q_rows = n_heads * head_dim
         return {"q": np.arange(q_rows, dtype=np.int64), "k": q_rows + np.arange(n_kv * head_dim, dtype=np.int64)}
-    raise LayoutError(f"no fused layout '{packing}' for role '{role}'", "add the packing to ropectl/layout/archs.py")
+    raise LayoutError(f"no fused layout '{packing}' for role '{role}'", "add the packing to ropectl/families/layouts.py")
 
 
 def tensor_index(packing: str, role: str, length: int, n_heads: int, n_kv: int, head_dim: int,

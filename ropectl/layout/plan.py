@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ropectl.errors import CheckpointError, ConfigError, LayoutError
-from ropectl.layout.archs import MLA, UNITS, Arch, layer_of, role_of
+from ropectl.families.layouts import MLA, UNITS, Arch, layer_of, role_of
 from ropectl.layout.permute import tensor_index
 from ropectl.schema import ModelRope
 from ropectl.schema.read import text_config

@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ropectl import families
 from ropectl.errors import ConfigError, MethodError
 from ropectl.rope.methods import MethodSpec, apply_method, factor_for_target, get_method
 from ropectl.rope.params import RopeParams
 from ropectl.rope.reextend import reextension_of, with_carried_options
-from ropectl.schema import families
 from ropectl.schema.read import ModelRope, read_model_rope
 from ropectl.schema.record import KEY as RECORD_KEY
 from ropectl.schema.record import BaseRope, Record

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ropectl import families
 from ropectl.errors import OutputError, UsageError
 from ropectl.fsutil import (
     atomic_write_bytes,
@@ -33,7 +34,6 @@ from ropectl.patch.verify import expected_ropes, verify_config, verify_folder
 from ropectl.resolve import HUB_ID, ResolvedModel, resolve_model
 from ropectl.rope.frequencies import softmax_mscale
 from ropectl.rope.params import RopeParams
-from ropectl.schema import families
 from ropectl.schema.record import BaseRope, Record
 
 CONFIG = "config.json"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ropectl import families
 from ropectl.readers.base import (
     DICT,
     EXACT_KEYS,
@@ -37,9 +38,8 @@ from ropectl.rope.methods import rope_types_where
 ENGINE = "transformers"
 V4 = ("rope_theta", "rope_scaling")
 V5 = ("rope_scaling", "rope_parameters", "rope_theta")  # rope_scaling wins when both are present
-GEMMA3 = frozenset({"gemma3", "gemma3_text"})
-PHI3 = frozenset({"phi3"})
-PHI3_KEYS = frozenset({"type", "short_factor", "long_factor"})
+GEMMA3, PHI3 = families.GEMMA3, families.PHI3
+PHI3_KEYS = families.EXACT_V4_KEYS["phi3"]
 NO_LIMIT = ("none enforced: longer prompts run (max_position_embeddings sizes only the initial cos/sin cache, and is "
             "where dynamic starts scaling)")
 TOP_FACTOR = "factor = max_position_embeddings / top-level original_max_position_embeddings when that is set"
@@ -54,15 +54,14 @@ _GEMMA3_FLAT = Quirk(FLAT_V5_UNSCALED, "Gemma3 takes a flat rope_parameters as u
                      fix="nest rope_parameters by layer type ({full_attention, sliding_attention}): "
                          "`ropectl patch --replace-existing` writes that")
 _MISTRAL_HEAD_DIM = Quirk(NEEDS_HEAD_DIM, "MistralConfig keeps head_dim None when config.json has none, and the "
-                         "dynamic, yarn and longrope init functions then raise TypeError", frozenset({"mistral"}),
+                         "dynamic, yarn and longrope init functions then raise TypeError", families.HEAD_DIM_NONE_V4,
                          frozenset({"dynamic", "yarn", "longrope"}), fix="set head_dim in config.json (ropectl patch does)")
 
 # Config classes whose head_dim defaults to None in 5.x (Mixtral-8x7B's config.json has no head_dim), while
 # the dynamic, yarn and longrope init functions read config.head_dim without a fallback.
 _V5_HEAD_DIM = Quirk(NEEDS_HEAD_DIM, "the config class keeps head_dim None when config.json has none, and the "
                      "dynamic, yarn and longrope init functions then raise TypeError",
-                     frozenset({"mixtral", "ministral", "minimax", "hunyuan_v1_dense", "hunyuan_v1_moe",
-                                "hunyuan_vl_text"}),
+                     families.HEAD_DIM_NONE_V5,
                      frozenset({"dynamic", "yarn", "longrope"}), fix="set head_dim in config.json (ropectl patch does)")
 
 
@@ -82,7 +81,7 @@ READERS: tuple[Reader, ...] = (
                Quirk(IGNORES_SCALING, "Mistral and Qwen2 build plain RoPE from rope_theta and ignore rope_scaling",
                      frozenset({"mistral", "qwen2"}), fix="use transformers >= 4.45 (Qwen2) / 4.48 (Mistral)"),
                Quirk(EXACT_KEYS, "GPTNeoXConfig requires rope_scaling to hold exactly type and factor",
-                     frozenset({"gpt_neox"}), keys=frozenset({"type", "factor"})),
+                     frozenset({"gpt_neox"}), keys=families.EXACT_V4_KEYS["gpt_neox"]),
                Quirk(ONLY_TYPES, "GPTNeoXConfig accepts only linear and dynamic scaling", frozenset({"gpt_neox"}),
                      keys=frozenset({"linear", "dynamic"}), fix="use transformers >= 4.45"),
                Quirk(HEAD_DIM_IGNORED, "rotary width is hidden_size // num_attention_heads; head_dim is ignored"),
@@ -136,17 +135,3 @@ def predict(reader: Reader, config: Mapping[str, Any], version: str | None = Non
     from ropectl.readers.interpret import interpret
 
     return interpret(reader, config, version)
-
-
-def exact_v4_keys(model_type: str) -> frozenset[str] | None:
-    """The exact rope_scaling keys some supported version's config class demands for ``model_type``."""
-    for reader in READERS:
-        for quirk in reader.quirks:
-            if quirk.kind == EXACT_KEYS and model_type in quirk.model_types:
-                return quirk.keys
-    return None
-
-
-def needs_head_dim(model_type: str) -> bool:
-    """Whether some supported version fails to build this model type's scaled RoPE without head_dim."""
-    return any(q.kind == NEEDS_HEAD_DIM and model_type in q.model_types for r in READERS for q in r.quirks)

@@ -16,9 +16,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ropectl import families
 from ropectl.readers import vllm_models as vm
 from ropectl.readers.base import DICT, MAX_POS, TOP, Quirk, Reader, Reading, VersionRange
 from ropectl.rope.frequencies import dynamic_theta
+from ropectl.rope.methods import rope_types_where
 from ropectl.rope.params import RopeParams
 
 ENGINE = "vLLM"
@@ -28,9 +30,10 @@ STATIC_DYNAMIC = "static-dynamic"  # dynamic is one static base, and its cos/sin
 LONGROPE_DEFAULT = "longrope-default-original"  # default --max-model-len is the original length for longrope
 YARN_FROM_ORIGINAL = "yarn-length-from-original"  # before 0.30: yarn's length is original x factor
 
-GEMMA3 = frozenset({"gemma3", "gemma3_text"})  # vLLM takes Gemma3's max_position_embeddings as already scaled
+GEMMA3 = families.GEMMA3  # vLLM takes Gemma3's max_position_embeddings as already scaled
 _READS = ("rope_parameters", "rope_scaling", "rope_theta", "max_position_embeddings")
-_ORIGINAL = {t: (TOP, DICT, MAX_POS) for t in ("yarn", "llama3", "longrope")}  # transformers 5, which vLLM loads with
+# the original length as transformers 5 (which loads the config for vLLM) takes it
+_ORIGINAL = {t: (TOP, DICT, MAX_POS) for t in rope_types_where(lambda m: m.needs_original)}
 SERVING = ("max_position_embeddings (min tokenizer model_max_length), x factor for the types named in the quirks; "
            "--max-model-len above it is refused")
 _DYNAMIC = Quirk(STATIC_DYNAMIC, "dynamic is static: one base for max_position_embeddings / max_trained_positions, "
@@ -165,7 +168,7 @@ def override_path(config: Mapping[str, Any]) -> tuple[str, ...]:
     """Where the text model's settings sit for ``--hf-overrides``. vLLM sets a dict-valued override on the top-level
     config (``ModelConfig._apply_dict_overrides``) and merges it into a key that holds a sub-config, while the
     model reads ``get_hf_text_config``: for a composite config the overrides must be nested under text_config."""
-    from ropectl.schema.families import TEXT_SUBCONFIG_TYPES
+    from ropectl.families import TEXT_SUBCONFIG_TYPES
 
     composite = isinstance(config.get("text_config"), Mapping) or config.get("model_type") in TEXT_SUBCONFIG_TYPES
     return ("text_config",) if composite else ()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ropectl.schema import families
+from ropectl import families
 
 
 def layer_head_dims(cfg: Mapping[str, Any], head_dim: int) -> dict[str, int]:

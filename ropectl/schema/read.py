@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ropectl import families
 from ropectl.errors import ConfigError, NoRopeError
 from ropectl.rope.methods import rope_types, rope_types_where
 from ropectl.rope.params import RopeParams
-from ropectl.schema import families, validate
+from ropectl.schema import validate
 from ropectl.schema.layers import layer_head_dims, main_label
 
 # Model types whose position encoding is learned, absolute, relative or ALiBi: never RoPE.

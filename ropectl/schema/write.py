@@ -13,10 +13,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropectl.errors import UsageError
-from ropectl.readers.transformers import exact_v4_keys, needs_head_dim
+from ropectl.families import (
+    ALLOWED_TYPES,
+    LEGACY_NESTED_MERGE,
+    MSCALE_TYPES,
+    TOP_LEVEL_ORIGINAL,
+    exact_v4_keys,
+    needs_head_dim,
+)
 from ropectl.rope.methods import TARGET, TRAINED, owner_of, rope_types_where
 from ropectl.rope.params import RopeParams
-from ropectl.schema.families import LEGACY_NESTED_MERGE, MSCALE_TYPES
 from ropectl.schema.read import ROPE_KEYS, ModelRope
 
 SCHEMAS = ("both", "v4", "v5")
@@ -24,11 +30,6 @@ SCHEMAS = ("both", "v4", "v5")
 THETA_KEYS = {"gpt_neox": "rotary_emb_base", "gpt_neox_japanese": "rotary_emb_base"}
 PARTIAL_KEYS = {"gpt_neox": "rotary_pct"}
 LOCAL_THETA_KEY = "rope_local_base_freq"
-# Config classes with a class-level default for the top-level key, which transformers 5 lets override the
-# dict's value: the key must always be written for them, never removed.
-TOP_LEVEL_ORIGINAL = frozenset({"phi3", "phi4_multimodal"})
-# Rope types each config class accepts where it is stricter than transformers' generic validation.
-ALLOWED_TYPES = {"phi3": ("default", "longrope"), "phi4_multimodal": ("default", "longrope")}
 ORIGINAL = "original_max_position_embeddings"
 SCALED_WITH_ORIGINAL = rope_types_where(lambda m: m.needs_original)
 # The write form: which max_position_embeddings each rope type gets (docs/write-form.md says why).

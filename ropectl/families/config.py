@@ -138,3 +138,33 @@ TEXT_SUBCONFIG_TYPES = frozenset({
     "vibevoice", "vibevoice_asr", "video_llama_3", "video_llava", "videoprism", "vipllava",
     "vision-text-dual-encoder", "voxtral", "voxtral_realtime", "xclip",
 })
+
+
+# --- Strict config classes (what transformers' per-model config classes demand beyond the generic checks) ---
+GEMMA3 = frozenset({"gemma3", "gemma3_text"})
+PHI3 = frozenset({"phi3"})
+# Config classes that demand exactly these rope_scaling keys in some supported transformers version.
+EXACT_V4_KEYS: dict[str, frozenset[str]] = {
+    "phi3": frozenset({"type", "short_factor", "long_factor"}),
+    "gpt_neox": frozenset({"type", "factor"}),
+}
+# Config classes that keep head_dim None when config.json has none, so dynamic/yarn/longrope init raises
+# (Mistral in 4.x; these in 5.x, e.g. Mixtral-8x7B's config.json has no head_dim).
+HEAD_DIM_NONE_V4 = frozenset({"mistral"})
+HEAD_DIM_NONE_V5 = frozenset({"mixtral", "ministral", "minimax", "hunyuan_v1_dense", "hunyuan_v1_moe",
+                              "hunyuan_vl_text"})
+# Config classes with a class-level default for the top-level original_max_position_embeddings, which transformers
+# 5 lets override the dict's value: the key must always be written for them, never removed.
+TOP_LEVEL_ORIGINAL = frozenset({"phi3", "phi4_multimodal"})
+# Rope types each config class accepts where it is stricter than transformers' generic validation.
+ALLOWED_TYPES = {"phi3": ("default", "longrope"), "phi4_multimodal": ("default", "longrope")}
+
+
+def exact_v4_keys(model_type: str) -> frozenset[str] | None:
+    """The exact rope_scaling keys some supported version's config class demands for ``model_type``."""
+    return EXACT_V4_KEYS.get(model_type)
+
+
+def needs_head_dim(model_type: str) -> bool:
+    """Whether some supported version fails to build this model type's scaled RoPE without head_dim."""
+    return model_type in HEAD_DIM_NONE_V4 | HEAD_DIM_NONE_V5
