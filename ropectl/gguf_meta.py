@@ -7,25 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import GGUFError
+from ropectl.families.gguf import GGUF_ARCHS
 
-# llama.cpp architecture -> (HF model_type, q/k layout of the tensors in the file).
-# llama.cpp permutes q/k into the interleaved ("NORM") layout only for the llama family.
-GGUF_ARCHS: dict[str, tuple[str, str]] = {
-    "llama": ("llama", "interleaved"),
-    "mistral": ("mistral", "interleaved"),
-    "granite": ("granite", "interleaved"),
-    "qwen2": ("qwen2", "half-split"),
-    "qwen3": ("qwen3", "half-split"),
-    "qwen2moe": ("qwen2_moe", "half-split"),
-    "phi3": ("phi3", "half-split"),
-    "gemma": ("gemma", "half-split"),
-    "gemma2": ("gemma2", "half-split"),
-    "gemma3": ("gemma3_text", "half-split"),
-    "stablelm": ("stablelm", "half-split"),
-    "gptneox": ("gpt_neox", "half-split"),
-    "falcon": ("falcon", "half-split"),
-    "starcoder2": ("starcoder2", "half-split"),
-}
 _SCALING_KEYS = {"yarn_beta_fast": "beta_fast", "yarn_beta_slow": "beta_slow"}
 # ropectl's own record of the unscaled base; llama.cpp ignores keys outside its namespace.
 BASE_THETA_KEY = "ropectl.base.rope_theta"

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from ropectl.errors import OutputError
 from ropectl.fsutil import atomic_write_bytes
 
-if TYPE_CHECKING:
-    from ropectl.inspection import InspectReport
 
-
-def plot_wavelengths(report: InspectReport, path: Path) -> None:
+def plot_wavelengths(report: Any, path: Path) -> None:
+    """``report`` is inspection's InspectReport (its pairs, base_theta and model), taken by shape so that this
+    module does not import inspection, which imports it."""
     import io
 
     import matplotlib
@@ -51,7 +50,7 @@ def plot_wavelengths(report: InspectReport, path: Path) -> None:
         raise OutputError(f"cannot write plot '{path}' ({exc.strerror})", "choose a writable path for --plot") from None
 
 
-def _mark_contexts(ax: object, report: InspectReport, n: int) -> None:
+def _mark_contexts(ax: object, report: Any, n: int) -> None:
     trained, target = report.trained_context, report.target_context
     if trained:
         ax.axhline(trained, color="black", ls="--", lw=1.2)

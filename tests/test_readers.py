@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from ropectl.readers.base import VersionRange, version_key
-from ropectl.readers.parity import engine_views
-from ropectl.readers.table import PAGE, in_sync
-from ropectl.readers.transformers import READERS, predict, reader_for
-from ropectl.readers.view import null_theta_warning
+from ropectl.engines.base import VersionRange, version_key
+from ropectl.engines.parity import engine_views
+from ropectl.engines.table import PAGE, in_sync
+from ropectl.engines.transformers import READERS, predict, reader_for
+from ropectl.engines.view import null_theta_warning
 from ropectl.schema.record import BaseRope, Record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,14 +29,14 @@ YARN_RAISED = {**LLAMA, "rope_scaling": {"rope_type": "yarn", "type": "yarn", "f
 def test_readme_table_in_sync() -> None:
     """The generated reader table lives in docs/compatibility.md (the README links to it)."""
     assert PAGE == "docs/compatibility.md"
-    assert in_sync((ROOT / PAGE).read_text(encoding="utf-8")), "run python -m ropectl.readers.table"
+    assert in_sync((ROOT / PAGE).read_text(encoding="utf-8")), "run python -m ropectl.engines.table"
 
 
 def test_readme_table_goes_stale_when_an_entry_changes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Negative control: the sync check must notice a changed entry."""
     import dataclasses
 
-    from ropectl.readers import transformers as tf
+    from ropectl.engines import transformers as tf
 
     changed = (dataclasses.replace(tf.READERS[0], tested=("4.43.0",)), *tf.READERS[1:])
     monkeypatch.setattr(tf, "READERS", changed)

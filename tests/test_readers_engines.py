@@ -12,7 +12,7 @@ import pytest
 from factories import write_config
 
 from ropectl.cli.app import app
-from ropectl.readers import ENGINE_MODULES, llama_cpp, vllm
+from ropectl.engines import ENGINE_MODULES, llama_cpp, vllm
 
 LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
          "intermediate_size": 96, "num_hidden_layers": 2, "vocab_size": 128, "max_position_embeddings": 4096,
@@ -25,7 +25,7 @@ def _cfg(max_pos: int, **scaling: object) -> dict:
 
 
 def test_both_engines_are_listed() -> None:
-    assert "ropectl.readers.vllm" in ENGINE_MODULES and "ropectl.readers.llama_cpp" in ENGINE_MODULES
+    assert "ropectl.engines.vllm" in ENGINE_MODULES and "ropectl.engines.llama_cpp" in ENGINE_MODULES
 
 
 @pytest.mark.parametrize("version, rope, max_pos, served", [

@@ -40,7 +40,7 @@ def _fmt(value: Any) -> str:
 
 def print_engines(views: list[dict[str, Any]]) -> None:
     """One block per reader: its RoPE per layer type, serving length, and how it differs (with the fix)."""
-    from ropectl.readers.parity import merge_runs
+    from ropectl.engines.parity import merge_runs
 
     typer.echo("\nper reader:")
     for view in merge_runs(views):

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ropectl import families
+from ropectl.engines import llama_cpp
+from ropectl.engines.emit import emit_llama_cpp
 from ropectl.errors import OutputError, UsageError
 from ropectl.fsutil import (
     atomic_write_bytes,
@@ -27,13 +29,11 @@ from ropectl.ownership import note_written
 from ropectl.patch import gguf as gguf_out
 from ropectl.patch import serving
 from ropectl.patch.config import ConfigPlan, plan_config
-from ropectl.patch.emit import emit_llama_cpp
 from ropectl.patch.spec import PatchSpec
 from ropectl.patch.summary import PatchResult, pair_counts, rope_state
 from ropectl.patch.verify import expected_ropes, verify_config, verify_folder
 from ropectl.resolve import HUB_ID, ResolvedModel, resolve_model
 from ropectl.rope.frequencies import softmax_mscale
-from ropectl.rope.params import RopeParams
 from ropectl.schema.record import BaseRope, Record
 
 CONFIG = "config.json"
@@ -132,18 +132,6 @@ def _write_in_place(model: ResolvedModel, plan: ConfigPlan) -> dict[str, Any]:
             "verification": verification}
 
 
-def _gguf_warnings(arch: str, rope: RopeParams) -> list[str]:
-    """Keys this GGUF carries that llama.cpp will not read for its architecture (reader data)."""
-    from ropectl.readers import llama_cpp
-
-    ignored = llama_cpp.ignored_betas(arch, rope.scaling) if rope.rope_type == "yarn" else {}
-    if not ignored:
-        return []
-    flags = " ".join(f"{llama_cpp.FLAGS[k]} {v:g}" for k, v in ignored.items())
-    return [f"{llama_cpp.READERS[-1].label}: reads the YaRN betas from the GGUF only for "
-            f"{', '.join(sorted(llama_cpp.YARN_BETA_ARCHS))}, so for '{arch}' it uses 32/1; pass {flags}"]
-
-
 def _gguf(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> dict[str, Any]:
     gguf_out.check_expressible(plan.rope, plan.method.name if plan.method else plan.rope.rope_type)
     arch = str(model.gguf.get("general.architecture"))
@@ -221,7 +209,7 @@ def _execute(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> tuple[d
         emitted, warnings = _emit(spec, model, plan)
         return {"emit": emitted}, warnings
     if model.is_gguf:
-        return _gguf(spec, model, plan), _gguf_warnings(str(model.gguf.get("general.architecture")), plan.rope)
+        return _gguf(spec, model, plan), llama_cpp.gguf_warnings(str(model.gguf.get("general.architecture")), plan.rope)
     if spec.dry_run:
         verification = verify_config(plan.config, expected_ropes(plan.rope, plan.layer_ropes))
         old = (model.folder / CONFIG).read_text(encoding="utf-8")

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ropectl.engines import llama_cpp
 from ropectl.errors import GGUFError, MethodError, OutputError, VerificationError
 from ropectl.fsutil import sigterm_as_interrupt, why_not_writable
 from ropectl.gguf_meta import BASE_CONTEXT_KEY, BASE_THETA_KEY, METHOD_KEY
 from ropectl.ownership import clean_stale, temp_affixes
-from ropectl.rope.frequencies import compute_frequencies, yarn_mscale
 from ropectl.rope.params import YARN_DEFAULT_BETAS, RopeParams
 
 # Keys that describe scaling (names of ``gguf.Keys.Rope`` constants); whatever of them the new RoPE does not set
@@ -56,12 +56,6 @@ def check_method_for_gguf(method_name: str) -> None:
         check_expressible(RopeParams(method.rope_type, 1e4, 2, None, {}), method.name)
 
 
-def llama_cpp_attn_factor(rope: RopeParams) -> float:
-    """The multiplier llama.cpp needs so its YaRN cos/sin scale equals transformers' attention factor."""
-    factor = rope.factor or 1.0
-    return compute_frequencies(rope).attention_factor / yarn_mscale(factor)
-
-
 def gguf_updates(arch: str, rope: RopeParams, base: RopeParams, label: str) -> tuple[dict[str, Any], set[str]]:
     """({key: value} to set, {keys} to remove) for the new RoPE; key names from gguf.Keys."""
     import gguf
@@ -87,7 +81,7 @@ def gguf_updates(arch: str, rope: RopeParams, base: RopeParams, label: str) -> t
         # Written for the architectures that read them; the others ignore them (patch warns, readers.llama_cpp).
         updates[k("SCALING_YARN_BETA_FAST")] = float(sc.get("beta_fast") or YARN_DEFAULT_BETAS["beta_fast"])
         updates[k("SCALING_YARN_BETA_SLOW")] = float(sc.get("beta_slow") or YARN_DEFAULT_BETAS["beta_slow"])
-        attn = llama_cpp_attn_factor(rope)
+        attn = llama_cpp.attn_factor(rope)
         if not math.isclose(attn, 1.0, rel_tol=1e-7):
             updates[k("SCALING_ATTN_FACTOR")] = attn
     remove = ({k(name) for name in SCALING_KEYS} | {LEGACY_SCALE_LINEAR.format(arch=arch)}) - set(updates)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ropectl.engines.emit import emit_vllm
 from ropectl.errors import MethodError
 from ropectl.patch.config import ConfigPlan
-from ropectl.patch.emit import emit_vllm
 from ropectl.patch.spec import PatchSpec
 from ropectl.patch.verify import expected_ropes
 from ropectl.resolve import ResolvedModel
@@ -17,14 +17,14 @@ def reader_views(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> lis
     """Every known reader's reading of the written config, against the RoPE ropectl means it to hold."""
     if model.is_gguf or spec.emit != "config":
         return []
-    from ropectl.readers.parity import engine_views
+    from ropectl.engines.parity import engine_views
 
     lengths = (None, plan.target_context) if plan.target_context else (None,)
     return engine_views(plan.config, expected_ropes(plan.rope, plan.layer_ropes), lengths)
 
 
 def emit_vllm_for(where: str, plan: ConfigPlan, target: int) -> tuple[dict[str, Any], list[str]]:
-    from ropectl.readers import vllm as vllm_reader
+    from ropectl.engines import vllm as vllm_reader
 
     return emit_vllm(where, plan.rope, plan.layer_ropes, plan.before.partial_rotary_factor, target,
                      plan.before.model_type, vllm_reader.override_path(plan.config))
@@ -33,8 +33,8 @@ def emit_vllm_for(where: str, plan: ConfigPlan, target: int) -> tuple[dict[str, 
 def check_vllm_builds(plan: ConfigPlan) -> list[str]:
     """``--emit vllm`` for a method the model's vLLM code cannot build would print a command that crashes: refused.
     Where it builds other RoPE from the overrides, the warning says how."""
-    from ropectl.readers import vllm as vllm_reader
-    from ropectl.readers.parity import disagreement_warnings, engine_views
+    from ropectl.engines import vllm as vllm_reader
+    from ropectl.engines.parity import disagreement_warnings, engine_views
 
     views = [v for v in engine_views(plan.config, expected_ropes(plan.rope, plan.layer_ropes),
                                      (None, plan.target_context)) if v.reader.engine == vllm_reader.ENGINE]
@@ -51,7 +51,7 @@ def vllm_serving(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> tup
     target = int(plan.target_context or 0)
     if model.is_gguf or spec.emit != "config" or not target:
         return None, []
-    from ropectl.readers import vllm as vllm_reader
+    from ropectl.engines import vllm as vllm_reader
 
     reader = vllm_reader.newest()
     reading = vllm_reader.predict(reader, plan.config)
@@ -71,7 +71,7 @@ def lm_eval_serving(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel, vie
     short = next((v for v in views if v.reader.engine == "lm-eval" and v.too_short), None)
     if short is None:
         return []
-    from ropectl.readers import lm_eval
+    from ropectl.engines import lm_eval
 
     target = int(plan.target_context or 0)
     where = str(spec.output or model.folder or spec.model)
@@ -92,7 +92,7 @@ def legacy_form_hint(spec: PatchSpec, plan: ConfigPlan, views: list[Any]) -> lis
 def serving_warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel, views: list[Any]) -> list[str]:
     """Each reader that differs, once per run of versions, then the commands that serve the target; a reader whose
     only trouble is a short default length is said once, by the line that carries its command."""
-    from ropectl.readers.parity import disagreement_warnings
+    from ropectl.engines.parity import disagreement_warnings
 
     said, vllm_lines = vllm_serving(spec, plan, model)
     lm_eval_lines = lm_eval_serving(spec, plan, model, views)

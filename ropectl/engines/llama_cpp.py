@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ropectl.readers.base import DICT, FAILS, MAX_POS, TOP, Quirk, Reader, Reading, VersionRange
+from ropectl.engines.base import DICT, FAILS, MAX_POS, TOP, Quirk, Reader, Reading, VersionRange
 from ropectl.rope.params import YARN_DEFAULT_BETAS, RopeParams
 
 ENGINE = "llama.cpp"
@@ -146,7 +146,7 @@ def ignored_betas(arch: str, scaling: Mapping[str, Any]) -> dict[str, float]:
 
 def predict(reader: Reader, config: Mapping[str, Any], version: str | None = None) -> Reading:
     """What llama.cpp computes for ``config`` once converted to GGUF (betas as it reads them)."""
-    from ropectl.readers import transformers as tf
+    from ropectl.engines import transformers as tf
     from ropectl.schema.read import text_config
 
     base = tf.predict(tf.READERS[-1], config)  # the converter reads config.json as transformers 5 does
@@ -173,3 +173,20 @@ def predict(reader: Reader, config: Mapping[str, Any], version: str | None = Non
         ropes[layer] = p
     return Reading(reader, ropes, notes=tuple(dict.fromkeys(notes)), serving_length=None, logit_scale=logit_scale)
 
+
+def attn_factor(rope: RopeParams) -> float:
+    """The multiplier llama.cpp needs so its YaRN cos/sin scale equals transformers' attention factor."""
+    from ropectl.rope.frequencies import compute_frequencies, yarn_mscale
+
+    factor = rope.factor or 1.0
+    return compute_frequencies(rope).attention_factor / yarn_mscale(factor)
+
+
+def gguf_warnings(arch: str, rope: RopeParams) -> list[str]:
+    """Keys this GGUF carries that llama.cpp will not read for its architecture (reader data)."""
+    ignored = ignored_betas(arch, rope.scaling) if rope.rope_type == "yarn" else {}
+    if not ignored:
+        return []
+    flags = " ".join(f"{FLAGS[k]} {v:g}" for k, v in ignored.items())
+    return [f"{READERS[-1].label}: reads the YaRN betas from the GGUF only for "
+            f"{', '.join(sorted(YARN_BETA_ARCHS))}, so for '{arch}' it uses 32/1; pass {flags}"]

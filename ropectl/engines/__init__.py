@@ -1,8 +1,10 @@
-"""Reader knowledge in one place: how each engine and version reads a RoPE config.
+"""Engines in one place: how each engine and version reads a RoPE config, what it cannot run, and its command.
 
-Each engine module (``transformers``; ``vllm`` and ``llama_cpp`` alongside) exposes ``READERS``, a tuple
-of frozen ``Reader`` entries, and ``predict(reader, config, version=None) -> Reading``. ``patch``'s
-warnings, ``inspect --engines`` and docs/compatibility.md's reader table are all derived from them.
+Each engine module (``transformers``, ``vllm``, ``llama_cpp``, ``lm_eval``) exposes ``READERS``, a tuple of frozen
+``Reader`` entries, and ``predict(reader, config, version=None) -> Reading``; ``emit`` prints the vLLM and
+llama.cpp commands from them. ``patch``'s warnings, ``inspect --engines`` and docs/compatibility.md's reader table
+are all derived from these. Adding an engine is one module and its name in ``ENGINE_MODULES``
+(docs/contributing/add-an-engine.md).
 """
 
 from __future__ import annotations
@@ -11,11 +13,11 @@ import importlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from ropectl.readers.base import Quirk, Reader, Reading, VersionRange
+from ropectl.engines.base import Quirk, Reader, Reading, VersionRange
 
 # Engine modules, in the order the views list them. Each has READERS and predict().
-ENGINE_MODULES = ("ropectl.readers.transformers", "ropectl.readers.vllm", "ropectl.readers.llama_cpp",
-                  "ropectl.readers.lm_eval")
+ENGINE_MODULES = ("ropectl.engines.transformers", "ropectl.engines.vllm", "ropectl.engines.llama_cpp",
+                  "ropectl.engines.lm_eval")
 
 Predict = Callable[[Reader, Mapping[str, Any]], Reading]
 
@@ -31,7 +33,7 @@ def serving_engines_for(model: str) -> tuple[str, ...]:
 
 def why_not_served(rope_type: str, serve_with: Iterable[str]) -> str | None:
     """Why one of ``serve_with`` would not compute what transformers evaluated for ``rope_type`` (None: all do)."""
-    from ropectl.readers import llama_cpp, vllm
+    from ropectl.engines import llama_cpp, vllm
 
     checks = {"vllm": vllm.cannot_serve, "llama.cpp": llama_cpp.cannot_express}
     return next((why for engine in serve_with if engine in checks and (why := checks[engine](rope_type))), None)
