@@ -10,9 +10,9 @@ from typing import Any
 from ropectl import families
 from ropectl.engines.view import engine_section, engine_warnings
 from ropectl.errors import UsageError
+from ropectl.io.resolve import resolve_model
 from ropectl.layout.detect import known_layout
 from ropectl.limits import MAX_POSITIONS
-from ropectl.resolve import resolve_model
 from ropectl.rope.analysis import PairReport, first_non_rotating, pair_reports
 from ropectl.rope.frequencies import base_inv_freq, compute_frequencies, mrope_prerotated, softmax_mscale
 from ropectl.rope.params import Frequencies, RopeParams

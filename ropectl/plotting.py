@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import OutputError
-from ropectl.fsutil import atomic_write_bytes
+from ropectl.io.files import atomic_write_bytes
 
 
 def plot_wavelengths(report: Any, path: Path) -> None:

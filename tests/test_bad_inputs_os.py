@@ -118,7 +118,7 @@ def test_read_only_file_system_is_named(tmp_path: Path, case: str) -> None:
 
 def test_permission_denied_is_still_named_as_such(tmp_path: Path) -> None:
     """Negative control for the check above: a writable mount whose folder refuses writes is not 'read-only'."""
-    from ropectl.fsutil import why_not_writable
+    from ropectl.io.files import why_not_writable
 
     assert why_not_writable(tmp_path) == "permission denied"
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from ropectl.cli.app import app
 from ropectl.errors import GGUFError
-from ropectl.gguf_meta import read_gguf_metadata
+from ropectl.io.gguf_meta import read_gguf_metadata
 
 runner = CliRunner()
 

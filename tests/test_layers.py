@@ -16,8 +16,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "ropectl"
 # Each top-level module or subpackage of ropectl, by layer (lower numbers are imported by higher ones).
 LAYERS: dict[str, int] = {
     "errors": 0, "limits": 0, "jsonio": 0, "__version__": 0,
-    "rope": 1, "fsutil": 1, "ownership": 1, "gguf_kv": 1, "presets": 1, "io": 1,
-    "families": 2, "schema": 2, "gguf_meta": 2, "resolve": 2,
+    "rope": 1, "presets": 1,
+    "families": 2, "schema": 2, "io": 2,
     "engines": 3,
     "patch": 4, "layout": 4, "ppl": 4, "passkey": 4, "eval": 4, "inspection": 4, "plotting": 4, "recommend": 4,
     "recommend_run": 5,

@@ -85,7 +85,7 @@ def test_sigterm_during_a_gguf_patch_removes_the_temp_file(tmp_path: Path) -> No
 
 def test_stale_staging_of_a_killed_run_is_removed(tmp_path: Path) -> None:
     """A SIGKILLed run leaves its staging folder; the next run next to that output removes it (and only it)."""
-    from ropectl.ownership import temp_affixes
+    from ropectl.io.ownership import temp_affixes
 
     src = tiny_llama(tmp_path / "src")
     child = subprocess.Popen([sys.executable, "-c", "pass"])

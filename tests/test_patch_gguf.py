@@ -24,8 +24,8 @@ def yarn2(smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path
 
 @pytest.mark.slow
 def test_yarn2_metadata_reads_back(yarn2: tuple[Path, dict]) -> None:
-    from ropectl.gguf_meta import read_gguf_metadata
-    from ropectl.resolve import resolve_model
+    from ropectl.io.gguf_meta import read_gguf_metadata
+    from ropectl.io.resolve import resolve_model
 
     out, data = yarn2
     meta = read_gguf_metadata(out)

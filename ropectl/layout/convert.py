@@ -13,7 +13,8 @@ from typing import Any
 
 from ropectl.errors import LayoutError, UsageError
 from ropectl.families.layouts import arch_for
-from ropectl.fsutil import check_output_dir, staged_dir, symlink_refusal
+from ropectl.io.files import check_output_dir, staged_dir
+from ropectl.io.hub_cache import symlink_refusal
 from ropectl.layout.detect import HALF_SPLIT, INTERLEAVED, LAYOUTS, known_layout
 from ropectl.layout.io import fsync_file, write_streaming, write_tensors
 from ropectl.layout.plan import Geometry, TensorPlan, check_layouts, plan_tensors
@@ -87,7 +88,7 @@ class ConvertResult:
 
 def convert_layout(spec: ConvertSpec, progress: ProgressCallback | None = None) -> ConvertResult:
     """Check everything first, then write the converted checkpoint to a temp folder and rename it into place."""
-    from ropectl.resolve import resolve_model
+    from ropectl.io.resolve import resolve_model
     from ropectl.schema import read_model_rope
 
     resolved = resolve_model(spec.model, weights=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ropectl.errors import CheckpointError, pickle_refused
-from ropectl.fsutil import inside_checkpoint
+from ropectl.io.hub_cache import inside_checkpoint
 from ropectl.layout.io import ITEMSIZE, SafetensorsFile, read_header, read_tensor
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ropectl.fsutil import atomic_write_bytes
+from ropectl.io.files import atomic_write_bytes
 from ropectl.ppl.plot import length_label
 
 

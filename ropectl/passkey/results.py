@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropectl.fsutil import atomic_write_text
+from ropectl.io.files import atomic_write_text
 
 LOG = "passkey.jsonl"
 JSON = "passkey.json"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import UsageError
-from ropectl.fsutil import atomic_write_text
+from ropectl.io.files import atomic_write_text
 from ropectl.passkey.prompt import PROMPT_VERSION, PromptBuilder, Trial
 from ropectl.passkey.results import PLOT, Accuracy, Row, accuracies, append_rows, read_rows, write_outputs
 from ropectl.passkey.spec import PasskeySpec

@@ -15,7 +15,7 @@ from ropectl import families
 from ropectl.engines import llama_cpp
 from ropectl.engines.emit import emit_llama_cpp
 from ropectl.errors import OutputError, UsageError
-from ropectl.fsutil import (
+from ropectl.io.files import (
     atomic_write_bytes,
     atomic_write_text,
     check_output_dir,
@@ -24,15 +24,15 @@ from ropectl.fsutil import (
     staged_dir,
     why_not_writable,
 )
+from ropectl.io.ownership import note_written
+from ropectl.io.resolve import HUB_ID, ResolvedModel, resolve_model
 from ropectl.layout.weights import WEIGHT_SUFFIXES
-from ropectl.ownership import note_written
 from ropectl.patch import gguf as gguf_out
 from ropectl.patch import serving
 from ropectl.patch.config import ConfigPlan, plan_config
 from ropectl.patch.spec import PatchSpec
 from ropectl.patch.summary import PatchResult, pair_counts, rope_state
 from ropectl.patch.verify import expected_ropes, verify_config, verify_folder
-from ropectl.resolve import HUB_ID, ResolvedModel, resolve_model
 from ropectl.rope.frequencies import softmax_mscale
 from ropectl.schema.record import BaseRope, Record
 

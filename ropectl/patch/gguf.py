@@ -21,9 +21,10 @@ from typing import Any
 
 from ropectl.engines import llama_cpp
 from ropectl.errors import GGUFError, MethodError, OutputError, VerificationError
-from ropectl.fsutil import sigterm_as_interrupt, why_not_writable
-from ropectl.gguf_meta import BASE_CONTEXT_KEY, BASE_THETA_KEY, METHOD_KEY
-from ropectl.ownership import clean_stale, temp_affixes
+from ropectl.io.files import why_not_writable
+from ropectl.io.gguf_meta import BASE_CONTEXT_KEY, BASE_THETA_KEY, METHOD_KEY
+from ropectl.io.ownership import clean_stale, temp_affixes
+from ropectl.io.signals import sigterm_as_interrupt
 from ropectl.rope.params import YARN_DEFAULT_BETAS, RopeParams
 
 # Keys that describe scaling (names of ``gguf.Keys.Rope`` constants); whatever of them the new RoPE does not set

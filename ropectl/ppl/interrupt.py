@@ -34,7 +34,7 @@ class Terminated(KeyboardInterrupt):
 
 
 def sigterm_as_interrupt() -> contextlib.AbstractContextManager[None]:
-    from ropectl.fsutil import sigterm_as_interrupt as unwind
+    from ropectl.io.signals import sigterm_as_interrupt as unwind
 
     return unwind(Terminated)
 

@@ -137,7 +137,7 @@ def model_source(model: str | None) -> tuple[str, dict[str, Any], str, dict[str,
     """from_pretrained arguments, a label for results, and the config transformers will build (no weights)."""
     from transformers import AutoConfig
 
-    from ropectl.resolve import resolve_model
+    from ropectl.io.resolve import resolve_model
 
     quiet_transformers()
     resolved = resolve_model(model or default_model_path(), weights=True)

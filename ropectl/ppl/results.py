@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropectl.fsutil import atomic_write_text
+from ropectl.io.files import atomic_write_text
 from ropectl.jsonio import dumps
 from ropectl.limits import MAX_LINE_BYTES
 

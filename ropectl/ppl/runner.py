@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import CheckpointError, DataError, OutputError, UsageError, pickle_refused
-from ropectl.fsutil import atomic_write_text, check_output_dir, why_not_writable
+from ropectl.io.files import atomic_write_text, check_output_dir, why_not_writable
 from ropectl.jsonio import dumps
 from ropectl.ppl import dist, identity, lock
 from ropectl.ppl.data import Corpus, load_corpus, make_source, tokenizer_identity
@@ -222,8 +222,8 @@ def _model_source(spec: EvalSpec) -> tuple[Any, str, dict[str, Any], str, dict[s
     """from_pretrained arguments, a label for results, and the config transformers will build (no weights)."""
     from transformers import AutoConfig
 
+    from ropectl.io.resolve import resolve_model
     from ropectl.ppl.model import quiet_transformers
-    from ropectl.resolve import resolve_model
 
     quiet_transformers()
     resolved = resolve_model(spec.model or default_model_path(), weights=True)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ropectl.errors import CheckpointError, OutputError
-from ropectl.ownership import OLD, clean_stale, describe, foreign_entries, temp_affixes, write_manifest
+from ropectl.io.hub_cache import is_inside, symlink_refusal
+from ropectl.io.ownership import OLD, clean_stale, describe, foreign_entries, temp_affixes, write_manifest
+from ropectl.io.signals import sigterm_as_interrupt
 
 
 def default_mode(mode: int) -> int:
@@ -46,11 +47,6 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def is_inside(child: Path, parent: Path) -> bool:
-    child, parent = Path(child).resolve(), Path(parent).resolve()
-    return child == parent or parent in child.parents
 
 
 def real_output(output: Path) -> Path:
@@ -127,24 +123,6 @@ def _existing_parent(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def sigterm_as_interrupt(raising: type[BaseException] = KeyboardInterrupt) -> Iterator[None]:
-    """Let SIGTERM unwind like Ctrl-C (raising ``raising``) so staged output is cleaned up."""
-
-    def raise_interrupt(signum: int, frame: object) -> None:
-        raise raising
-
-    try:
-        previous = signal.signal(signal.SIGTERM, raise_interrupt)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-@contextlib.contextmanager
 def staged_dir(output: Path, force: bool = False, command: str = "ropectl") -> Iterator[Path]:
     """Yield a temp folder beside ``output``; rename it into place only if the block succeeds.
 
@@ -205,48 +183,6 @@ def link_or_copy(src: Path, dst: Path, copy: bool = False) -> str:
             pass
     shutil.copy2(src, dst)
     return "copy"
-
-
-CACHE_REPO_PREFIXES = ("models--", "datasets--", "spaces--")
-
-
-def hf_cache_blobs(folder: Path) -> Path | None:
-    """The ``blobs/`` folder of the Hugging Face cache repo whose snapshot holds ``folder``, if it is in one.
-
-    huggingface_hub stores ``models--org--name/snapshots/<rev>/<file>`` as symlinks to ``../../blobs/<sha>``.
-    """
-    for path in {Path(folder).absolute(), Path(folder).resolve()}:
-        for snap in (path, *path.parents):
-            repo = snap.parent.parent
-            if snap.parent.name == "snapshots" and repo.name.startswith(CACHE_REPO_PREFIXES) \
-                    and (repo / "blobs").is_dir():
-                return repo / "blobs"
-    return None
-
-
-def inside_checkpoint(path: Path, folder: Path) -> bool:
-    """``path`` (after symlinks) lies in ``folder``, or in the blobs of the hub cache repo ``folder`` is a snapshot of."""
-    if is_inside(path, folder):
-        return True
-    blobs = hf_cache_blobs(folder)
-    return blobs is not None and is_inside(path, blobs)
-
-
-def symlink_refusal(path: Path, folder: Path) -> str | None:
-    """Why a side file / folder of a checkpoint is not brought along, or None when it may be.
-
-    A symlinked file is followed only into the checkpoint folder or its hub cache blobs: a link elsewhere
-    (``README.md -> ~/.ssh/id_rsa``) would copy something the checkpoint's author never shipped. Symlinked
-    folders are never followed.
-    """
-    path = Path(path)
-    if not path.is_symlink():
-        return None
-    if path.is_dir():
-        return "symlinked folder, not followed"
-    if not path.exists():
-        return "broken symlink"
-    return None if inside_checkpoint(path, folder) else "symlink to outside the checkpoint folder"
 
 
 def link_tree(source: Path, staging: Path, copy: bool, exclude: Callable[[Path], bool],

@@ -55,7 +55,7 @@ def resolve_model(spec: str | os.PathLike[str], *, weights: bool = False) -> Res
         return ResolvedModel(text, "folder", path, read_config(path))
     if path.is_file():
         if path.suffix.lower() == ".gguf":
-            from ropectl.gguf_meta import gguf_config, read_gguf_metadata
+            from ropectl.io.gguf_meta import gguf_config, read_gguf_metadata
 
             meta = read_gguf_metadata(path)
             return ResolvedModel(text, "gguf", path, gguf_config(meta, path), meta)

@@ -18,7 +18,7 @@ METHOD_KEY = "ropectl.method"
 
 def read_gguf_metadata(path: Path) -> dict[str, Any]:
     """All key/value metadata of a GGUF file, as plain Python values (tokenizer arrays skipped)."""
-    from ropectl.gguf_kv import GGUFFormatError, read_kv
+    from ropectl.io.gguf_kv import GGUFFormatError, read_kv
 
     try:
         return read_kv(path)
