@@ -15,7 +15,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "ropectl"
 # Each top-level module or subpackage of ropectl, by layer (lower numbers are imported by higher ones).
 LAYERS: dict[str, int] = {
-    "errors": 0, "limits": 0, "jsonio": 0, "__version__": 0,
+    "errors": 0, "limits": 0, "output": 0, "__version__": 0,
     "rope": 1, "presets": 1,
     "families": 2, "schema": 2, "io": 2,
     "engines": 3,

@@ -9,7 +9,7 @@ import typer
 
 from ropectl.cli.errors import handle_errors
 from ropectl.cli.options import JsonOpt, ModelArg, SeqLenOpt
-from ropectl.jsonio import dumps
+from ropectl.output import dumps, plain
 
 PlotOpt = Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG of wavelength per dimension pair.")]
 EnginesOpt = Annotated[bool, typer.Option(
@@ -34,10 +34,6 @@ def inspect(model: ModelArg, json_out: JsonOpt = False, plot: PlotOpt = None, se
         print_engines(report.to_dict()["engines"])
 
 
-def _fmt(value: Any) -> str:
-    return "-" if value is None else f"{value:.6g}" if isinstance(value, float) else str(value)
-
-
 def print_engines(views: list[dict[str, Any]]) -> None:
     """One block per reader: its RoPE per layer type, serving length, and how it differs (with the fix)."""
     from ropectl.engines.parity import merge_runs
@@ -48,12 +44,12 @@ def print_engines(views: list[dict[str, Any]]) -> None:
         typer.echo(f"  {view['reader']}: {mark}")
         for layer, rope in view["layers"].items():
             where = "" if layer == "main" else f"{layer}: "
-            typer.echo(f"    {where}{rope['rope_type']} theta {_fmt(rope['rope_theta'])}, factor {_fmt(rope['factor'])}, "
-                       f"original {_fmt(rope['original'])}, {rope['frequencies']} frequencies "
-                       f"{_fmt(rope['inv_freq_max'])} .. {_fmt(rope['inv_freq_min'])}, "
-                       f"attention {_fmt(rope['attention_factor'])}")
+            typer.echo(f"    {where}{rope['rope_type']} theta {plain(rope['rope_theta'])}, factor {plain(rope['factor'])}, "
+                       f"original {plain(rope['original'])}, {rope['frequencies']} frequencies "
+                       f"{plain(rope['inv_freq_max'])} .. {plain(rope['inv_freq_min'])}, "
+                       f"attention {plain(rope['attention_factor'])}")
         length = view["serving_length"]
-        typer.echo(f"    serving length: {_fmt(length) if length else view['serving_rule'] or '-'}")
+        typer.echo(f"    serving length: {plain(length) if length else view['serving_rule'] or '-'}")
         if view["differs"]:
             typer.echo(f"    differs: {view['differs']}")
         if view["fix"]:

@@ -10,7 +10,7 @@ import typer
 from ropectl.cli.errors import handle_errors
 from ropectl.cli.options import ForceOpt, JsonOpt, ModelArg, OutputOpt
 from ropectl.cli.render import print_warning
-from ropectl.jsonio import dumps
+from ropectl.output import dumps
 
 ToOpt = Annotated[str, typer.Option("--to", help="Target q/k layout: interleaved or half-split.", show_default=False)]
 FromOpt = Annotated[

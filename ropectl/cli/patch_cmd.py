@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 import re
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -13,6 +12,7 @@ import typer
 from ropectl.cli.errors import handle_errors
 from ropectl.cli.options import ForceOpt, JsonOpt, ModelArg, OutputOpt, method_option_parameters
 from ropectl.cli.render import print_warning
+from ropectl.output import dumps, number
 from ropectl.rope.methods import method_names
 
 METHOD, OPTIONS, OUTPUT = "Method", "Method options", "Output"
@@ -65,13 +65,13 @@ def _render(result: dict[str, Any]) -> None:
         table.add_column(col, style="bold cyan" if not col else None)
     for key, label in (("rope_type", "rope type"), ("rope_theta", "θ"), ("factor", "factor"),
                        ("attention_factor", "attention factor"), ("max_position_embeddings", "max positions")):
-        table.add_row(label, _fmt(before[key]), _fmt(after[key]))
-    table.add_row("context", _fmt(result["trained_context"]), _fmt(result["target_context"]))
+        table.add_row(label, number(before[key]), number(after[key]))
+    table.add_row("context", number(result["trained_context"]), number(result["target_context"]))
     console.print(table)
     console.print(f"{pairs['total']} dimension pairs: [green]{pairs['kept']} kept[/green], "
                   f"[yellow]{pairs['interpolated']} interpolated[/yellow], {pairs['blended']} blended")
     for label, theta in result["other_layers"].items():
-        console.print(f"[dim]{label} keeps θ={_fmt(theta)}[/dim]")
+        console.print(f"[dim]{label} keeps θ={number(theta)}[/dim]")
     _render_files(result, console)
     for warning in result["warnings"]:
         print_warning(console, warning)
@@ -95,12 +95,6 @@ def _render_files(result: dict[str, Any], console: Any) -> None:
         console.print(f"[green]verified[/green] with {v['engine']}: {detail}")
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.6g}"
-    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def _template(
@@ -130,7 +124,7 @@ def patch(**kw: Any) -> None:
                      replace_existing=kw["replace_existing"], max_positions=kw["max_positions"])
     result = patch_checkpoint(spec).to_dict()
     if kw["json_out"]:
-        typer.echo(json.dumps(result, indent=2))
+        typer.echo(dumps(result, indent=2))
     else:
         _render(result)
 

@@ -13,7 +13,7 @@ import typer
 
 from ropectl.cli.errors import handle_errors
 from ropectl.cli.options import ForceOpt, JsonOpt
-from ropectl.jsonio import dumps
+from ropectl.output import dumps
 
 DATA, RUN, OUT = "Data", "Run", "Output"
 

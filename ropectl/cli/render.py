@@ -7,15 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.6g}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return str(value)
+from ropectl.output import number
 
 
 def print_warning(console: Console, warning: str) -> None:
@@ -35,21 +27,21 @@ def print_inspect(d: dict[str, Any], console: Console | None = None) -> None:
         f" (partial {d['partial_rotary_factor']:g})" if d["partial_rotary_factor"] < 1 else "")
     heads = f"{d['num_attention_heads']} query / {d['num_key_value_heads']} key-value"
     scaling = d["rope_type"] if not d["scaling"] else d["rope_type"] + "  " + ", ".join(
-        f"{k}={_fmt(v)}" for k, v in d["scaling"].items() if not isinstance(v, list))
+        f"{k}={number(v)}" for k, v in d["scaling"].items() if not isinstance(v, list))
     if d.get("factor") is not None and "factor" not in d["scaling"]:
-        scaling += f"  factor={_fmt(d['factor'])} ({'implied' if 'implied' in d['factor_source'] else 'config'})"
+        scaling += f"  factor={number(d['factor'])} ({'implied' if 'implied' in d['factor_source'] else 'config'})"
     rows = [
         ("model", f"{d['source']}  [dim]({d['kind']}, {d['model_type'] or 'no model_type'})[/dim]"),
         ("heads", heads),
         ("rotary dims", rotary),
-        ("rope_theta", _fmt(d["rope_theta"]) + (f"  (effective {_fmt(d['effective_theta'])} at {d['seq_len']:,} tokens)"
+        ("rope_theta", number(d["rope_theta"]) + (f"  (effective {number(d['effective_theta'])} at {d['seq_len']:,} tokens)"
                                                  if d["effective_theta"] != d["rope_theta"] else "")),
         ("scaling", scaling),
-        ("attention factor", _fmt(d["attention_factor"]) + (
+        ("attention factor", number(d["attention_factor"]) + (
             f"  (cos/sin); softmax scale x{d['softmax_scale']:.4g} = mscale(factor, mscale_all_dim)²"
             if d.get("softmax_scale", 1.0) != 1.0 else "")),
-        ("trained context", _fmt(d["trained_context"])),
-        ("max positions", _fmt(d["max_position_embeddings"])),
+        ("trained context", number(d["trained_context"])),
+        ("max positions", number(d["max_position_embeddings"])),
         ("layout", f"{d['layout']}  [dim]({d['layout_reason']})[/dim]"),
     ]
     for key, value in rows:
@@ -57,7 +49,7 @@ def print_inspect(d: dict[str, Any], console: Console | None = None) -> None:
     console.print(table)
     _print_pairs(d, console)
     for label, layer in d["layers"].items():
-        console.print(f"  [dim]{label}: {layer['rope_type']}, θ={_fmt(layer['rope_theta'])}[/dim]")
+        console.print(f"  [dim]{label}: {layer['rope_type']}, θ={number(layer['rope_theta'])}[/dim]")
     for warning in d["warnings"]:
         print_warning(console, warning)
     if d.get("plot"):
@@ -70,8 +62,8 @@ def _print_pairs(d: dict[str, Any], console: Console) -> None:
     first = d["first_non_rotating_pair"]
     waves = d["wavelengths"]
     console.print(
-        f"\n{n} dimension pairs: wavelengths {_fmt(waves[0])} → "
-        f"{_fmt(waves[-1]) if waves[-1] is not None else '∞ (unrotated pairs)'} tokens. "
+        f"\n{n} dimension pairs: wavelengths {number(waves[0])} → "
+        f"{number(waves[-1]) if waves[-1] is not None else '∞ (unrotated pairs)'} tokens. "
         f"[green]{n - never}[/green] turn fully within the trained context; "
         f"[yellow]{never}[/yellow] never do" + (f" (pairs {first}–{n - 1})" if first is not None else "") + "."
     )

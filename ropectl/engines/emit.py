@@ -9,7 +9,6 @@ the overrides carry, so the same command serves the target there too).
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Mapping
 from typing import Any
@@ -19,6 +18,7 @@ from ropectl.engines import vllm as vllm_reader
 from ropectl.engines.base import Reader
 from ropectl.errors import MethodError
 from ropectl.families import GGUF_ARCHS
+from ropectl.output import dumps, exact
 from ropectl.rope.methods import owner_of
 from ropectl.rope.params import RopeParams
 from ropectl.schema.write import v5_parameters
@@ -70,7 +70,7 @@ def emit_vllm(model: str, rope: RopeParams, layers: Mapping[str, RopeParams], pa
               target: int, model_type: str = "", path: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[str]]:
     reader = vllm_reader.newest()
     overrides = vllm_overrides(rope, layers, partial, target, model_type, reader, path)
-    args = ["--hf-overrides", json.dumps(overrides, separators=(",", ":")), "--max-model-len", str(target)]
+    args = ["--hf-overrides", dumps(overrides, separators=(",", ":")), "--max-model-len", str(target)]
     warnings = []
     if rope.rope_type == "dynamic":
         theta = _served_rope(rope, target).rope_theta
@@ -85,10 +85,6 @@ def _arch_for(model_type: str) -> str | None:
     return next((arch for arch, (mt, _) in GGUF_ARCHS.items() if mt == model_type), None)
 
 
-def _fmt(value: float) -> str:
-    return f"{value:.10g}"
-
-
 def llama_cpp_args(rope: RopeParams, target: int, model_type: str) -> tuple[list[str], list[str]]:
     kind = rope.rope_type
     owner = owner_of(kind)
@@ -101,15 +97,15 @@ def llama_cpp_args(rope: RopeParams, target: int, model_type: str) -> tuple[list
     flag = llama_cpp.FLAGS
     args = [flag["type"], "none" if kind == "default" else kind]
     if kind in ("linear", "yarn"):
-        args += [flag["factor"], _fmt(rope.factor or 1.0)]
-    args += [flag["theta"], _fmt(rope.rope_theta)]
+        args += [flag["factor"], exact(rope.factor or 1.0)]
+    args += [flag["theta"], exact(rope.rope_theta)]
     warnings: list[str] = []
     if kind == "yarn":
         sc = rope.scaling
         # Betas always go as flags: most architectures never read them from the GGUF (llama_cpp.YARN_BETA_ARCHS).
         args += [flag["original"], str(rope.original_max_position_embeddings),
-                 flag["beta_fast"], _fmt(sc.get("beta_fast") or llama_cpp.DEFAULT_BETAS["beta_fast"]),
-                 flag["beta_slow"], _fmt(sc.get("beta_slow") or llama_cpp.DEFAULT_BETAS["beta_slow"])]
+                 flag["beta_fast"], exact(sc.get("beta_fast") or llama_cpp.DEFAULT_BETAS["beta_fast"]),
+                 flag["beta_slow"], exact(sc.get("beta_slow") or llama_cpp.DEFAULT_BETAS["beta_slow"])]
         attn = llama_cpp.attn_factor(rope)
         arch = _arch_for(model_type)
         if abs(attn - 1.0) > 1e-7 and arch:
@@ -117,7 +113,7 @@ def llama_cpp_args(rope: RopeParams, target: int, model_type: str) -> tuple[list
             # GGUF key: the override is the one way to set it from the command line.
             import gguf  # lazily, as everywhere: only GGUF work needs it
 
-            args += [flag["override"], f"{gguf.Keys.Rope.SCALING_ATTN_FACTOR.format(arch=arch)}=float:{_fmt(attn)}"]
+            args += [flag["override"], f"{gguf.Keys.Rope.SCALING_ATTN_FACTOR.format(arch=arch)}=float:{exact(attn)}"]
         if sc.get("truncate") is False:
             warnings.append("llama.cpp always rounds the YaRN ramp ends; truncate=false is not expressible there")
     # The context: above the GGUF's context_length (n_ctx_train) llama.cpp only warns.

@@ -17,6 +17,7 @@ import socket
 from pathlib import Path
 
 from ropectl.errors import OutputError
+from ropectl.output import dumps
 
 MANIFEST = ".ropectl-output.json"
 TMP, OLD = "ropectl-tmp", "ropectl-old"
@@ -29,7 +30,7 @@ def write_manifest(folder: Path, command: str) -> None:
         rel = Path(root).relative_to(folder)
         entries += [(rel / d).as_posix() + "/" for d in dirs] + [(rel / f).as_posix() for f in files]
     record = {"written_by": "ropectl", "command": command, "entries": sorted(entries)}
-    (Path(folder) / MANIFEST).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    (Path(folder) / MANIFEST).write_text(dumps(record, indent=1) + "\n", encoding="utf-8")
 
 
 def note_written(folder: Path, names: list[str]) -> None:
@@ -41,7 +42,7 @@ def note_written(folder: Path, names: list[str]) -> None:
     except (OSError, ValueError, TypeError, KeyError):
         return  # not a folder ropectl wrote: nothing to note
     record["entries"] = sorted(entries)
-    path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    path.write_text(dumps(record, indent=1) + "\n", encoding="utf-8")
 
 
 def _listed(folder: Path) -> set[str]:

@@ -20,6 +20,7 @@ from ropectl.layout.io import fsync_file, write_streaming, write_tensors
 from ropectl.layout.plan import Geometry, TensorPlan, check_layouts, plan_tensors
 from ropectl.layout.verify import VerifyReport, verify_conversion
 from ropectl.layout.weights import ST_INDEX, WeightStore, open_weights, other_files, output_name
+from ropectl.output import dumps
 from ropectl.schema.record import KEY as RECORD_KEY
 from ropectl.schema.record import Record
 
@@ -206,7 +207,7 @@ def _write_index(store: WeightStore, tmp: Path, names: Mapping[Path, str], to: s
     index["metadata"][METADATA_KEY] = to
     # Plain writes: the staged folder's rename makes the output atomic, and an fsync of any file here would
     # commit the filesystem journal and so flush every shard written so far, durable or not.
-    (tmp / ST_INDEX).write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+    (tmp / ST_INDEX).write_text(dumps(index, indent=2) + "\n", encoding="utf-8")
 
 
 def _write_config(cfg: dict[str, Any], tmp: Path, source: str, to: str) -> None:
@@ -214,7 +215,7 @@ def _write_config(cfg: dict[str, Any], tmp: Path, source: str, to: str) -> None:
     out = record.written_into(cfg)
     if "rope_interleave" in cfg:  # the one HF flag that selects the pairing (DeepSeek-V3, Kimi): keep it true
         out["rope_interleave"] = to == INTERLEAVED
-    (tmp / "config.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    (tmp / "config.json").write_text(dumps(out, indent=2) + "\n", encoding="utf-8")
 
 
 def _inv_freq(mr: Any, geo: Geometry) -> tuple[float, ...]:

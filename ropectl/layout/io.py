@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ropectl.errors import CheckpointError
+from ropectl.output import dumps
 
 if TYPE_CHECKING:
     import numpy as np
@@ -123,7 +124,7 @@ def _check_overlap(path: Path, infos: Iterable[TensorInfo]) -> None:
 def encode_header(entries: Mapping[str, Mapping[str, Any]], metadata: Mapping[str, str] | None) -> bytes:
     header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
     header.update(entries)
-    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw = dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned, as safetensors writes it
     return struct.pack("<Q", len(raw)) + raw
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import time
 from collections.abc import Mapping
@@ -27,6 +26,7 @@ from ropectl.io.files import (
 from ropectl.io.ownership import note_written
 from ropectl.io.resolve import HUB_ID, ResolvedModel, resolve_model
 from ropectl.layout.weights import WEIGHT_SUFFIXES
+from ropectl.output import dumps
 from ropectl.patch import gguf as gguf_out
 from ropectl.patch import serving
 from ropectl.patch.config import ConfigPlan, plan_config
@@ -85,7 +85,7 @@ def _gguf_config(model: ResolvedModel) -> dict[str, Any]:
 
 
 def _dump(config: Mapping[str, Any]) -> str:
-    return json.dumps(config, indent=2, ensure_ascii=False) + "\n"
+    return dumps(config, indent=2, ensure_ascii=False) + "\n"
 
 
 def _diff(old: str, new: str, name: str) -> str:

@@ -7,7 +7,6 @@ attention scaling the model will really use.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import tempfile
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import VerificationError
+from ropectl.output import dumps
 from ropectl.rope.frequencies import compute_frequencies
 from ropectl.rope.params import RopeParams
 
@@ -35,7 +35,8 @@ class Verification:
     skipped: str = ""  # why nothing could be compared (a rope type this transformers does not know)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"engine": self.engine, "layers": list(self.layers), "max_rel_error": self.max_rel_error,
+        out = {"engine": self.engine, "layers": list(self.layers),
+               "max_rel_error": None if self.skipped else self.max_rel_error,
                "warnings": list(self.warnings)}
         return {**out, "skipped": self.skipped} if self.skipped else out
 
@@ -182,7 +183,7 @@ def verify_folder(folder: Path, expected: Mapping[str, RopeParams]) -> Verificat
 def verify_config(config: Mapping[str, Any], expected: Mapping[str, RopeParams]) -> Verification:
     """Verify a config dict before anything is written, from a scratch folder holding only config.json."""
     with tempfile.TemporaryDirectory(prefix="ropectl-verify-") as tmp:
-        (Path(tmp) / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        (Path(tmp) / "config.json").write_text(dumps(config), encoding="utf-8")
         return verify_folder(Path(tmp), expected)
 
 

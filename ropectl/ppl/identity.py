@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ropectl.errors import UsageError
-from ropectl.jsonio import dumps
 from ropectl.limits import MAX_LINE_BYTES
+from ropectl.output import dumps
 
 if TYPE_CHECKING:
     from ropectl.io.resolve import ResolvedModel

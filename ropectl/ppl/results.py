@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.io.files import atomic_write_text
-from ropectl.jsonio import dumps
 from ropectl.limits import MAX_LINE_BYTES
+from ropectl.output import dumps
 
 LOG = "results.jsonl"
 JSON = "results.json"

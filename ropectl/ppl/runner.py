@@ -18,7 +18,7 @@ from typing import Any
 
 from ropectl.errors import CheckpointError, DataError, OutputError, UsageError, pickle_refused
 from ropectl.io.files import atomic_write_text, check_output_dir, why_not_writable
-from ropectl.jsonio import dumps
+from ropectl.output import dumps
 from ropectl.ppl import dist, identity, lock
 from ropectl.ppl.data import Corpus, load_corpus, make_source, tokenizer_identity
 from ropectl.ppl.interrupt import SweepInterrupted, Terminated, pause_for_tests, sigterm_as_interrupt

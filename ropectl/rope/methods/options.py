@@ -9,6 +9,7 @@ from typing import Any
 
 from ropectl.errors import MethodError
 from ropectl.limits import MAX_FACTOR
+from ropectl.output import plain
 from ropectl.rope.methods.common import is_prope, trained_length
 from ropectl.rope.methods.registry import Method, Param, get_method
 from ropectl.rope.params import RopeParams
@@ -25,11 +26,7 @@ class MethodSpec:
     @property
     def label(self) -> str:
         text = self.name if self.factor is None else f"{self.name}:{self.factor:g}"
-        return text + "".join(f",{k}={_fmt(v)}" for k, v in self.options)
-
-
-def _fmt(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
+        return text + "".join(f",{k}={plain(v)}" for k, v in self.options)
 
 
 def parse_value(param: Param, raw: Any) -> Any:
