@@ -31,9 +31,9 @@ def run_sweeps(model: str | None, target: int, factor: float | None, out: Path |
                max_regression: float = DEFAULT_MAX_REGRESSION,
                progress: Callable[[Any], None] | None = None, on_ppl: Callable[[Any], None] | None = None,
                serve_with: tuple[str, ...] = ()) -> Sweeps:
-    from ropectl.passkey import build_passkey_spec, run_passkey
-    from ropectl.ppl import build_spec, run_eval
-    from ropectl.ppl.model import model_source, trained_context
+    from ropectl.eval.model import model_source, trained_context
+    from ropectl.eval.tasks.passkey import build_passkey_spec, run_passkey
+    from ropectl.eval.tasks.ppl import build_spec, run_eval
 
     root = out or Path("runs") / f"recommend-{datetime.now():%Y%m%d-%H%M%S}"
     common = {"dtype": dtype, "device": device}

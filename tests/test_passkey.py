@@ -12,7 +12,7 @@ from test_ppl_loss import load
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
-from ropectl.passkey import build_passkey_spec, run_passkey
+from ropectl.eval.tasks.passkey import build_passkey_spec, run_passkey
 
 tiny_model, isolated = fx.tiny_model, fx.isolated  # fixtures
 runner = CliRunner()
@@ -47,7 +47,7 @@ def tok(tiny_model: Path):
 
 
 def test_prompt_has_the_exact_length_wording_and_depth(tok) -> None:
-    from ropectl.passkey.prompt import PromptBuilder
+    from ropectl.eval.tasks.passkey.prompt import PromptBuilder
 
     builder = PromptBuilder(tok, 600)
     for length in (300, 451, 600):
@@ -75,8 +75,8 @@ def test_prompt_has_the_exact_length_wording_and_depth(tok) -> None:
 def test_teacher_forcing_equals_greedy_generate(tiny_model: Path, tok) -> None:
     import torch
 
-    from ropectl.passkey.prompt import PromptBuilder, Trial
-    from ropectl.passkey.score import score_trials
+    from ropectl.eval.tasks.passkey.prompt import PromptBuilder, Trial
+    from ropectl.eval.tasks.passkey.score import score_trials
 
     model = load(tiny_model)
     builder = PromptBuilder(tok, 400)
@@ -104,8 +104,8 @@ def test_teacher_forcing_equals_greedy_generate(tiny_model: Path, tok) -> None:
 def test_batched_trials_equal_batch_1(tiny_model: Path, tok) -> None:
     import torch
 
-    from ropectl.passkey.prompt import PromptBuilder
-    from ropectl.passkey.score import score_trials
+    from ropectl.eval.tasks.passkey.prompt import PromptBuilder
+    from ropectl.eval.tasks.passkey.score import score_trials
 
     model = load(tiny_model)
     builder = PromptBuilder(tok, 350)
@@ -143,8 +143,8 @@ def test_sweep_rows_outputs_and_sharing(sweep) -> None:
 
 
 def test_equal_signatures_share_forwards(tiny_model: Path, tmp_path: Path) -> None:
-    from ropectl.passkey.runner import plan_batches
-    from ropectl.ppl.model import method_states
+    from ropectl.eval.model import method_states
+    from ropectl.eval.tasks.passkey.runner import plan_batches
     from ropectl.rope.methods import parse_spec
 
     config = json.loads((tiny_model / "config.json").read_text())

@@ -46,9 +46,9 @@ def eval_passkey(
     Scored by teacher forcing in one forward per batch: a trial succeeds when greedy decoding would
     produce the key. With no arguments: SmolLM2-135M, none vs dynamic:2 at 2k/8k/12k (trained at 8k).
     """
-    from ropectl.passkey import build_passkey_spec, run_passkey
-    from ropectl.ppl import SweepInterrupted
-    from ropectl.ppl.dist import world_from_env
+    from ropectl.eval.dist import world_from_env
+    from ropectl.eval.interrupt import SweepInterrupted
+    from ropectl.eval.tasks.passkey import build_passkey_spec, run_passkey
 
     spec = build_passkey_spec(model=model, methods=method or None, lengths=lengths, depths=depths, trials=trials,
                               seed=seed, key_digits=key_digits, dtype=dtype, device=device, out=out,
@@ -76,7 +76,7 @@ def print_passkey_table(result: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ropectl.ppl.plot import length_label
+    from ropectl.eval.options import length_label
 
     meta = result.meta
     trained = meta.get("trained_context")

@@ -74,8 +74,9 @@ def eval_ppl(
 
     With no arguments: SmolLM2-135M on Shakespeare, none/yarn/dynamic/linear/ntk, 1k-12k (trained at 8k).
     """
-    from ropectl.ppl import SweepInterrupted, build_spec, run_eval
-    from ropectl.ppl.dist import world_from_env
+    from ropectl.eval.dist import world_from_env
+    from ropectl.eval.interrupt import SweepInterrupted
+    from ropectl.eval.tasks.ppl import build_spec, run_eval
 
     spec = build_spec(preset, model=model, methods=method or None, lengths=lengths, dataset=dataset, docs=docs,
                       mode=mode, stride=stride, dtype=dtype, device=device, device_map=device_map, out=out,
@@ -142,7 +143,7 @@ def print_table(result: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ropectl.ppl.plot import length_label
+    from ropectl.eval.options import length_label
 
     meta = result.meta
     trained = meta.get("trained_context")

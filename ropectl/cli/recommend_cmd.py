@@ -56,7 +56,7 @@ def recommend_cmd(
     evidence table and the `ropectl patch` commands that ship it.
     """
     from ropectl.errors import UsageError
-    from ropectl.ppl.spec import parse_length
+    from ropectl.eval.options import parse_length
     from ropectl.recommend import DEFAULT_MAX_REGRESSION, load_passkey, load_ppl, recommend
 
     if not target_length:
@@ -91,7 +91,7 @@ def recommend_cmd(
 
 
 def _default_path() -> str:
-    from ropectl.ppl.model import default_model_path
+    from ropectl.eval.model import default_model_path
 
     return str(default_model_path())
 
@@ -106,7 +106,7 @@ def _commands(model: str, result: Any) -> list[str]:
 
 def _model_arg(model: str) -> str:
     """Results name the embedded default by a label; the patch command needs its path."""
-    from ropectl.ppl.model import DEFAULT_MODEL_LABEL
+    from ropectl.eval.model import DEFAULT_MODEL_LABEL
 
     return _default_path() if model == DEFAULT_MODEL_LABEL else model
 
@@ -115,7 +115,7 @@ def print_recommendation(result: Any, model: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ropectl.ppl.plot import length_label
+    from ropectl.eval.options import length_label
 
     t = length_label(result.target)
     table = Table(title=f"recommendation for {t} tokens (trained context {length_label(result.trained)})")

@@ -17,13 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import UsageError
-from ropectl.fsutil import atomic_write_text
-from ropectl.passkey.prompt import PROMPT_VERSION, PromptBuilder, Trial
-from ropectl.passkey.results import PLOT, Accuracy, Row, accuracies, append_rows, read_rows, write_outputs
-from ropectl.passkey.spec import PasskeySpec
-from ropectl.ppl import Progress, SweepInterrupted, dist
-from ropectl.ppl.interrupt import pause_for_tests
-from ropectl.ppl.model import (
+from ropectl.eval import dist
+from ropectl.eval.interrupt import SweepInterrupted, pause_for_tests
+from ropectl.eval.model import (
     LoadedModel,
     MethodState,
     activate,
@@ -36,7 +32,12 @@ from ropectl.ppl.model import (
     trained_context,
     verify_after_forward,
 )
-from ropectl.ppl.spec import DEFAULT_OUT_ROOT
+from ropectl.eval.options import DEFAULT_OUT_ROOT
+from ropectl.eval.progress import Progress
+from ropectl.eval.tasks.passkey.prompt import PROMPT_VERSION, PromptBuilder, Trial
+from ropectl.eval.tasks.passkey.results import PLOT, Accuracy, Row, accuracies, append_rows, read_rows, write_outputs
+from ropectl.eval.tasks.passkey.spec import PasskeySpec
+from ropectl.fsutil import atomic_write_text
 
 RUN_FILE = "passkey-run.json"
 Unit = tuple[int, float, int]  # (length, depth, trial)
@@ -104,7 +105,7 @@ def _output_dir(spec: PasskeySpec) -> Path:
 
 
 def _check_output(out: Path, spec: PasskeySpec) -> None:
-    from ropectl.ppl.runner import _check_output as check_ppl_output
+    from ropectl.eval.tasks.ppl.runner import _check_output as check_ppl_output
 
     check_ppl_output(out, spec)  # type: ignore[arg-type]  # same rules: resume, --force, writable
 
@@ -141,7 +142,7 @@ def plan_batches(states: list[MethodState], units: list[Unit], done: set[Any], b
 def _execute(loaded: LoadedModel, states: list[MethodState], trials: dict[Unit, Trial], units: list[Unit],
              done: set[Any], label: str, out: Path, spec: PasskeySpec,
              progress: Callable[[Progress], None] | None) -> list[Row]:
-    from ropectl.passkey.score import score_trials
+    from ropectl.eval.tasks.passkey.score import score_trials
 
     batches = plan_batches(states, units, done, spec.batch_tokens)
     total = sum(len(b[2]) * b[2][0][0] for b in batches)
@@ -186,7 +187,7 @@ def _finish(out: Path, spec: PasskeySpec, states: list[MethodState], gathered: l
         write_outputs(out, rows, {"meta": meta, "table": [a.to_dict() for a in table],
                                   "by_length": [a.to_dict() for a in by_length]})
         if plot is not None:
-            from ropectl.passkey.plot import plot_passkey
+            from ropectl.eval.tasks.passkey.plot import plot_passkey
 
             plot_passkey(list(table), methods, lengths, depths, meta["trained_context"], plot,
                          title=f"{meta['model']} · {meta['dtype']} · {spec.trials} trial(s) per cell")

@@ -17,13 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import CheckpointError, DataError, OutputError, UsageError, pickle_refused
-from ropectl.fsutil import atomic_write_text, check_output_dir, why_not_writable
-from ropectl.jsonio import dumps
-from ropectl.ppl import dist, identity, lock
-from ropectl.ppl.data import Corpus, load_corpus, make_source, tokenizer_identity
-from ropectl.ppl.interrupt import SweepInterrupted, Terminated, pause_for_tests, sigterm_as_interrupt
-from ropectl.ppl.lock import OutLock
-from ropectl.ppl.model import (
+from ropectl.eval import dist, identity, lock
+from ropectl.eval.interrupt import SweepInterrupted, Terminated, pause_for_tests, sigterm_as_interrupt
+from ropectl.eval.lock import OutLock
+from ropectl.eval.model import (
     DEFAULT_MODEL_LABEL,
     LoadedModel,
     MethodState,
@@ -36,23 +33,17 @@ from ropectl.ppl.model import (
     resolve_dtype,
     verify_after_forward,
 )
-from ropectl.ppl.plan import Job, batch_jobs, job_tokens, plan_jobs, run_batch
-from ropectl.ppl.results import Cell, append_cells, read_cells
-from ropectl.ppl.spec import DEFAULT_OUT_ROOT, EvalSpec
-from ropectl.ppl.summary import EvalResult, finish_run
+from ropectl.eval.options import DEFAULT_OUT_ROOT
+from ropectl.eval.progress import Progress
+from ropectl.eval.tasks.ppl.data import Corpus, load_corpus, make_source, tokenizer_identity
+from ropectl.eval.tasks.ppl.plan import Job, batch_jobs, job_tokens, plan_jobs, run_batch
+from ropectl.eval.tasks.ppl.results import Cell, append_cells, read_cells
+from ropectl.eval.tasks.ppl.spec import EvalSpec
+from ropectl.eval.tasks.ppl.summary import EvalResult, finish_run
+from ropectl.fsutil import atomic_write_text, check_output_dir, why_not_writable
+from ropectl.jsonio import dumps
 
 RUN_FILE = "run.json"
-
-
-@dataclass(frozen=True)
-class Progress:
-    """What the progress callback gets after each forward."""
-
-    done_tokens: int
-    total_tokens: int
-    done_jobs: int
-    total_jobs: int
-    current: str
 
 
 @dataclass
@@ -222,7 +213,7 @@ def _model_source(spec: EvalSpec) -> tuple[Any, str, dict[str, Any], str, dict[s
     """from_pretrained arguments, a label for results, and the config transformers will build (no weights)."""
     from transformers import AutoConfig
 
-    from ropectl.ppl.model import quiet_transformers
+    from ropectl.eval.model import quiet_transformers
     from ropectl.resolve import resolve_model
 
     quiet_transformers()

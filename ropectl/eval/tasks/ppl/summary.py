@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ropectl.ppl import dist
-from ropectl.ppl.data import Corpus
-from ropectl.ppl.model import MethodState
-from ropectl.ppl.positions import PositionCurve, curves
-from ropectl.ppl.results import PLOT, Aggregate, Cell, order_cells, read_cells, summarize, write_outputs
-from ropectl.ppl.spec import EvalSpec
+from ropectl.eval import dist
+from ropectl.eval.model import MethodState
+from ropectl.eval.tasks.ppl.data import Corpus
+from ropectl.eval.tasks.ppl.positions import PositionCurve, curves
+from ropectl.eval.tasks.ppl.results import PLOT, Aggregate, Cell, order_cells, read_cells, summarize, write_outputs
+from ropectl.eval.tasks.ppl.spec import EvalSpec
 
 POSITIONS_PLOT = "loss-by-position.png"
 
@@ -63,7 +63,7 @@ def finish_run(run: Any, new_cells: list[Cell], world: dist.World, wall_s: float
         write_outputs(out, cells, {"meta": meta, "table": [a.to_dict() for a in aggregates],
                                    "positions": [c.to_dict() for c in positions]})
         if plot is not None:
-            from ropectl.ppl.plot import plot_positions, plot_ppl
+            from ropectl.eval.tasks.ppl.plot import plot_positions, plot_ppl
 
             title = f"{model_label} · {corpus.name} · {spec.mode}"
             plot_ppl(list(aggregates), methods, run.trained, plot, title=title)
@@ -112,6 +112,6 @@ def _meta(spec: EvalSpec, model_label: str, states: list[MethodState], corpus: C
 
 
 def _dtype_choice(asked: str, device: str) -> str:
-    from ropectl.ppl.model import resolve_dtype_choice
+    from ropectl.eval.model import resolve_dtype_choice
 
     return resolve_dtype_choice(asked, device.split(":")[0])[1]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import DeviceError, ModelNotFoundError, VerificationError
-from ropectl.ppl.data import INSTALL_HINT, package_dir
+from ropectl.eval.packages import INSTALL_HINT, package_dir
 from ropectl.rope.frequencies import compute_frequencies
 from ropectl.rope.methods import MethodSpec
 from ropectl.rope.params import RopeParams
@@ -128,7 +128,7 @@ def resolve_dtype_choice(dtype: str, device: str) -> tuple[str, str]:
         return "bf16", "auto: CUDA GPU"
     if device != "cpu":
         return "fp32", f"auto: {device}"
-    from ropectl.ppl.cpu import cpu_dtype
+    from ropectl.eval.cpu import cpu_dtype
 
     return cpu_dtype()
 
