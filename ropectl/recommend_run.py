@@ -42,7 +42,7 @@ def run_sweeps(model: str | None, target: int, factor: float | None, out: Path |
                               out=root / "ppl", **common)
         pk = {"lengths": [*DEMO["passkey_lengths"], target], "depths": DEMO["depths"], "trials": DEMO["trials"]}
     else:
-        trained = trained_context(model_source(model)[3]) or target
+        trained = trained_context(model_source(model).config) or target
         f = factor or max(1.0, target / trained)
         methods = ["none", *(f"{m}:{f:g}" for m in CANDIDATES)]
         inside = sorted({max(2, trained // 4), max(2, trained // 2), trained})

@@ -60,9 +60,9 @@ def eval_passkey(
             result = run_passkey(spec, on_progress)
     except SweepInterrupted as exc:
         if main:
-            typer.echo(f"interrupted: {exc.kept} finished trials kept in {exc.out}; resume with: "
+            typer.echo(f"{exc.what}: {exc.kept} finished trials kept in {exc.out}; resume with: "
                        f"{_resume_command(exc.out).replace('eval-ppl', 'eval-passkey')}", err=True)
-        raise typer.Exit(130) from None
+        raise typer.Exit(exc.exit_code) from None
     if not main:
         return
     if json_out:

@@ -1,41 +1,28 @@
-"""``eval-passkey`` core, on eval-ppl's machinery: weights loaded once, a method switch rebuilds only the
-rotary module, methods with equal rotary signatures share forwards, trials split across ranks, resume.
+"""The ``passkey`` task (``eval-passkey``): passkey retrieval over lengths x depths x RoPE methods.
 
-Everything cheap is checked before the weight load: flags, the output folder, methods, and every
-prompt (a length too short for the prompt is an error before any forward).
+A cell is (method, length, depth, trial); a batch is trials of one length sharing a forward, methods with equal
+rotary signatures filled from one forward. Scored by teacher forcing (``score``); accuracy per method x length x
+depth and pooled over depths (``results``), heatmap (``plot``). Every prompt is built before the weight load, so a
+length too short for the prompt is an error before any forward.
 """
 
 from __future__ import annotations
 
 import json
 import platform
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ropectl.errors import UsageError
 from ropectl.eval import dist
-from ropectl.eval.interrupt import SweepInterrupted, pause_for_tests
-from ropectl.eval.model import (
-    LoadedModel,
-    MethodState,
-    activate,
-    load_model,
-    load_tokenizer,
-    method_states,
-    model_source,
-    resolve_device,
-    resolve_dtype_choice,
-    trained_context,
-    verify_after_forward,
-)
-from ropectl.eval.options import DEFAULT_OUT_ROOT
+from ropectl.eval.model import MethodState
 from ropectl.eval.progress import Progress
+from ropectl.eval.sweep import Sweep, run_sweep
+from ropectl.eval.tasks import Batch, register_task
 from ropectl.eval.tasks.passkey.prompt import PROMPT_VERSION, PromptBuilder, Trial
-from ropectl.eval.tasks.passkey.results import PLOT, Accuracy, Row, accuracies, append_rows, read_rows, write_outputs
+from ropectl.eval.tasks.passkey.results import LOG, PLOT, Accuracy, Row, accuracies, append_rows, read_rows, write_outputs
 from ropectl.eval.tasks.passkey.spec import PasskeySpec
 from ropectl.fsutil import atomic_write_text
 
@@ -61,65 +48,72 @@ class PasskeyResult:
                 "by_length": [a.to_dict() for a in self.by_length], "plot": str(self.plot) if self.plot else None}
 
 
+@register_task("passkey")
+class PasskeyTask:
+    name, command, run_file, log_file, unit = "passkey", "eval-passkey", RUN_FILE, LOG, "trials"
+
+    def __init__(self) -> None:
+        self.trials: dict[Unit, Trial] = {}
+        self.units: list[Unit] = []
+        self.done_keys: set[Any] = set()
+
+    def prepare(self, sweep: Sweep) -> dict[str, Any]:
+        spec, engine = sweep.spec, sweep.engine
+        assert engine is not None
+        builder = PromptBuilder(engine.tokenizer, max(spec.lengths))
+        self.units = [(n, d, i) for n in spec.lengths for d in spec.depths for i in range(spec.trials)]
+        self.trials = {u: builder.trial(*u, spec.seed, spec.key_digits) for u in self.units}  # bad lengths fail here
+        return {"model": sweep.model_label, "dtype": sweep.dtype, "seed": spec.seed, "key_digits": spec.key_digits,
+                "prompt": PROMPT_VERSION}
+
+    def write_run_file(self, sweep: Sweep, ident: dict[str, Any]) -> None:
+        out, path = sweep.out, sweep.out / RUN_FILE
+        if sweep.spec.resume and path.is_file():
+            old = json.loads(path.read_text(encoding="utf-8"))
+            diff = [k for k in ident if old.get(k) != ident[k]]
+            if diff:
+                raise UsageError(f"--resume: '{out}' holds passkey results of a different run ({diff[0]}: "
+                                 f"{old.get(diff[0])!r} there, {ident[diff[0]]!r} now)",
+                                 "resume with the same model, dtype, --seed and --key-digits, or use a new --out")
+        atomic_write_text(path, json.dumps(ident, indent=2) + "\n")
+
+    def done(self, sweep: Sweep) -> set[Any]:
+        return {r.ident for r in read_rows(sweep.out)}
+
+    def plan(self, sweep: Sweep, done: set[Any]) -> list[Batch]:
+        self.done_keys = done
+        batches = plan_batches(sweep.states, sweep.world.shard(self.units), done, sweep.spec.batch_tokens)
+        return [Batch(state, todo[0][0], len(todo) * todo[0][0],
+                      f"{state.label} @ {todo[0][0]} · {len(todo)} trial{'s' * (len(todo) != 1)}", (labels, todo))
+                for state, labels, todo in batches]
+
+    def score(self, sweep: Sweep, batch: Batch, on_tokens: Callable[[int], None]) -> list[Row]:
+        from ropectl.eval.tasks.passkey.score import score_trials
+
+        engine, (labels, todo) = sweep.engine, batch.items
+        assert engine is not None
+        outcomes = score_trials(engine.model, [self.trials[u] for u in todo], engine.input_device())
+        params = {s.label: s.params() for s in sweep.states}
+        rows = [Row(sweep.model_label, m, *u, self.trials[u].key, o.success, o.answer_nll,
+                    engine.tokenizer.decode(list(o.predicted)), self.trials[u].key_at, params[m])
+                for u, o in zip(todo, outcomes, strict=True) for m in labels if (m, *u) not in self.done_keys]
+        on_tokens(batch.tokens)
+        return rows
+
+    def log(self, sweep: Sweep, records: list[Any]) -> None:
+        append_rows(sweep.out, records)
+
+    def kept(self, sweep: Sweep) -> int:
+        return len(read_rows(sweep.out))
+
+    def finish(self, sweep: Sweep, new: list[Any], wall_s: float) -> PasskeyResult:
+        meta = _meta(sweep.spec, sweep.model_label, sweep.states, sweep.trained, sweep.dtype, sweep.dtype_choice,
+                     sweep.device, sweep.world, len(new), wall_s)
+        return _finish(sweep.out, sweep.spec, sweep.states, dist.all_gather(sweep.world, new), meta, sweep.world)
+
+
 def run_passkey(spec: PasskeySpec, progress: Callable[[Progress], None] | None = None) -> PasskeyResult:
-    started = time.time()
-    world = dist.world_from_env()
-    device = resolve_device(spec.device, world.local_rank)
-    world = dist.init(world, device)
-    clean = False
-    try:
-        out = dist.broadcast(world, _output_dir(spec))
-        path, kwargs, label, config = model_source(spec.model)
-        states = method_states(config, spec.methods, spec.replace_existing)
-        builder = PromptBuilder(load_tokenizer(path, kwargs), max(spec.lengths))
-        units = [(n, d, i) for n in spec.lengths for d in spec.depths for i in range(spec.trials)]
-        trials = {u: builder.trial(*u, spec.seed, spec.key_digits) for u in units}  # bad lengths fail here
-        if world.is_main:
-            _check_output(out, spec)  # creates the folder: only once every input is known to be good
-        dtype, why = resolve_dtype_choice(spec.dtype, device)
-        ident = {"model": label, "dtype": dtype, "seed": spec.seed, "key_digits": spec.key_digits,
-                 "prompt": PROMPT_VERSION}
-        if world.is_main:
-            _write_run_file(out, ident, spec.resume)
-        loaded = load_model(path, kwargs, builder.tok, device, dtype)
-        done = {r.ident for r in read_rows(out)} if spec.resume else set()
-        new = _execute(loaded, states, trials, world.shard(units), done, label, out, spec, progress)
-        meta = _meta(spec, label, states, trained_context(config), dtype, why, device, world, len(new),
-                     time.time() - started)
-        result = _finish(out, spec, states, dist.all_gather(world, new), meta, world)
-        clean = True
-        return result
-    finally:
-        dist.finish(world, clean)
-
-
-def _output_dir(spec: PasskeySpec) -> Path:
-    if spec.out is not None:
-        return Path(spec.out)
-    if spec.resume:
-        runs = sorted(DEFAULT_OUT_ROOT.glob("eval-passkey-*"))
-        if not runs:
-            raise UsageError("--resume found no earlier passkey run under runs/", "pass --out DIR of the run to resume")
-        return runs[-1]
-    return DEFAULT_OUT_ROOT / f"eval-passkey-{datetime.now():%Y%m%d-%H%M%S}"
-
-
-def _check_output(out: Path, spec: PasskeySpec) -> None:
-    from ropectl.eval.tasks.ppl.runner import _check_output as check_ppl_output
-
-    check_ppl_output(out, spec)  # type: ignore[arg-type]  # same rules: resume, --force, writable
-
-
-def _write_run_file(out: Path, ident: dict[str, Any], resume: bool) -> None:
-    path = out / RUN_FILE
-    if resume and path.is_file():
-        old = json.loads(path.read_text(encoding="utf-8"))
-        diff = [k for k in ident if old.get(k) != ident[k]]
-        if diff:
-            raise UsageError(f"--resume: '{out}' holds passkey results of a different run ({diff[0]}: "
-                             f"{old.get(diff[0])!r} there, {ident[diff[0]]!r} now)",
-                             "resume with the same model, dtype, --seed and --key-digits, or use a new --out")
-    atomic_write_text(path, json.dumps(ident, indent=2) + "\n")
+    return run_sweep(PasskeyTask(), spec, progress)
 
 
 def plan_batches(states: list[MethodState], units: list[Unit], done: set[Any], batch_tokens: int,
@@ -137,39 +131,6 @@ def plan_batches(states: list[MethodState], units: list[Unit], done: set[Any], b
             out += [(members[0], labels, todo[i:i + size]) for i in range(0, len(todo), size)]
     order = {s.label: i for i, s in enumerate(states)}
     return sorted(out, key=lambda b: (order[b[0].label], b[2][0][0]))
-
-
-def _execute(loaded: LoadedModel, states: list[MethodState], trials: dict[Unit, Trial], units: list[Unit],
-             done: set[Any], label: str, out: Path, spec: PasskeySpec,
-             progress: Callable[[Progress], None] | None) -> list[Row]:
-    from ropectl.eval.tasks.passkey.score import score_trials
-
-    batches = plan_batches(states, units, done, spec.batch_tokens)
-    total = sum(len(b[2]) * b[2][0][0] for b in batches)
-    tokens, new = 0, []
-    try:
-        for i, (state, labels, todo) in enumerate(batches):
-            length = todo[0][0]
-            current = f"{state.label} @ {length} · {len(todo)} trial{'s' * (len(todo) != 1)}"
-            if progress:
-                progress(Progress(tokens, total, i, len(batches), current))
-            if loaded.active != state.label or state.length_dependent:
-                activate(loaded, state)
-            outcomes = score_trials(loaded.model, [trials[u] for u in todo], loaded.input_device())
-            verify_after_forward(loaded, state, length)
-            params = {s.label: s.params() for s in states}
-            rows = [Row(label, m, *u, trials[u].key, o.success, o.answer_nll,
-                        loaded.tokenizer.decode(list(o.predicted)), trials[u].key_at, params[m])
-                    for u, o in zip(todo, outcomes, strict=True) for m in labels if (m, *u) not in done]
-            append_rows(out, rows)
-            pause_for_tests(len(rows))
-            new += rows
-            tokens += length * len(todo)
-            if progress:
-                progress(Progress(tokens, total, i + 1, len(batches), current))
-    except KeyboardInterrupt:
-        raise SweepInterrupted(out, len(read_rows(out))) from None
-    return new
 
 
 def _finish(out: Path, spec: PasskeySpec, states: list[MethodState], gathered: list[Row], meta: dict[str, Any],
