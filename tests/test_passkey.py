@@ -217,3 +217,43 @@ def test_the_printed_resume_line_runs(tiny_model: Path, tmp_path: Path) -> None:
     resumed = runner.invoke(app, [*argv[1:], "--json"], env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
     assert resumed.exit_code == 0, resumed.output
     assert json.loads(resumed.stdout)["meta"]["new_trials"] > 0
+
+
+@pytest.mark.slow
+def test_one_writer_per_out_and_sigterm_keeps_trials(tiny_model: Path, tmp_path: Path) -> None:
+    """As eval-ppl: a second run into a busy --out gets one line; SIGTERM ends like Ctrl-C but exits 143."""
+    import shlex
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    args = [sys.executable, "-m", "ropectl", "eval-passkey", str(tiny_model), "-m", "none", "-m", "ntk:2",
+            "-l", "300,400", "-n", "2", "-o", str(out)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**env, "ROPECTL_TEST_PAUSE_AFTER_CELLS": "1"})
+    log = out / "passkey.jsonl"
+    while proc.poll() is None and not (log.is_file() and log.read_bytes().endswith(b"\n")):
+        time.sleep(0.05)
+    try:
+        assert proc.poll() is None, proc.communicate()  # paused mid-sweep, not finished or crashed
+        second = runner.invoke(app, ["eval-passkey", str(tiny_model), "-l", "300", "-o", str(out), "--resume"],
+                               env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+        assert second.exit_code == 1, second.output
+        assert f"another ropectl run (pid {proc.pid}) is writing" in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("terminated")]
+    assert len(lines) == 1 and "--resume" in lines[0] and str(out) in lines[0], err
+    assert len(log.read_text().splitlines()) >= 1
+    argv = shlex.split(lines[0].split("resume with: ", 1)[1])
+    assert argv[:2] == ["ropectl", "eval-passkey"] and "--resume" in argv
+    resumed = runner.invoke(app, [*argv[1:], "--json"], env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["meta"]["new_trials"] > 0
+    assert not (out / ".ropectl.lock").exists()

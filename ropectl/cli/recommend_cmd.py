@@ -9,23 +9,24 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ropectl.cli.errors import handle_errors
+from ropectl.cli.eval_options import DeviceOpt, DtypeOpt, ModelOpt, opt, progress_bar
 from ropectl.cli.options import JsonOpt
-from ropectl.cli.ppl_cmd import DeviceOpt, DtypeOpt, ModelOpt, _opt, print_table, progress_bar
+from ropectl.cli.ppl_cmd import print_table
 
 IN, RULE = "Inputs", "Rule"
-TargetOpt = Annotated[str, _opt("--target-length", "-t", panel=RULE, help="Context to ship, in tokens (16k, 32768).")]
-PplOpt = Annotated[Optional[Path], _opt("--ppl", panel=IN, help="An eval-ppl --out folder to read (no new run).")]
-PasskeyOpt = Annotated[Optional[Path], _opt("--passkey", panel=IN,
+TargetOpt = Annotated[str, opt("--target-length", "-t", panel=RULE, help="Context to ship, in tokens (16k, 32768).")]
+PplOpt = Annotated[Optional[Path], opt("--ppl", panel=IN, help="An eval-ppl --out folder to read (no new run).")]
+PasskeyOpt = Annotated[Optional[Path], opt("--passkey", panel=IN,
                                             help="An eval-passkey --out folder to read (with --ppl).")]
-FactorOpt = Annotated[Optional[float], _opt("--factor", "-f", panel=RULE, help=(
+FactorOpt = Annotated[Optional[float], opt("--factor", "-f", panel=RULE, help=(
     "Candidates' factor when running the sweeps [default: target / trained context; the embedded demo: 2]."))]
-OutOpt = Annotated[Optional[Path], _opt("--out", "-o", panel=IN, help=(
+OutOpt = Annotated[Optional[Path], opt("--out", "-o", panel=IN, help=(
     "Where the sweeps write when they run: OUT/ppl and OUT/passkey [default: runs/recommend-<timestamp>]."))]
-RegressionOpt = Annotated[Optional[float], _opt("--max-regression", panel=RULE, help=(
+RegressionOpt = Annotated[Optional[float], opt("--max-regression", panel=RULE, help=(
     "Largest PPL increase over `none` allowed at lengths up to the trained context [default: 0.05]."))]
 
 
-ServeOpt = Annotated[Optional[str], _opt("--serve-with", panel=RULE, help=(
+ServeOpt = Annotated[Optional[str], opt("--serve-with", panel=RULE, help=(
     "Engines the checkpoint will be served with, comma-separated: transformers, vllm, llama.cpp. A method one of "
     "them would not compute as evaluated is out [default: every engine the format reaches; a GGUF: llama.cpp]."))]
 
