@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ropectl.errors import UsageError
-from ropectl.eval import dist
+from ropectl.eval import dist, identity
 from ropectl.eval.model import MethodState
 from ropectl.eval.progress import Progress
 from ropectl.eval.sweep import Sweep, run_sweep
@@ -67,14 +66,10 @@ class PasskeyTask:
                 "prompt": PROMPT_VERSION}
 
     def write_run_file(self, sweep: Sweep, ident: dict[str, Any]) -> None:
-        out, path = sweep.out, sweep.out / RUN_FILE
-        if sweep.spec.resume and path.is_file():
-            old = json.loads(path.read_text(encoding="utf-8"))
-            diff = [k for k in ident if old.get(k) != ident[k]]
-            if diff:
-                raise UsageError(f"--resume: '{out}' holds passkey results of a different run ({diff[0]}: "
-                                 f"{old.get(diff[0])!r} there, {ident[diff[0]]!r} now)",
-                                 "resume with the same model, dtype, --seed and --key-digits, or use a new --out")
+        path = sweep.out / RUN_FILE
+        if sweep.spec.resume:
+            identity.check_flat_resume(path, ident, "passkey results",
+                                       "resume with the same model, dtype, --seed and --key-digits, or use a new --out")
         atomic_write_text(path, json.dumps(ident, indent=2) + "\n")
 
     def done(self, sweep: Sweep) -> set[Any]:
