@@ -23,7 +23,7 @@ DTYPES = ("fp32", "bf16")
 
 
 def ppl_cells(args: argparse.Namespace, dtype: str, out: Path) -> dict[tuple[str, int, str], float]:
-    from ropectl.ppl import build_spec, run_eval
+    from ropectl.eval.tasks.ppl import build_spec, run_eval
 
     spec = build_spec(dtype=dtype, device="cpu", methods=args.methods.split(","), lengths=args.lengths,
                       docs=args.docs, out=out / f"ppl-{dtype}")
@@ -32,8 +32,8 @@ def ppl_cells(args: argparse.Namespace, dtype: str, out: Path) -> dict[tuple[str
 
 
 def passkey_rows(args: argparse.Namespace, dtype: str, out: Path) -> dict[tuple, tuple[bool, float, str]]:
-    from ropectl.passkey.runner import run_passkey
-    from ropectl.passkey.spec import build_passkey_spec
+    from ropectl.eval.tasks.passkey.runner import run_passkey
+    from ropectl.eval.tasks.passkey.spec import build_passkey_spec
 
     spec = build_passkey_spec(dtype=dtype, device="cpu", methods=args.pk_methods.split(","),
                               lengths=args.pk_lengths, depths=args.pk_depths, trials=args.pk_trials,

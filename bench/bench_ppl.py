@@ -60,7 +60,7 @@ def load(random_init: bool, dtype: str, device: str, config_name: str = "smollm2
             model = LlamaForCausalLM(config).to(torch_dtype)
     else:
         sys.path.insert(0, str(REPO))
-        from ropectl.ppl.model import default_model_path, load_model
+        from ropectl.eval.model import default_model_path, load_model
 
         path = default_model_path()
         model = load_model(str(path.parent), {"gguf_file": path.name}, None, "cpu", dtype).model
@@ -85,9 +85,9 @@ def measure(args: argparse.Namespace) -> dict:
     import torch
 
     sys.path.insert(0, str(REPO))
-    from ropectl.passkey.prompt import Trial
-    from ropectl.passkey.score import score_trials
-    from ropectl.ppl.loss import sequence_nll
+    from ropectl.eval.tasks.passkey.prompt import Trial
+    from ropectl.eval.tasks.passkey.score import score_trials
+    from ropectl.eval.tasks.ppl.loss import sequence_nll
 
     if args.threads:  # 1 thread: no barriers to wait at when other jobs hold the cores, so CPU time is clean
         torch.set_num_threads(args.threads)
@@ -265,7 +265,7 @@ def lengths_arg(text: str) -> tuple[int, ...]:
     """--lengths exactly as eval-ppl reads them: 8192, 8k, 1.5k; comma-separated, sorted, deduplicated."""
     sys.path.insert(0, str(REPO))
     from ropectl.errors import RopectlError
-    from ropectl.ppl.spec import parse_lengths
+    from ropectl.eval.options import parse_lengths
 
     try:
         return parse_lengths(text)
@@ -276,7 +276,7 @@ def lengths_arg(text: str) -> tuple[int, ...]:
 def resolve_auto(device: str) -> tuple[str, str]:
     """What eval-ppl's --dtype auto picks on this machine (CPU flags / probe; bf16 on CUDA)."""
     sys.path.insert(0, str(REPO))
-    from ropectl.ppl.model import resolve_dtype_choice
+    from ropectl.eval.model import resolve_dtype_choice
 
     return resolve_dtype_choice("auto", device.split(":")[0])
 

@@ -35,9 +35,9 @@ def main() -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from ropectl.ppl.loss import sequence_nll
-    from ropectl.ppl.model import default_model_path, load_model
-    from ropectl.ppl.spec import parse_length
+    from ropectl.eval.model import default_model_path, load_model
+    from ropectl.eval.options import parse_length
+    from ropectl.eval.tasks.ppl.loss import sequence_nll
 
     length = parse_length(args.length)
     path = default_model_path()

@@ -31,9 +31,9 @@ def run_sweeps(model: str | None, target: int, factor: float | None, out: Path |
                max_regression: float = DEFAULT_MAX_REGRESSION,
                progress: Callable[[Any], None] | None = None, on_ppl: Callable[[Any], None] | None = None,
                serve_with: tuple[str, ...] = ()) -> Sweeps:
-    from ropectl.passkey import build_passkey_spec, run_passkey
-    from ropectl.ppl import build_spec, run_eval
-    from ropectl.ppl.model import model_source, trained_context
+    from ropectl.eval.model import model_source, trained_context
+    from ropectl.eval.tasks.passkey import build_passkey_spec, run_passkey
+    from ropectl.eval.tasks.ppl import build_spec, run_eval
 
     root = out or Path("runs") / f"recommend-{datetime.now():%Y%m%d-%H%M%S}"
     common = {"dtype": dtype, "device": device}
@@ -42,7 +42,7 @@ def run_sweeps(model: str | None, target: int, factor: float | None, out: Path |
                               out=root / "ppl", **common)
         pk = {"lengths": [*DEMO["passkey_lengths"], target], "depths": DEMO["depths"], "trials": DEMO["trials"]}
     else:
-        trained = trained_context(model_source(model)[3]) or target
+        trained = trained_context(model_source(model).config) or target
         f = factor or max(1.0, target / trained)
         methods = ["none", *(f"{m}:{f:g}" for m in CANDIDATES)]
         inside = sorted({max(2, trained // 4), max(2, trained // 2), trained})

@@ -9,7 +9,7 @@ from typing import Any
 VOCAB = 128
 
 
-def _save(model_cls: Any, config: Any, folder: Path, seed: int) -> Path:
+def save_model(model_cls: Any, config: Any, folder: Path, seed: int) -> Path:
     import torch
 
     torch.manual_seed(seed)
@@ -27,7 +27,7 @@ def tiny_llama(folder: Path, seed: int = 0, **overrides: Any) -> Path:
                   num_attention_heads=8, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
                   rope_theta=10000.0, attention_bias=True)
     kwargs.update(overrides)
-    return _save(LlamaForCausalLM, LlamaConfig(**kwargs), folder, seed)
+    return save_model(LlamaForCausalLM, LlamaConfig(**kwargs), folder, seed)
 
 
 def tiny_qwen2(folder: Path, seed: int = 1, **overrides: Any) -> Path:
@@ -37,7 +37,7 @@ def tiny_qwen2(folder: Path, seed: int = 1, **overrides: Any) -> Path:
     kwargs = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, rope_theta=1e6)
     kwargs.update(overrides)
-    return _save(Qwen2ForCausalLM, Qwen2Config(**kwargs), folder, seed)
+    return save_model(Qwen2ForCausalLM, Qwen2Config(**kwargs), folder, seed)
 
 
 def tiny_neox(folder: Path, seed: int = 2, **overrides: Any) -> Path:
@@ -47,7 +47,7 @@ def tiny_neox(folder: Path, seed: int = 2, **overrides: Any) -> Path:
     kwargs = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=2, max_position_embeddings=256, rotary_pct=0.25)
     kwargs.update(overrides)
-    return _save(GPTNeoXForCausalLM, GPTNeoXConfig(**kwargs), folder, seed)
+    return save_model(GPTNeoXForCausalLM, GPTNeoXConfig(**kwargs), folder, seed)
 
 
 def tiny_gemma3(folder: Path, seed: int = 3, **overrides: Any) -> Path:
@@ -59,7 +59,7 @@ def tiny_gemma3(folder: Path, seed: int = 3, **overrides: Any) -> Path:
                   sliding_window=64, layer_types=["sliding_attention", "full_attention"],
                   bos_token_id=1, eos_token_id=2, pad_token_id=0)
     kwargs.update(overrides)
-    return _save(Gemma3ForCausalLM, Gemma3TextConfig(**kwargs), folder, seed)
+    return save_model(Gemma3ForCausalLM, Gemma3TextConfig(**kwargs), folder, seed)
 
 
 def tiny_phi3(folder: Path, seed: int = 4, **overrides: Any) -> Path:
@@ -70,7 +70,7 @@ def tiny_phi3(folder: Path, seed: int = 4, **overrides: Any) -> Path:
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                   pad_token_id=0)
     kwargs.update(overrides)
-    return _save(Phi3ForCausalLM, Phi3Config(**kwargs), folder, seed)
+    return save_model(Phi3ForCausalLM, Phi3Config(**kwargs), folder, seed)
 
 
 def tiny_gptj(folder: Path, seed: int = 5, **overrides: Any) -> Path:
@@ -80,7 +80,7 @@ def tiny_gptj(folder: Path, seed: int = 5, **overrides: Any) -> Path:
     kwargs = dict(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=256,
                   bos_token_id=1, eos_token_id=2)
     kwargs.update(overrides)
-    return _save(GPTJForCausalLM, GPTJConfig(**kwargs), folder, seed)
+    return save_model(GPTJForCausalLM, GPTJConfig(**kwargs), folder, seed)
 
 
 def write_config(folder: Path, config: dict[str, Any]) -> Path:

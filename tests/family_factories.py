@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from factories import VOCAB, _save
+from factories import VOCAB, save_model
 
 
 def tiny_deepseek_v3(folder: Path, seed: int = 11, **overrides: Any) -> Path:
@@ -19,7 +19,7 @@ def tiny_deepseek_v3(folder: Path, seed: int = 11, **overrides: Any) -> Path:
                   num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1,
                   max_position_embeddings=256, rope_interleave=True)
     kwargs.update(overrides)
-    return _save(DeepseekV3ForCausalLM, DeepseekV3Config(**kwargs), folder, seed)
+    return save_model(DeepseekV3ForCausalLM, DeepseekV3Config(**kwargs), folder, seed)
 
 
 def tiny_mixtral(folder: Path, seed: int = 12, **overrides: Any) -> Path:
@@ -30,7 +30,7 @@ def tiny_mixtral(folder: Path, seed: int = 12, **overrides: Any) -> Path:
                   num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
                   max_position_embeddings=256, rope_theta=1e6)
     kwargs.update(overrides)
-    path = _save(MixtralForCausalLM, MixtralConfig(**kwargs), folder, seed)
+    path = save_model(MixtralForCausalLM, MixtralConfig(**kwargs), folder, seed)
     config = json.loads((path / "config.json").read_text())
     config["head_dim"] = None
     (path / "config.json").write_text(json.dumps(config, indent=2))
@@ -46,7 +46,7 @@ def tiny_gemma4_text(folder: Path, seed: int = 13, **overrides: Any) -> Path:
                   layer_types=["sliding_attention", "full_attention"], sliding_window=64,
                   max_position_embeddings=256, hidden_size_per_layer_input=0, vocab_size_per_layer_input=VOCAB)
     kwargs.update(overrides)
-    return _save(Gemma4ForCausalLM, Gemma4TextConfig(**kwargs), folder, seed)
+    return save_model(Gemma4ForCausalLM, Gemma4TextConfig(**kwargs), folder, seed)
 
 
 def tiny_qwen2_vl_text(folder: Path, seed: int = 14, **overrides: Any) -> Path:
@@ -59,4 +59,4 @@ def tiny_qwen2_vl_text(folder: Path, seed: int = 14, **overrides: Any) -> Path:
     text.update(overrides)
     vision = dict(depth=1, embed_dim=16, hidden_size=32, num_heads=2, mlp_ratio=1, patch_size=2,
                   spatial_merge_size=1, temporal_patch_size=1)
-    return _save(Qwen2VLForConditionalGeneration, Qwen2VLConfig(text_config=text, vision_config=vision), folder, seed)
+    return save_model(Qwen2VLForConditionalGeneration, Qwen2VLConfig(text_config=text, vision_config=vision), folder, seed)

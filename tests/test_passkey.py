@@ -12,7 +12,7 @@ from test_ppl_loss import load
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
-from ropectl.passkey import build_passkey_spec, run_passkey
+from ropectl.eval.tasks.passkey import build_passkey_spec, run_passkey
 
 tiny_model, isolated = fx.tiny_model, fx.isolated  # fixtures
 runner = CliRunner()
@@ -47,7 +47,7 @@ def tok(tiny_model: Path):
 
 
 def test_prompt_has_the_exact_length_wording_and_depth(tok) -> None:
-    from ropectl.passkey.prompt import PromptBuilder
+    from ropectl.eval.tasks.passkey.prompt import PromptBuilder
 
     builder = PromptBuilder(tok, 600)
     for length in (300, 451, 600):
@@ -75,8 +75,8 @@ def test_prompt_has_the_exact_length_wording_and_depth(tok) -> None:
 def test_teacher_forcing_equals_greedy_generate(tiny_model: Path, tok) -> None:
     import torch
 
-    from ropectl.passkey.prompt import PromptBuilder, Trial
-    from ropectl.passkey.score import score_trials
+    from ropectl.eval.tasks.passkey.prompt import PromptBuilder, Trial
+    from ropectl.eval.tasks.passkey.score import score_trials
 
     model = load(tiny_model)
     builder = PromptBuilder(tok, 400)
@@ -104,8 +104,8 @@ def test_teacher_forcing_equals_greedy_generate(tiny_model: Path, tok) -> None:
 def test_batched_trials_equal_batch_1(tiny_model: Path, tok) -> None:
     import torch
 
-    from ropectl.passkey.prompt import PromptBuilder
-    from ropectl.passkey.score import score_trials
+    from ropectl.eval.tasks.passkey.prompt import PromptBuilder
+    from ropectl.eval.tasks.passkey.score import score_trials
 
     model = load(tiny_model)
     builder = PromptBuilder(tok, 350)
@@ -143,8 +143,8 @@ def test_sweep_rows_outputs_and_sharing(sweep) -> None:
 
 
 def test_equal_signatures_share_forwards(tiny_model: Path, tmp_path: Path) -> None:
-    from ropectl.passkey.runner import plan_batches
-    from ropectl.ppl.model import method_states
+    from ropectl.eval.model import method_states
+    from ropectl.eval.tasks.passkey.runner import plan_batches
     from ropectl.rope.methods import parse_spec
 
     config = json.loads((tiny_model / "config.json").read_text())
@@ -217,3 +217,43 @@ def test_the_printed_resume_line_runs(tiny_model: Path, tmp_path: Path) -> None:
     resumed = runner.invoke(app, [*argv[1:], "--json"], env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
     assert resumed.exit_code == 0, resumed.output
     assert json.loads(resumed.stdout)["meta"]["new_trials"] > 0
+
+
+@pytest.mark.slow
+def test_one_writer_per_out_and_sigterm_keeps_trials(tiny_model: Path, tmp_path: Path) -> None:
+    """As eval-ppl: a second run into a busy --out gets one line; SIGTERM ends like Ctrl-C but exits 143."""
+    import shlex
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    args = [sys.executable, "-m", "ropectl", "eval-passkey", str(tiny_model), "-m", "none", "-m", "ntk:2",
+            "-l", "300,400", "-n", "2", "-o", str(out)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**env, "ROPECTL_TEST_PAUSE_AFTER_CELLS": "1"})
+    log = out / "passkey.jsonl"
+    while proc.poll() is None and not (log.is_file() and log.read_bytes().endswith(b"\n")):
+        time.sleep(0.05)
+    try:
+        assert proc.poll() is None, proc.communicate()  # paused mid-sweep, not finished or crashed
+        second = runner.invoke(app, ["eval-passkey", str(tiny_model), "-l", "300", "-o", str(out), "--resume"],
+                               env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+        assert second.exit_code == 1, second.output
+        assert f"another ropectl run (pid {proc.pid}) is writing" in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("terminated")]
+    assert len(lines) == 1 and "--resume" in lines[0] and str(out) in lines[0], err
+    assert len(log.read_text().splitlines()) >= 1
+    argv = shlex.split(lines[0].split("resume with: ", 1)[1])
+    assert argv[:2] == ["ropectl", "eval-passkey"] and "--resume" in argv
+    resumed = runner.invoke(app, [*argv[1:], "--json"], env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["meta"]["new_trials"] > 0
+    assert not (out / ".ropectl.lock").exists()

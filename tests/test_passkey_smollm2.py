@@ -14,8 +14,8 @@ def test_smollm2_teacher_forcing_equals_generate_and_retrieves(smollm2: Path) ->
     import torch
     from transformers import AutoTokenizer
 
-    from ropectl.passkey.prompt import PromptBuilder
-    from ropectl.passkey.score import score_trials
+    from ropectl.eval.tasks.passkey.prompt import PromptBuilder
+    from ropectl.eval.tasks.passkey.score import score_trials
 
     tok = AutoTokenizer.from_pretrained(smollm2.parent, gguf_file=smollm2.name)
     model = gguf_model(smollm2)

@@ -160,8 +160,8 @@ def test_every_registry_option_has_a_flag() -> None:
 
 def test_eval_ppl_methods_go_through_the_same_layering(tmp_path: Path) -> None:
     """eval-ppl's -m specs and preset methods (strings or tables) give what patch's layering gives."""
+    from ropectl.eval.tasks.ppl.spec import build_spec
     from ropectl.patch.spec import build_choice, method_spec
-    from ropectl.ppl.spec import build_spec
 
     table = {"method": "yarn", "factor": 4, "beta_fast": 8}
     spec = build_spec({"methods": ["yarn:2,beta_fast=16", table], "lengths": [64]}, model=str(tmp_path))

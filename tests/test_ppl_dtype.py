@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import test_ppl_fixtures as fx
 
-from ropectl.ppl.cpu import choose_from_flags, cpu_dtype, cpu_flags, probe_cached
+from ropectl.eval.cpu import choose_from_flags, cpu_dtype, cpu_flags, probe_cached
 
 AVX2_EPYC = "processor\t: 0\nflags\t\t: fpu vme sse sse2 ssse3 sse4_1 sse4_2 avx f16c avx2 fma bmi2\n"
 SAPPHIRE = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 avx512f avx512bw avx512_bf16 amx_bf16 amx_tile amx_int8\n"
@@ -35,7 +35,7 @@ def test_this_machine_matches_its_flags() -> None:
 
 
 def test_probe_is_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import ropectl.ppl.cpu as cpu
+    import ropectl.eval.cpu as cpu
 
     calls = []
     monkeypatch.setattr(cpu, "probe", lambda: calls.append(1) or ("fp32", "auto: probe"))
@@ -45,14 +45,14 @@ def test_probe_is_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_probe_measures_both_dtypes() -> None:
-    from ropectl.ppl.cpu import probe
+    from ropectl.eval.cpu import probe
 
     dtype, why = probe()
     assert dtype in ("fp32", "bf16") and "GFLOP/s" in why
 
 
 def test_auto_on_gpu_and_explicit_choices() -> None:
-    from ropectl.ppl.model import resolve_dtype_choice
+    from ropectl.eval.model import resolve_dtype_choice
 
     assert resolve_dtype_choice("auto", "cuda:0") == ("bf16", "auto: CUDA GPU")
     assert resolve_dtype_choice("fp16", "cpu") == ("fp16", "asked for")
@@ -62,7 +62,7 @@ def test_auto_choice_is_stated_in_the_run_metadata(tmp_path: Path, tiny_model: P
     """What auto ran and why, in summary.json and results.json: the CPU's flags decide it, independently read."""
     import json
 
-    from ropectl.ppl import build_spec, run_eval
+    from ropectl.eval.tasks.ppl import build_spec, run_eval
 
     spec = build_spec(model=str(tiny_model), dataset=str(tiny_corpus), methods=["none"], lengths="64", docs=1,
                       dtype="auto", device="cpu", out=tmp_path / "run", cache_dir=tmp_path / "cache")

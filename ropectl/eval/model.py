@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import DeviceError, ModelNotFoundError, VerificationError
-from ropectl.ppl.data import INSTALL_HINT, package_dir
+from ropectl.eval.packages import INSTALL_HINT, package_dir
 from ropectl.rope.frequencies import compute_frequencies
 from ropectl.rope.methods import MethodSpec
 from ropectl.rope.params import RopeParams
@@ -128,12 +128,23 @@ def resolve_dtype_choice(dtype: str, device: str) -> tuple[str, str]:
         return "bf16", "auto: CUDA GPU"
     if device != "cpu":
         return "fp32", f"auto: {device}"
-    from ropectl.ppl.cpu import cpu_dtype
+    from ropectl.eval.cpu import cpu_dtype
 
     return cpu_dtype()
 
 
-def model_source(model: str | None) -> tuple[str, dict[str, Any], str, dict[str, Any]]:
+@dataclass(frozen=True)
+class ModelSource:
+    """A model as a sweep sees it before any weight is loaded: where it is, its label and its config."""
+
+    resolved: Any  # ropectl.io.resolve.ResolvedModel
+    path: str
+    kwargs: dict[str, Any]
+    label: str
+    config: dict[str, Any]
+
+
+def model_source(model: str | None) -> ModelSource:
     """from_pretrained arguments, a label for results, and the config transformers will build (no weights)."""
     from transformers import AutoConfig
 
@@ -143,15 +154,16 @@ def model_source(model: str | None) -> tuple[str, dict[str, Any], str, dict[str,
     resolved = resolve_model(model or default_model_path(), weights=True)
     path, kwargs = resolved.from_pretrained_args()
     config = AutoConfig.from_pretrained(path, **kwargs).to_dict()
-    return path, kwargs, model or DEFAULT_MODEL_LABEL, config
+    return ModelSource(resolved, path, kwargs, model or DEFAULT_MODEL_LABEL, config)
 
 
 def trained_context(config: Mapping[str, Any]) -> int | None:
     """The pretraining context: ropectl's record of the unscaled base if patched, else what the config says."""
+    from ropectl.schema.record import Record
+
     model = read_model_rope(config)
-    base = model.record.get("base")
-    recorded = base.get("trained_context") if isinstance(base, dict) else None
-    return int(recorded) if recorded else model.rope.trained_context
+    base = Record.from_json(model.record).base
+    return (base.trained_context if base else None) or model.rope.trained_context
 
 
 @dataclass

@@ -22,11 +22,16 @@ class SweepInterrupted(RopectlError):
 
     exit_code = 130
 
-    def __init__(self, out: Path, kept: int, terminated: bool = False) -> None:
+    def __init__(self, out: Path, kept: int, terminated: bool = False, log: str = "results.jsonl") -> None:
         self.out, self.kept, self.terminated = out, kept, terminated
         self.exit_code = 143 if terminated else 130
         super().__init__(f"{'terminated' if terminated else 'interrupted'}; {kept} finished cells are kept in "
-                         f"{out / 'results.jsonl'}", f"rerun the same command with --resume --out {out}")
+                         f"{out / log}", f"rerun the same command with --resume --out {out}")
+
+    @property
+    def what(self) -> str:
+        """How the CLI names the interrupt: terminated (SIGTERM) or interrupted (Ctrl-C)."""
+        return "terminated" if self.terminated else "interrupted"
 
 
 class Terminated(KeyboardInterrupt):

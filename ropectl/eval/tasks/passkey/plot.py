@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ropectl.eval.options import length_label
 from ropectl.io.files import atomic_write_bytes
-from ropectl.ppl.plot import length_label
 
 
 def plot_passkey(table: list[Any], methods: list[str], lengths: list[int], depths: list[float],

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import UsageError
-from ropectl.ppl.spec import DTYPES, parse_lengths, parse_methods
+from ropectl.eval.options import DTYPES, parse_lengths, parse_methods
 from ropectl.rope.methods import MethodSpec
 
 # The embedded default: SmolLM2-135M (trained at 8192), unscaled against dynamic:2 (the demo's

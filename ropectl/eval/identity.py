@@ -1,4 +1,4 @@
-"""What makes two eval-ppl runs the same run, so that --resume only ever mixes cells of one.
+"""What makes two runs the same run, so that --resume only ever mixes cells of one.
 
 A run is the model (resolved path, or hub id and snapshot; the config's content; the weight files' names and
 sizes), its tokenizer, the dataset (resolved files with sizes and mtimes, or hub id/config/split), the
@@ -75,6 +75,17 @@ def check_resume(path: Path, identity: dict[str, Any]) -> list[str]:
             f"{_short(old)} there, {_short(new)} now)",
             "resume with the same model, tokenizer, dataset, --docs, mode, stride and dtype, or use a new --out")
     return []
+
+
+def check_flat_resume(path: Path, identity: dict[str, Any], what: str, fix: str) -> None:
+    """A run file that is the identity itself (eval-passkey's): refuse a --resume into a folder of another run."""
+    if not path.is_file():
+        return
+    old = json.loads(path.read_text(encoding="utf-8"))
+    diff = [k for k in identity if old.get(k) != identity[k]]
+    if diff:
+        raise UsageError(f"--resume: '{path.parent}' holds {what} of a different run ({diff[0]}: "
+                         f"{old.get(diff[0])!r} there, {identity[diff[0]]!r} now)", fix)
 
 
 def _short(value: Any) -> str:

