@@ -1,12 +1,16 @@
 """Named TOML presets in ``configs/``, shared by ``patch`` (``patch-NAME.toml``) and ``eval-ppl`` (``eval-NAME.toml``).
 
-``ROPECTL_CONFIG_DIR`` points elsewhere, for presets kept outside a clone of this repository.
+The repository's top-level ``configs/`` folder is installed as the package ``ropectl.configs`` (pyproject.toml maps
+it), so the presets are found through importlib.resources in a wheel install and an editable one alike; a bare
+checkout on ``sys.path`` (no install) reads ``configs/`` beside the package. ``ROPECTL_CONFIG_DIR`` points
+elsewhere, for presets of your own.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +18,14 @@ from ropectl.errors import UsageError
 
 
 def presets_dir() -> Path:
-    return Path(os.environ.get("ROPECTL_CONFIG_DIR") or Path(__file__).resolve().parents[1] / "configs")
+    override = os.environ.get("ROPECTL_CONFIG_DIR")
+    if override:
+        return Path(override)
+    try:
+        shipped = resources.files("ropectl.configs")
+    except ModuleNotFoundError:  # a checkout on sys.path, not installed: configs/ is beside the package
+        return Path(__file__).resolve().parents[1] / "configs"
+    return Path(str(shipped))
 
 
 def list_presets(prefix: str) -> list[str]:
