@@ -235,3 +235,22 @@ def _command(line: str) -> list[Any]:
     import shlex
 
     return [json.loads(a) if a.startswith("{") else a for a in shlex.split(line)]
+
+
+def test_gpt_oss_class_default_rope(tmp_path: Path) -> None:
+    """GptOssConfig's default RoPE is yarn x32: a config.json without rope keys reads as that, and unscaled RoPE
+    written for gpt-oss is spelled out so the default cannot apply (the transformers tier runs 4.55 and 4.57)."""
+    from transformers import GptOssConfig
+
+    config = {"model_type": "gpt_oss", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "head_dim": 16, "max_position_embeddings": 256}
+    result = runner.invoke(app, ["inspect", str(_folder(tmp_path, config)), "--json"])
+    report = json.loads(result.stdout)
+    oracle = GptOssConfig(**config).rope_parameters  # transformers' own default
+    assert report["rope_type"] == oracle["rope_type"] == "yarn" and report["factor"] == oracle["factor"]
+    assert report["rope_theta"] == oracle["rope_theta"]
+    code, data, err = _patch(_folder(tmp_path, {**config, "rope_theta": 1e4, "rope_scaling": None}, "n"),
+                             "-m", "ntk", "-f", "2", "-o", str(tmp_path / "out"))
+    assert code == 0, err
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert written["rope_scaling"]["rope_type"] == "default"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ropectl import families
 from ropectl.engines.base import (
     DICT,
     EXACT_KEYS,
@@ -28,6 +29,7 @@ from ropectl.engines.base import (
     UNKNOWN_MODEL,
     Reader,
     Reading,
+    version_key,
 )
 from ropectl.errors import RopectlError
 from ropectl.rope.params import RopeParams
@@ -138,6 +140,11 @@ def interpret(reader: Reader, config: Mapping[str, Any], version: str | None = N
     ignored = [key for key in reader.ignores if cfg.get(key) is not None]
     for key in reader.ignores:
         cfg.pop(key, None)
+    # transformers 5 also fills the default over an explicit null; 4.x keeps the null (unscaled RoPE)
+    if not any(cfg.get(k) is not None if v5 else k in cfg for k in ("rope_scaling", "rope_parameters")):
+        with_original = version_key(reader.versions.low) >= (4, 56)  # GptOssConfig's default gained it in 4.56
+        for key, value in families.class_default_rope(str(cfg.get("model_type") or ""), with_original).items():
+            cfg[key] = cfg[key] if cfg.get(key) is not None else value
     if ignored and not any(cfg.get(k) is not None for k in ROPE_KEYS) and cfg.get("model_type") not in ROPE_MODEL_TYPES:
         # only keys this version does not read, on a model type not known to be RoPE in every release: a type it may
         # lack (Qwen3.5 is 5.x only); a known one (llama) builds plain RoPE with the default base, read below

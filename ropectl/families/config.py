@@ -6,6 +6,8 @@ Each entry mirrors what transformers' config class for that model type does (its
 
 from __future__ import annotations
 
+from typing import Any
+
 # transformers' attribute_map entries for the keys RoPE depends on: canonical key -> the key config.json uses.
 KEY_ALIASES: dict[str, dict[str, str]] = {
     "jetmoe": {"head_dim": "kv_channels"},
@@ -138,6 +140,25 @@ TEXT_SUBCONFIG_TYPES = frozenset({
     "vibevoice", "vibevoice_asr", "video_llama_3", "video_llava", "videoprism", "vipllava",
     "vision-text-dual-encoder", "voxtral", "voxtral_realtime", "xclip",
 })
+
+
+# Config classes whose default RoPE is scaled: a config.json without rope keys gets it (GptOssConfig: yarn x32 at
+# theta 150000; transformers 4.55 has no original_max_position_embeddings in it, so yarn takes max_position_embeddings).
+CLASS_DEFAULT_ROPE: dict[str, dict[str, Any]] = {
+    "gpt_oss": {"rope_theta": 150000.0, "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
+                                                         "beta_slow": 1.0, "truncate": False,
+                                                         "original_max_position_embeddings": 4096}},
+}
+V4_CLASS_DEFAULT_DROPS = ("original_max_position_embeddings",)
+
+
+def class_default_rope(model_type: str, with_original: bool = True) -> dict[str, Any]:
+    """The rope keys ``model_type``'s config class fills in when config.json has none (empty: none)."""
+    default = CLASS_DEFAULT_ROPE.get(model_type)
+    if default is None:
+        return {}
+    scaling = {k: v for k, v in default["rope_scaling"].items() if with_original or k not in V4_CLASS_DEFAULT_DROPS}
+    return {"rope_theta": default["rope_theta"], "rope_scaling": scaling}
 
 
 # --- Strict config classes (what transformers' per-model config classes demand beyond the generic checks) ---

@@ -87,6 +87,9 @@ def with_aliases(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     for key, value in families.CLASS_DEFAULTS.get(model_type, {}).items():
         if key not in cfg and key not in filled:
             filled[key] = value
+    if not any(cfg.get(k) is not None for k in ("rope_scaling", "rope_parameters")):
+        for key, value in families.class_default_rope(model_type).items():
+            filled.setdefault(key, cfg[key] if cfg.get(key) is not None else value)
     for key, (sub, alias) in families.NESTED_ALIASES.get(model_type, {}).items():
         inner = cfg.get(sub)
         if cfg.get(key) is None and isinstance(inner, Mapping) and inner.get(alias) is not None:

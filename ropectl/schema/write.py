@@ -12,6 +12,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from ropectl import families
 from ropectl.errors import UsageError
 from ropectl.families import (
     ALLOWED_TYPES,
@@ -83,7 +84,8 @@ def v4_scaling(rope: RopeParams, model_type: str = "", max_pos: int | None = Non
     exact keys (Phi-3, GPT-NeoX on 4.43) get only those when the rest is implied.
     """
     if rope.rope_type == "default":
-        return None
+        # a class whose default is scaled (gpt-oss) needs unscaled RoPE spelled out, or its default applies
+        return {"rope_type": "default", "type": "default"} if families.class_default_rope(model_type) else None
     out = {"rope_type": rope.rope_type, "type": rope.rope_type, **scaling_dict(rope)}
     if rope.rope_type == "yarn" and max_pos is not None and out.get(ORIGINAL) == max_pos:
         del out[ORIGINAL]

@@ -35,6 +35,16 @@ ARCHS: dict[str, dict[str, Any]] = {
                "rope_theta": 1e6, "rope_local_base_freq": 1e4, "sliding_window": 16, "sliding_window_pattern": 2,
                "layer_types": ["sliding_attention", "full_attention"], "query_pre_attn_scalar": 16,
                "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0},
+    # Families whose engines build RoPE their own way (vLLM's deepseek_yarn, gpt-oss's YaRN, mrope): transformers
+    # itself must still compute what ropectl says, or patch must name the version.
+    "deepseek_v3": {**_COMMON, "model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"],
+                    "num_key_value_heads": 4, "moe_intermediate_size": 32, "kv_lora_rank": 16, "q_lora_rank": 16,
+                    "qk_rope_head_dim": 16, "qk_nope_head_dim": 16, "v_head_dim": 16, "n_routed_experts": 4,
+                    "num_experts_per_tok": 2, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
+                    "rope_theta": 10000.0},
+    "gpt_oss": {**_COMMON, "model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"], "head_dim": 16,
+                "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 16, "rope_theta": 10000.0,
+                "layer_types": ["sliding_attention", "full_attention"]},
 }
 for _cfg in ARCHS.values():
     _cfg.pop("num_key_value_heads") if _cfg["model_type"] == "gpt_neox" else None

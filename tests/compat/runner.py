@@ -43,6 +43,9 @@ def _decode(cos: Any, sin: Any) -> dict[str, Any]:
     while cos.dim() > 2:
         cos, sin = cos[0], sin[0]
     half = cos.shape[-1] // 2
+    # Most rotary classes return each frequency twice (cat(freqs, freqs)); gpt-oss returns each once.
+    if not bool((cos[:, :half] - cos[:, half:2 * half]).abs().max() < 1e-12):
+        half = cos.shape[-1]
     attention = float(cos[0, 0])
     inv = [math.atan2(float(sin[1, j]), float(cos[1, j])) for j in range(half)]
     # How well (inv, attention) describe the whole table: large when frequencies vary with position.
