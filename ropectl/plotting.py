@@ -6,13 +6,12 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import OutputError
-from ropectl.io.files import atomic_write_bytes
+from ropectl.io.files import save_figure
 
 
 def plot_wavelengths(report: Any, path: Path) -> None:
     """``report`` is inspection's InspectReport (its pairs, base_theta and model), taken by shape so that this
     module does not import inspection, which imports it."""
-    import io
 
     import matplotlib
 
@@ -41,11 +40,8 @@ def plot_wavelengths(report: Any, path: Path) -> None:
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(loc="lower right", fontsize=9)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
     try:
-        atomic_write_bytes(path, buffer.getvalue())
+        save_figure(fig, path)
     except OSError as exc:
         raise OutputError(f"cannot write plot '{path}' ({exc.strerror})", "choose a writable path for --plot") from None
 

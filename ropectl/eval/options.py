@@ -22,6 +22,20 @@ DEFAULT_OUT_ROOT = Path("runs")
 _LENGTH = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
 
 
+def merge_settings(layers: Sequence[Mapping[str, Any]], flags: Mapping[str, Any], keys: Any,
+                   what: str) -> dict[str, Any]:
+    """Settings layered lowest first (defaults, preset, ...), then the flags given (None: not given); ``what`` names
+    the settings in the error for an unknown key."""
+    merged: dict[str, Any] = {}
+    for source in (*layers, {k: v for k, v in flags.items() if v is not None}):
+        for key, value in source.items():
+            key = key.replace("-", "_")
+            if key not in keys:
+                raise UsageError(f"unknown {what} setting '{key}'", f"use some of: {', '.join(sorted(keys))}")
+            merged[key] = value
+    return merged
+
+
 def parse_length(text: str | int) -> int:
     """``4096``, ``4k`` (= 4096), ``1.5k`` (= 1536), ``1m`` (= 1048576); positive whole tokens only."""
     if isinstance(text, bool):

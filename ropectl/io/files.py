@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from ropectl.errors import CheckpointError, OutputError
 from ropectl.io.hub_cache import is_inside, symlink_refusal
@@ -212,3 +213,15 @@ def link_tree(source: Path, staging: Path, copy: bool, exclude: Callable[[Path],
             (staging / rel).mkdir(parents=True, exist_ok=True)
             files.append((str(rel / name), link_or_copy(Path(root) / name, staging / rel / name, copy=copy)))
     return files, skipped
+
+
+def save_figure(fig: Any, path: Path, **savefig: Any) -> None:
+    """A matplotlib figure as a PNG written atomically; the figure is closed."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", **savefig)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())

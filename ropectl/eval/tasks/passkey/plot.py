@@ -6,12 +6,11 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.eval.options import length_label
-from ropectl.io.files import atomic_write_bytes
+from ropectl.io.files import save_figure
 
 
 def plot_passkey(table: list[Any], methods: list[str], lengths: list[int], depths: list[float],
                  trained: int | None, path: Path, title: str = "") -> Path:
-    import io
 
     import matplotlib
 
@@ -31,10 +30,7 @@ def plot_passkey(table: list[Any], methods: list[str], lengths: list[int], depth
     if image is not None:
         fig.colorbar(image, ax=axes[0].tolist(), fraction=0.03, pad=0.02, label="accuracy")
     fig.suptitle(f"passkey retrieval · {title}", fontsize=10)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight")
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
+    save_figure(fig, path, bbox_inches="tight")
     return path
 
 

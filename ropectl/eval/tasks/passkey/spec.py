@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import UsageError
-from ropectl.eval.options import DTYPES, parse_lengths, parse_methods
+from ropectl.eval.options import DTYPES, merge_settings, parse_lengths, parse_methods
 from ropectl.rope.methods import MethodSpec
 
 # The embedded default: SmolLM2-135M (trained at 8192), unscaled against dynamic:2 (the demo's
@@ -91,13 +91,7 @@ _KEYS = {f.name for f in fields(PasskeySpec)}
 def build_passkey_spec(preset: Mapping[str, Any] | None = None, **flags: Any) -> PasskeySpec:
     """Defaults (embedded model: the demo sweep; a MODEL: a generic one), then ``preset``, then flags."""
     layers = [PASSKEY_DEFAULTS if flags.get("model") is None else GENERIC, dict(preset or {})]
-    merged: dict[str, Any] = {}
-    for source in (*layers, {k: v for k, v in flags.items() if v is not None}):
-        for key, value in source.items():
-            key = key.replace("-", "_")
-            if key not in _KEYS:
-                raise UsageError(f"unknown passkey setting '{key}'", f"use some of: {', '.join(sorted(_KEYS))}")
-            merged[key] = value
+    merged = merge_settings(layers, flags, _KEYS, "passkey")
     merged["methods"] = parse_methods(merged.get("methods"))
     merged["lengths"] = parse_lengths(merged["lengths"])
     merged["depths"] = parse_depths(merged["depths"])

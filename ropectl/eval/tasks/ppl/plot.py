@@ -11,7 +11,7 @@ from typing import Any
 
 from ropectl.eval.options import length_label
 from ropectl.eval.tasks.ppl.results import Aggregate
-from ropectl.io.files import atomic_write_bytes
+from ropectl.io.files import save_figure
 
 REFERENCE = ("none", "as-is")
 RATIO_CAP = 1.6  # ratios above this are drawn at the panel's edge and named there
@@ -19,7 +19,6 @@ RATIO_CAP = 1.6  # ratios above this are drawn at the panel's edge and named the
 
 def plot_ppl(aggregates: list[Aggregate], methods: list[str], trained: int | None, path: Path,
              title: str = "") -> Path:
-    import io
 
     import matplotlib
 
@@ -44,17 +43,13 @@ def plot_ppl(aggregates: list[Aggregate], methods: list[str], trained: int | Non
     ax.set_xlabel("evaluation length (tokens)")
     axes[0][0].set_title(title, fontsize=10)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
+    save_figure(fig, path)
     return path
 
 
 def plot_positions(found: list[Any], methods: list[str], trained: int | None, path: Path, mode: str,
                    title: str = "") -> Path:
     """Mean NLL per position bucket, one line per method (its longest length), trained context marked."""
-    import io
 
     import matplotlib
 
@@ -77,10 +72,7 @@ def plot_positions(found: list[Any], methods: list[str], trained: int | None, pa
     ax.legend(fontsize=8, loc="best")
     ax.set_title(f"loss by position · {title}" if title else "loss by position", fontsize=10)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
+    save_figure(fig, path)
     return path
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from ropectl import presets
 from ropectl.errors import UsageError
-from ropectl.eval.options import DTYPES, parse_lengths, parse_methods
+from ropectl.eval.options import DTYPES, merge_settings, parse_lengths, parse_methods
 from ropectl.rope.methods import MethodSpec
 
 MODES = ("truncate", "sliding")
@@ -132,13 +132,7 @@ def build_spec(preset: str | Mapping[str, Any] | None = None, **flags: Any) -> E
         layers = [GENERIC, load_preset(preset) if isinstance(preset, str) else preset]
     else:
         layers = [DEFAULTS if flags.get("model") is None else GENERIC]
-    merged: dict[str, Any] = {}
-    for source in (*layers, {k: v for k, v in flags.items() if v is not None}):
-        for key, value in source.items():
-            key = key.replace("-", "_")
-            if key not in _KEYS:
-                raise UsageError(f"unknown eval setting '{key}'", f"use some of: {', '.join(sorted(_KEYS))}")
-            merged[key] = value
+    merged = merge_settings(layers, flags, _KEYS, "eval")
     merged["methods"] = parse_methods(merged.get("methods"))
     merged["lengths"] = parse_lengths(merged["lengths"])
     for key in ("out", "cache_dir"):
