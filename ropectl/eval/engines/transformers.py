@@ -8,15 +8,8 @@ from typing import Any
 
 from ropectl.errors import CheckpointError, pickle_refused
 from ropectl.eval.engines import register_engine
-from ropectl.eval.model import (
-    LoadedModel,
-    MethodState,
-    ModelSource,
-    activate,
-    load_model,
-    load_tokenizer,
-    verify_after_forward,
-)
+from ropectl.eval.model import LoadedModel, MethodState, ModelSource, load_model, load_tokenizer
+from ropectl.eval.rotary import activate, verify_after_forward
 
 
 @register_engine("transformers")
