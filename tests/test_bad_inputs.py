@@ -13,35 +13,22 @@ import struct
 from pathlib import Path
 from typing import Any
 
-import factories
 import pytest
-import test_ppl_fixtures as fx
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
+from tests.helpers import checkpoints
+from tests.helpers import eval_data as fx
+from tests.helpers.cli import one_line
 
 runner = CliRunner()
-tiny_model, tiny_corpus, isolated = fx.tiny_model, fx.tiny_corpus, fx.isolated  # fixtures
 BASE = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
         "max_position_embeddings": 2048, "rope_theta": 10000.0}
 
 
-def one_line(args: list[str], *needles: str, code: int | None = None) -> str:
-    """The command fails with exactly one 'error: ... Fix: ...' line on stderr, naming ``needles``."""
-    result = runner.invoke(app, args)
-    assert result.exit_code != 0 and (code is None or result.exit_code == code), (result.exit_code, result.output)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Fix:" in lines[0], result.stderr
-    assert "unexpected" not in lines[0] and "report it" not in lines[0], lines[0]
-    assert "Traceback" not in result.output
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
-
-
 def config_dir(tmp_path: Path, **changes: Any) -> Path:
     cfg = {**BASE, **changes}
-    return factories.write_config(tmp_path / "m", {k: v for k, v in cfg.items() if v is not None})
+    return checkpoints.write_config(tmp_path / "m", {k: v for k, v in cfg.items() if v is not None})
 
 
 CONFIG_CASES = {
@@ -118,7 +105,7 @@ def test_overflowing_factor_flags(tmp_path: Path, method: str, factor: str) -> N
 
 def test_patch_output_under_a_regular_file(tmp_path: Path) -> None:
     """H-77: -o a/sub where a is a file: ENOTDIR/EEXIST from the OS, mapped in the one CLI handler."""
-    model = factories.tiny_llama(tmp_path / "llama")
+    model = checkpoints.tiny_llama(tmp_path / "llama")
     (tmp_path / "afile").write_text("x")
     one_line(["patch", str(model), "-m", "yarn", "-f", "2", "-o", str(tmp_path / "afile" / "sub")], "afile")
 
@@ -129,7 +116,7 @@ def _safetensors(path: Path, header: bytes, data: bytes = b"") -> None:
 
 def test_safetensors_header_nesting_bomb(tmp_path: Path) -> None:
     """H-121."""
-    folder = factories.write_config(tmp_path / "m", BASE)
+    folder = checkpoints.write_config(tmp_path / "m", BASE)
     _safetensors(folder / "model.safetensors", b'{"x":' + b"[" * 200_000 + b"]" * 200_000 + b"}")
     one_line(["convert-layout", str(folder), "--to", "interleaved", "-o", str(tmp_path / "out")], "nests too deeply")
     assert not (tmp_path / "out").exists()
@@ -140,7 +127,7 @@ def test_safetensors_header_nesting_bomb(tmp_path: Path) -> None:
 def test_unknown_safetensors_dtype_is_refused(tmp_path: Path, verify: list[str], tensor: str) -> None:
     from safetensors import safe_open
 
-    model = factories.tiny_llama(tmp_path / "llama")
+    model = checkpoints.tiny_llama(tmp_path / "llama")
     path = model / "model.safetensors"
     raw = path.read_bytes()
     n = struct.unpack("<Q", raw[:8])[0]
@@ -216,7 +203,7 @@ def test_e22_method_without_factor_names_the_eval_spelling(isolated, tiny_model,
 
 
 def test_e30_model_without_tokenizer(isolated, tiny_corpus, tmp_path: Path) -> None:
-    model = factories.tiny_llama(tmp_path / "llama")
+    model = checkpoints.tiny_llama(tmp_path / "llama")
     one_line(["eval-ppl", str(model), "-d", str(tiny_corpus), "-l", "64", "-o", "out"], "tokenizer")
 
 

@@ -13,9 +13,10 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import factories
 import pytest
-import test_ppl_fixtures as fx
+
+from tests.helpers import checkpoints
+from tests.helpers import eval_data as fx
 
 pytestmark = pytest.mark.slow  # subprocesses under a tmpfs or another user
 
@@ -57,7 +58,7 @@ needs_tmpfs = pytest.mark.skipif(not _can_mount_tmpfs(), reason="cannot mount a 
 @needs_tmpfs
 @pytest.mark.parametrize("case", ["DF-01 convert-layout", "DF-02 patch --copy"])
 def test_full_disk_is_one_line_and_leaves_nothing(tmp_path: Path, case: str) -> None:
-    model = factories.tiny_llama(tmp_path / "llama", hidden_size=96, intermediate_size=256)
+    model = checkpoints.tiny_llama(tmp_path / "llama", hidden_size=96, intermediate_size=256)
     small = tmp_path / "small"
     small.mkdir()
     args = (["convert-layout", str(model), "--to", "interleaved", "-o", str(small / "out")] if "DF-01" in case
@@ -100,7 +101,7 @@ def test_read_only_file_system_is_named(tmp_path: Path, case: str) -> None:
     ro.mkdir()
     gguf = tmp_path / "m.gguf"
     if "GGUF" in case:
-        from test_leftovers import tiny_gguf
+        from tests.helpers.checkpoints import tiny_gguf
 
         tiny_gguf(gguf)
     corpus = fx.write_corpus(tmp_path / "corpus", [300])

@@ -8,11 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import factories
 import pytest
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
+from tests.helpers import checkpoints
 
 runner = CliRunner()
 LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "max_position_embeddings": 2048}
@@ -48,7 +48,7 @@ def test_folder_without_config(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("model_type", ["gpt2", "bert"])
 def test_model_without_rope(tmp_path: Path, model_type: str) -> None:
-    factories.write_config(tmp_path, {"model_type": model_type, "n_embd": 64, "n_head": 4})
+    checkpoints.write_config(tmp_path, {"model_type": model_type, "n_embd": 64, "n_head": 4})
     assert_one_line_error(["inspect", str(tmp_path)], 1, "does not use rotary")
 
 
@@ -61,24 +61,24 @@ def test_model_without_rope(tmp_path: Path, model_type: str) -> None:
     ({"type": "yarn", "rope_type": "linear", "factor": 2.0}, "contradicts itself"),
 ])
 def test_malformed_rope_section(tmp_path: Path, scaling: dict, needle: str) -> None:
-    factories.write_config(tmp_path, {**LLAMA, "rope_theta": 1e4, "rope_scaling": scaling})
+    checkpoints.write_config(tmp_path, {**LLAMA, "rope_theta": 1e4, "rope_scaling": scaling})
     assert_one_line_error(["inspect", str(tmp_path)], 1, needle)
 
 
 def test_yarn_without_inferable_original(tmp_path: Path) -> None:
     cfg = {k: v for k, v in LLAMA.items() if k != "max_position_embeddings"}
-    factories.write_config(tmp_path, {**cfg, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})
+    checkpoints.write_config(tmp_path, {**cfg, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})
     assert_one_line_error(["inspect", str(tmp_path)], 1, "original_max_position_embeddings")
 
 
 def test_yarn_original_inferred_from_max_positions(tmp_path: Path) -> None:
-    factories.write_config(tmp_path, {**LLAMA, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})
+    checkpoints.write_config(tmp_path, {**LLAMA, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})
     result = runner.invoke(app, ["inspect", str(tmp_path), "--json"])
     assert result.exit_code == 0 and json.loads(result.stdout)["original_max_position_embeddings"] == 2048
 
 
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
-    factories.write_config(tmp_path, LLAMA)
+    checkpoints.write_config(tmp_path, LLAMA)
     assert_one_line_error(["inspect", str(tmp_path), "--plot", str(tmp_path / "x.jpg")], 2, ".png")
     assert runner.invoke(app, ["inspect", str(tmp_path), "--seq-len", "0"]).exit_code == 2
 

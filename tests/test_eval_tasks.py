@@ -11,23 +11,22 @@ import sys
 from pathlib import Path
 
 import pytest
-import test_ppl_fixtures as fx
 
 from ropectl.eval.engines import ENGINES, Engine, get_engine
 from ropectl.eval.options import parse_lengths, parse_methods
 from ropectl.eval.sweep import run_sweep
 from ropectl.eval.tasks import TASKS, get_task, task_names
 
-tiny_model = fx.tiny_model  # fixture
-HERE = Path(__file__).parent
-EVAL = HERE.parent / "ropectl" / "eval"
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / "tests"
+EVAL = ROOT / "ropectl" / "eval"
 
 
 def load_toy(tmp_path: Path):
     """The toy task as a module outside the package, imported the way a plugin would be."""
     path = tmp_path / "plugin" / "toy_task.py"
     path.parent.mkdir()
-    shutil.copy(HERE / "toy_task.py", path)
+    shutil.copy(TESTS / "helpers" / "toy_task.py", path)
     spec = importlib.util.spec_from_file_location("toy_task_plugin", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -113,12 +112,12 @@ def test_eval_never_imports_the_cli_typer_or_rich() -> None:
 
 
 def test_no_module_imports_a_private_name_from_another() -> None:
-    root = HERE.parent
+    root = ROOT
     bad = []
-    for path in [*(root / "ropectl").rglob("*.py"), *HERE.glob("*.py"), *(root / "bench").glob("*.py")]:
+    tests = [p for p in TESTS.rglob("*.py") if "compat" not in p.parts]
+    for path in [*(root / "ropectl").rglob("*.py"), *tests, *(root / "bench").glob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("ropectl", "factories",
-                                                                                        "test_ppl_fixtures"):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("ropectl", "tests"):
                 bad += [f"{path.name}: {node.module}.{a.name}" for a in node.names
                         if a.name.startswith("_") and not a.name.startswith("__")]
     assert not bad, bad

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from model_sweep import save_default, sweep_type, transformers_ropes
 
 from ropectl.errors import MethodError, NoRopeError
 from ropectl.inspection import InspectSpec, inspect_model
@@ -14,6 +13,7 @@ from ropectl.patch import patch_checkpoint
 from ropectl.patch.spec import PatchSpec
 from ropectl.rope.methods import parse_spec
 from ropectl.schema import read_model_rope
+from tests.helpers.model_sweep import save_default, sweep_type, transformers_ropes
 
 FIXTURES = Path(__file__).parent / "fixtures" / "configs"
 

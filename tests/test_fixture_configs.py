@@ -9,12 +9,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from model_sweep import transformers_ropes
 
 from ropectl.inspection import InspectSpec, inspect_model
 from ropectl.patch import patch_checkpoint
 from ropectl.patch.spec import PatchSpec
 from ropectl.rope.methods import parse_spec
+from tests.helpers.model_sweep import transformers_ropes
 
 FIXTURES = Path(__file__).parent / "fixtures" / "configs"
 NAMES = sorted(p.stem for p in FIXTURES.glob("*.json"))

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import factories
 import pytest
-from hf_reference import max_rel_error, rotary_embedding_frequencies
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
+from tests.helpers import checkpoints
+from tests.helpers.hf_reference import max_rel_error, rotary_embedding_frequencies
 
 runner = CliRunner()
 REQUIRED = ("model_type", "head_dim", "rotary_dim", "rope_theta", "rope_type", "factor",
@@ -33,12 +33,12 @@ def hf_model(folder: Path):
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("tiny")
     return {
-        "llama": factories.tiny_llama(root / "llama"),
-        "llama_yarn": factories.tiny_llama(root / "llama_yarn", max_position_embeddings=1024, rope_parameters={
+        "llama": checkpoints.tiny_llama(root / "llama"),
+        "llama_yarn": checkpoints.tiny_llama(root / "llama_yarn", max_position_embeddings=1024, rope_parameters={
             "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 256}),
-        "qwen2": factories.tiny_qwen2(root / "qwen2"),
-        "neox": factories.tiny_neox(root / "neox"),
-        "gemma3": factories.tiny_gemma3(root / "gemma3"),
+        "qwen2": checkpoints.tiny_qwen2(root / "qwen2"),
+        "neox": checkpoints.tiny_neox(root / "neox"),
+        "gemma3": checkpoints.tiny_gemma3(root / "gemma3"),
     }
 
 
@@ -71,7 +71,7 @@ def test_inspect_fields(tiny: dict[str, Path]) -> None:
 
 
 def test_dynamic_reports_values_at_seq_len(tmp_path: Path) -> None:
-    folder = factories.write_config(tmp_path / "dyn", {
+    folder = checkpoints.write_config(tmp_path / "dyn", {
         "model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "max_position_embeddings": 4096,
         "rope_theta": 10000.0, "rope_scaling": {"type": "dynamic", "factor": 2.0}})
     at_load = inspect_json(folder)
@@ -89,14 +89,15 @@ def test_summary_and_plot(tiny: dict[str, Path], tmp_path: Path) -> None:
 
 
 def test_v4_config_is_read(tmp_path: Path) -> None:
-    folder = factories.write_config(tmp_path / "v4", {
+    folder = checkpoints.write_config(tmp_path / "v4", {
         "model_type": "llama", "hidden_size": 256, "num_attention_heads": 2, "max_position_embeddings": 32768,
         "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})
     report = inspect_json(folder)
-    import rope_reference
     from transformers import AutoConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    from tests.helpers import rope_reference
 
     # Two oracles that never see ropectl's reading of the config: transformers from the folder, and the formula.
     config = AutoConfig.from_pretrained(folder)

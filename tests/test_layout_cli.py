@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from factories import tiny_gptj, tiny_llama
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
+from tests.helpers.checkpoints import tiny_gptj, tiny_llama
 
 runner = CliRunner()
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from factories import tiny_llama, write_config
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
 from ropectl.errors import CheckpointError, LayoutError, OutputError, RopectlError, UsageError
 from ropectl.layout.convert import ConvertSpec, convert_layout
+from tests.helpers.checkpoints import tiny_llama, write_config
 
 
 @pytest.fixture(scope="module")

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from factories import tiny_gemma3, tiny_llama, tiny_neox
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from ropectl.layout.convert import METADATA_KEY, ConvertSpec, convert_layout
 from ropectl.layout.detect import HALF_SPLIT, INTERLEAVED, known_layout
 from ropectl.layout.io import read_header
+from tests.helpers.checkpoints import tiny_gemma3, tiny_llama, tiny_neox
 
 
 def _cast(folder: Path, dtype: torch.dtype) -> Path:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from family_factories import tiny_deepseek_v3
 from safetensors.torch import load_file
 
 from ropectl.layout.convert import ConvertSpec, convert_layout
 from ropectl.layout.detect import HALF_SPLIT, INTERLEAVED
+from tests.helpers.family_checkpoints import tiny_deepseek_v3
 
 TOKENS = torch.arange(1, 41).remainder(120).unsqueeze(0)
 

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 import torch
-from factories import tiny_gptj, tiny_llama, tiny_neox, tiny_phi3, tiny_qwen2
 
 from ropectl.families.layouts import NEOX_FUSED
 from ropectl.layout.convert import ConvertSpec, convert_layout
 from ropectl.layout.detect import HALF_SPLIT, INTERLEAVED
 from ropectl.layout.permute import permute_qk, permute_rows, projection_index, tensor_index
+from tests.helpers.checkpoints import tiny_gptj, tiny_llama, tiny_neox, tiny_phi3, tiny_qwen2
 
 TOKENS = torch.tensor([[5, 17, 99, 3, 64, 12, 77, 41, 8, 120, 33, 2, 90, 15, 61, 7]])
 MODULES = {"llama": "llama", "qwen2": "qwen2", "gpt_neox": "gpt_neox", "phi3": "phi3", "gptj": "gptj"}

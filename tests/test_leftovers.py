@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from factories import tiny_llama
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
+from tests.helpers.checkpoints import tiny_gguf, tiny_llama
 
 runner = CliRunner()
 # Runs the CLI with the GGUF writer wrapped so that the process SIGTERMs itself once the temp file is complete.
@@ -48,25 +48,6 @@ from ropectl.__main__ import main
 sys.argv = ["ropectl", *sys.argv[1:]]
 main()
 """
-
-
-def tiny_gguf(path: Path) -> Path:
-    """A minimal llama GGUF (metadata ropectl and llama.cpp read, one small tensor)."""
-    import gguf
-    import numpy as np
-
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_context_length(256)
-    writer.add_embedding_length(64)
-    writer.add_head_count(4)
-    writer.add_head_count_kv(2)
-    writer.add_rope_freq_base(10000.0)
-    writer.add_tensor("token_embd.weight", np.arange(4096, dtype=np.float32).reshape(64, 64))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 def test_sigterm_during_a_gguf_patch_removes_the_temp_file(tmp_path: Path) -> None:

@@ -14,8 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from factories import tiny_llama
-from test_ppl_fixtures import add_char_tokenizer
+
+from tests.helpers.checkpoints import tiny_llama
+from tests.helpers.eval_data import add_char_tokenizer
 
 TOY = '''"""stretch: every frequency divided by the square root of the factor (a toy)."""
 

@@ -9,14 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from model_sweep import rope_types, save_default, sweep_type, transformers_ropes
-from model_sweep_allowed import ALLOWED, allowed_reason
 
 from ropectl.errors import RopectlError
 from ropectl.inspection import InspectSpec, inspect_model
 from ropectl.patch import patch_checkpoint
 from ropectl.patch.spec import PatchSpec
 from ropectl.rope.methods import METHODS, MethodSpec
+from tests.helpers.model_sweep import rope_types, save_default, sweep_type, transformers_ropes
+from tests.helpers.model_sweep_allowed import ALLOWED, allowed_reason
 
 REL_TOL = 1e-5  # transformers computes in float32
 FACTOR = 4.0

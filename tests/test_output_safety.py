@@ -11,10 +11,10 @@ import os
 from pathlib import Path
 
 import pytest
-from factories import tiny_llama, write_config
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
+from tests.helpers.checkpoints import tiny_llama, write_config
 
 runner = CliRunner()
 COMMANDS = {

@@ -7,31 +7,18 @@ import os
 from pathlib import Path
 
 import pytest
-import test_ppl_fixtures as fx
-from test_ppl_loss import load
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
 from ropectl.eval.tasks.passkey import build_passkey_spec, run_passkey
+from tests.helpers.eval_reference import greedy_generate, load
 
-tiny_model, isolated = fx.tiny_model, fx.isolated  # fixtures
 runner = CliRunner()
 # The YaRN / LongLoRA passkey wording, typed here from their scripts (not imported from ropectl).
 TASK = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
         "I will quiz you about the important information there.")
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 QUESTION = "What is the pass key? The pass key is"
-
-
-def greedy_generate(model, ids: tuple[int, ...], n: int) -> tuple[int, ...]:
-    """transformers' own greedy decoding of n tokens after the prompt ``ids`` (KV cache and all)."""
-    import torch
-
-    prompt = torch.tensor([ids], dtype=torch.long)
-    with torch.inference_mode():
-        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n, min_new_tokens=n,
-                             do_sample=False, num_beams=1, pad_token_id=0)
-    return tuple(int(x) for x in out[0, prompt.shape[1]:])
 
 
 def chars(tok, ids) -> str:

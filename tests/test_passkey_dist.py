@@ -9,9 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import test_ppl_fixtures as fx
 
-tiny_model = fx.tiny_model  # fixture
 ARGS = ["-m", "none", "-m", "yarn:2", "-l", "280,320", "--depths", "0,0.5,1", "--trials", "2", "--dtype", "fp32"]
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_passkey import greedy_generate
-from test_ppl_smollm2 import gguf_model
+
+from tests.helpers.eval_reference import gguf_model, greedy_generate
 
 
 @pytest.mark.slow

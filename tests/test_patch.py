@@ -8,12 +8,12 @@ import os
 from pathlib import Path
 
 import pytest
-from factories import tiny_gemma3, tiny_llama, tiny_neox, tiny_phi3, tiny_qwen2
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
 from ropectl.rope.frequencies import compute_frequencies, ntk_theta
 from ropectl.rope.params import RopeParams
+from tests.helpers.checkpoints import tiny_gemma3, tiny_llama, tiny_neox, tiny_phi3, tiny_qwen2
 
 runner = CliRunner()
 ARCHS = {"llama": tiny_llama, "qwen2": tiny_qwen2, "neox": tiny_neox, "gemma3": tiny_gemma3, "phi3": tiny_phi3}
@@ -195,7 +195,7 @@ def test_patched_model_loads_and_runs(ckpts: dict[str, Path], tmp_path: Path, ar
 
 
 def reference_rope(method: str, theta: float, dim: int, trained: int, args: list[str]) -> tuple[list[float], float]:
-    import rope_reference
+    from tests.helpers import rope_reference
 
     if method == "longrope":
         short = [float(v) for v in args[args.index("--short-factor") + 1].split(",")]

@@ -8,11 +8,11 @@ import shlex
 from pathlib import Path
 
 import pytest
-from factories import write_config
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
 from ropectl.rope.frequencies import ntk_theta
+from tests.helpers.checkpoints import write_config
 
 runner = CliRunner()
 QWEN = {"model_type": "qwen2", "hidden_size": 128, "num_attention_heads": 2, "num_key_value_heads": 1,

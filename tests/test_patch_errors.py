@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
-from factories import write_config
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
+from tests.helpers.checkpoints import write_config
 
 runner = CliRunner()
 LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,

@@ -12,10 +12,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from factories import tiny_llama
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
+from tests.helpers.checkpoints import tiny_llama
 
 runner = CliRunner()
 # One distinct beta_fast per layer, so the winner can be read off the output.

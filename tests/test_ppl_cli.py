@@ -11,13 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-import test_ppl_fixtures as fx
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
 
 runner = CliRunner()
-tiny_model, tiny_corpus, isolated = fx.tiny_model, fx.tiny_corpus, fx.isolated  # fixtures
 
 
 def test_json_output_is_one_object(isolated, tiny_model, tiny_corpus) -> None:

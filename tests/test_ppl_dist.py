@@ -9,9 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import test_ppl_fixtures as fx
 
-tiny_model, tiny_corpus = fx.tiny_model, fx.tiny_corpus  # fixtures
 ARGS = ["-m", "none", "-m", "yarn:2", "-m", "dynamic:2", "-l", "64,200,400"]
 
 

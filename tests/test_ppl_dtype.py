@@ -5,14 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import test_ppl_fixtures as fx
 
 from ropectl.eval.cpu import choose_from_flags, cpu_dtype, cpu_flags, probe_cached
 
 AVX2_EPYC = "processor\t: 0\nflags\t\t: fpu vme sse sse2 ssse3 sse4_1 sse4_2 avx f16c avx2 fma bmi2\n"
 SAPPHIRE = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 avx512f avx512bw avx512_bf16 amx_bf16 amx_tile amx_int8\n"
 ZEN4 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 avx512f avx512_bf16 avx512_vnni\n"
-tiny_model, tiny_corpus = fx.tiny_model, fx.tiny_corpus  # fixtures
 GRAVITON3 = "processor\t: 0\nFeatures\t: fp asimd aes sha2 crc32 atomics sve bf16 i8mm\n"
 
 

@@ -5,14 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import test_ppl_fixtures as fx
-from factories import write_config
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
+from tests.helpers.checkpoints import write_config
 
 runner = CliRunner()
-tiny_model, tiny_corpus, isolated = fx.tiny_model, fx.tiny_corpus, fx.isolated  # fixtures
 
 
 def fails(*args: str, code: int) -> str:

@@ -9,14 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import test_ppl_fixtures as fx
-from family_factories import tiny_deepseek_v3, tiny_gemma4_text, tiny_mixtral, tiny_qwen2_vl_text
-from test_ppl_loss import naive_nll_sum
-from test_ppl_run import doc_tokens, patched_model
 
 from ropectl.eval.tasks.ppl import build_spec, run_eval
+from tests.helpers import eval_data as fx
+from tests.helpers.eval_reference import doc_tokens, naive_nll_sum, patched_model
+from tests.helpers.family_checkpoints import tiny_deepseek_v3, tiny_gemma4_text, tiny_mixtral, tiny_qwen2_vl_text
 
-tiny_corpus = fx.tiny_corpus  # fixture
 BIG = {"initializer_range": 0.2}  # so that RoPE visibly drives the logits
 CASES = {
     "mixtral": (tiny_mixtral, ["none", "yarn:2", "linear:2"]),

@@ -2,30 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_ppl_fixtures import build
 
 from ropectl.eval.tasks.ppl.plan import windows
-
-
-def naive_nll_sum(model, ids) -> float:
-    """The reference: transformers' own mean loss over all n-1 predictions, times n-1."""
-    import torch
-
-    with torch.inference_mode():
-        out = model(input_ids=ids[None], labels=ids[None])
-    return float(out.loss) * (len(ids) - 1)
-
-
-def load(folder: Path):
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa").eval()
+from tests.helpers.eval_data import build
+from tests.helpers.eval_reference import load, naive_nll_sum
 
 
 @pytest.fixture(scope="module")

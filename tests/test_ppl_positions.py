@@ -10,13 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
-import test_ppl_fixtures as fx
-from test_ppl_loss import load, naive_nll_sum
-from test_ppl_run import doc_tokens
 
 from ropectl.eval.tasks.ppl import build_spec, run_eval
+from tests.helpers.eval_reference import doc_tokens, load, naive_nll_sum
 
-tiny_model, tiny_corpus = fx.tiny_model, fx.tiny_corpus  # fixtures
 BUCKET = 64
 
 

@@ -16,13 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import test_ppl_fixtures as fx
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
+from tests.helpers import eval_data as fx
 
 runner = CliRunner()
-tiny_model, tiny_corpus, isolated = fx.tiny_model, fx.tiny_corpus, fx.isolated  # fixtures
 ROOT = Path(__file__).resolve().parents[1]
 
 

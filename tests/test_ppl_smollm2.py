@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_ppl_loss import naive_nll_sum
 
 from ropectl.eval.tasks.ppl import build_spec, run_eval
+from tests.helpers.eval_reference import gguf_model, naive_nll_sum
 
 
 @pytest.fixture(scope="module")
@@ -17,21 +17,6 @@ def embedded_run(smollm2: Path, tmp_path_factory: pytest.TempPathFactory):
     spec = build_spec(methods=["none", "yarn:2"], lengths="256,1k", docs=2, out=root / "out", cache_dir=root / "c",
                       dtype="fp32", device="cpu")
     return spec, run_eval(spec)
-
-
-def gguf_model(smollm2: Path, method: str | None = None):
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from ropectl.patch import apply_to_config
-    from ropectl.rope.methods import parse_spec
-
-    kwargs = {"gguf_file": smollm2.name}
-    config = AutoConfig.from_pretrained(smollm2.parent, **kwargs)
-    if method:
-        new, _ = apply_to_config(config.to_dict(), parse_spec(method), schema="v5")
-        config = type(config).from_dict(new)
-    return AutoModelForCausalLM.from_pretrained(smollm2.parent, config=config, dtype=torch.float32, **kwargs).eval()
 
 
 @pytest.mark.slow

@@ -78,10 +78,10 @@ def test_preset_for_another_trained_context_is_said(tmp_path: Path) -> None:
     """R-19: llama2-4k-16k-yarn on a model trained at 256 writes original 4096; the summary must say so."""
     import json
 
-    from factories import write_config
     from typer.testing import CliRunner
 
     from ropectl.cli.app import app
+    from tests.helpers.checkpoints import write_config
 
     def warnings(context: int) -> list[str]:
         cfg = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,

@@ -11,11 +11,11 @@ import shlex
 from pathlib import Path
 
 import pytest
-from factories import tiny_llama
-from factories import write_recommend_results as write
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
+from tests.helpers.checkpoints import tiny_llama
+from tests.helpers.checkpoints import write_recommend_results as write
 
 runner = CliRunner()
 

@@ -9,10 +9,10 @@ import shlex
 from pathlib import Path
 
 import pytest
-from factories import write_config
 
 from ropectl.cli.app import app
 from ropectl.engines import ENGINE_MODULES, llama_cpp, vllm
+from tests.helpers.checkpoints import write_config
 
 LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
          "intermediate_size": 96, "num_hidden_layers": 2, "vocab_size": 128, "max_position_embeddings": 4096,

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from factories import tiny_gptj, tiny_llama
+
+from tests.helpers.checkpoints import tiny_gptj, tiny_llama
 
 README = Path(__file__).parents[1] / "README.md"
 DOCS = README.parent / "docs"

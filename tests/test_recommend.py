@@ -6,17 +6,17 @@ import json
 from pathlib import Path
 
 import pytest
-from factories import (
+from typer.testing import CliRunner
+
+from ropectl.cli.app import app
+from ropectl.recommend import recommend
+from tests.helpers.checkpoints import (
     RECOMMEND_PASSKEY,
     RECOMMEND_PPL,
     RECOMMEND_TARGET,
     RECOMMEND_TRAINED,
     write_recommend_results,
 )
-from typer.testing import CliRunner
-
-from ropectl.cli.app import app
-from ropectl.recommend import recommend
 
 runner = CliRunner()
 TRAINED, TARGET = RECOMMEND_TRAINED, RECOMMEND_TARGET

@@ -8,15 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import factories
 import pytest
+
+from tests.helpers import checkpoints
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 
 
 def hub_cache(home: Path, repo_id: str, build=None) -> Path:
     """The layout huggingface_hub writes: models--owner--name/{blobs/<sha>, snapshots/REV/* -> blobs, refs/main}."""
-    return factories.hub_cache(home, repo_id, REVISION, build)
+    return checkpoints.hub_cache(home, repo_id, REVISION, build)
 
 
 def ropectl(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -64,7 +65,7 @@ def test_fixture_is_a_cache_huggingface_hub_recognises(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("how", ["hub-id", "snapshot-path"])
 def test_convert_layout_of_a_sharded_model_in_the_hub_cache(tmp_path: Path, how: str) -> None:
-    snapshot = hub_cache(tmp_path / "hf", "acme/tiny-sharded", factories.tiny_llama_sharded)
+    snapshot = hub_cache(tmp_path / "hf", "acme/tiny-sharded", checkpoints.tiny_llama_sharded)
     shards = sorted(snapshot.glob("model-*.safetensors"))
     assert len(shards) > 1 and all(p.is_symlink() for p in shards)
     model = "acme/tiny-sharded" if how == "hub-id" else str(snapshot)
@@ -79,7 +80,7 @@ def test_convert_layout_of_a_sharded_model_in_the_hub_cache(tmp_path: Path, how:
 @pytest.mark.parametrize("target", ["other-repo-blob", "outside"])
 def test_a_snapshot_link_leaving_its_own_blobs_is_still_refused(tmp_path: Path, target: str) -> None:
     """Negative control: only the same cache repo's blobs/ is allowed, not another repo's, not elsewhere."""
-    snapshot = hub_cache(tmp_path / "hf", "acme/tiny-sharded", factories.tiny_llama_sharded)
+    snapshot = hub_cache(tmp_path / "hf", "acme/tiny-sharded", checkpoints.tiny_llama_sharded)
     shard = sorted(snapshot.glob("model-*.safetensors"))[0]
     if target == "other-repo-blob":
         other = tmp_path / "hf" / "hub" / "models--evil--repo" / "blobs"
@@ -97,7 +98,7 @@ def test_a_snapshot_link_leaving_its_own_blobs_is_still_refused(tmp_path: Path, 
 
 @pytest.mark.slow
 def test_patch_output_from_a_sharded_hub_model(tmp_path: Path) -> None:
-    snapshot = hub_cache(tmp_path / "hf", "acme/tiny-sharded", factories.tiny_llama_sharded)
+    snapshot = hub_cache(tmp_path / "hf", "acme/tiny-sharded", checkpoints.tiny_llama_sharded)
     out = tmp_path / "p"
     proc = ropectl(tmp_path / "hf", "patch", "acme/tiny-sharded", "-m", "yarn", "-f", "2", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
@@ -107,7 +108,7 @@ def test_patch_output_from_a_sharded_hub_model(tmp_path: Path) -> None:
 
 def test_a_shard_symlinked_out_of_a_plain_folder_is_refused(tmp_path: Path) -> None:
     """Outside the hub cache no symlink may leave the checkpoint folder, even one into a folder named blobs."""
-    folder = factories.tiny_llama_sharded(tmp_path / "model")
+    folder = checkpoints.tiny_llama_sharded(tmp_path / "model")
     shard = sorted(folder.glob("model-*.safetensors"))[0]
     (tmp_path / "blobs").mkdir()
     moved = shard.rename(tmp_path / "blobs" / "x")

@@ -6,10 +6,10 @@ import itertools
 import math
 
 import pytest
-from hf_reference import hf_frequencies, max_rel_error
 
 from ropectl.rope.frequencies import compute_frequencies, ntk_theta
 from ropectl.rope.params import RopeParams
+from tests.helpers.hf_reference import hf_frequencies, max_rel_error
 
 HEAD_DIMS = (16, 64, 80, 128)
 PARTIALS = (1.0, 0.5, 0.25)

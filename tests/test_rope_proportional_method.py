@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from model_sweep import save_default, sweep_type, transformers_ropes
 
 from ropectl.errors import MethodError
 from ropectl.patch import patch_checkpoint
 from ropectl.patch.spec import PatchSpec
 from ropectl.rope.methods import MethodSpec, apply_method, parse_spec
 from ropectl.rope.params import RopeParams
+from tests.helpers.model_sweep import save_default, sweep_type, transformers_ropes
 
 PROPE = RopeParams("proportional", 1e6, 512, 8192, {"partial_rotary_factor": 0.25})
 

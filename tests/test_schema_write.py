@@ -6,7 +6,6 @@ import copy
 import math
 
 import pytest
-import rope_reference
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +13,7 @@ from ropectl.patch import apply_to_config
 from ropectl.patch.verify import compare, expected_ropes
 from ropectl.rope.methods import MethodSpec
 from ropectl.schema import read_model_rope
+from tests.helpers import rope_reference
 
 LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
          "intermediate_size": 96, "num_hidden_layers": 2, "vocab_size": 128, "max_position_embeddings": 4096,

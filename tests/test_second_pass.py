@@ -11,16 +11,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import factories
 import pytest
-import test_ppl_fixtures as fx
-from test_bad_inputs import one_line
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
+from tests.helpers import checkpoints
+from tests.helpers.cli import one_line
 
 runner = CliRunner()
-tiny_model, tiny_corpus, isolated = fx.tiny_model, fx.tiny_corpus, fx.isolated  # fixtures
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -49,7 +47,7 @@ class _Evil:
 @pytest.fixture()
 def code_pickle_model(tmp_path: Path) -> tuple[Path, Path]:
     """A checkpoint whose pytorch_model.bin runs code when unpickled, and the file that code would write."""
-    model = factories.tiny_llama(tmp_path / "llama")
+    model = checkpoints.tiny_llama(tmp_path / "llama")
     (model / "model.safetensors").unlink()
     evil = _Evil()
     evil.marker = tmp_path / "ran"
@@ -97,7 +95,7 @@ main()
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"], ids=["SIG-05 SIGINT", "SIG-06 SIGTERM"])
 def test_signal_during_patch_output_leaves_nothing(tmp_path: Path, sig: str) -> None:
-    model = factories.tiny_llama(tmp_path / "llama")
+    model = checkpoints.tiny_llama(tmp_path / "llama")
     before = sorted(p.name for p in model.iterdir())
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SIG": sig}
@@ -146,7 +144,7 @@ def test_e33b_eval_ppl_force_adds_and_deletes_nothing(isolated, tiny_model, tiny
                          ids=["inspect", "emit vllm", "emit llama.cpp", "dry-run (control)"])
 def test_read_only_commands_import_neither_torch_nor_transformers(tmp_path: Path, mode: list[str]) -> None:
     """docs/benchmarks.md (Speed of patch): only the verification of a written config pays for torch and transformers."""
-    folder = factories.write_config(tmp_path / "m", {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+    folder = checkpoints.write_config(tmp_path / "m", {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
                                                      "num_key_value_heads": 2, "max_position_embeddings": 256,
                                                      "rope_theta": 10000.0})
     args = [mode[0], str(folder), *mode[1:]]
@@ -160,7 +158,7 @@ def test_read_only_commands_import_neither_torch_nor_transformers(tmp_path: Path
 
 def test_eval_ppl_refusal_is_exactly_one_stderr_line(tmp_path: Path, tiny_corpus: Path) -> None:
     """E-30 in a real process: no empty line from a progress bar that never started precedes the error."""
-    model = factories.tiny_llama(tmp_path / "llama")  # no tokenizer
+    model = checkpoints.tiny_llama(tmp_path / "llama")  # no tokenizer
     env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-m", "ropectl", "eval-ppl", str(model), "-d", str(tiny_corpus), "-l", "64",
                            "-o", str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=600)
@@ -170,7 +168,7 @@ def test_eval_ppl_refusal_is_exactly_one_stderr_line(tmp_path: Path, tiny_corpus
 
 @pytest.mark.parametrize("where", ["nofolder/w.png", "afile/w.png"], ids=["H-30 missing folder", "under a file"])
 def test_plot_into_an_unwritable_place(tmp_path: Path, where: str) -> None:
-    folder = factories.write_config(tmp_path / "m", {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+    folder = checkpoints.write_config(tmp_path / "m", {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
                                                      "max_position_embeddings": 256, "rope_theta": 10000.0})
     (tmp_path / "afile").write_text("x")
     one_line(["inspect", str(folder), "--plot", str(tmp_path / where)], "cannot write plot", code=1)

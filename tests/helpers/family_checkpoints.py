@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from factories import VOCAB, save_model
+from tests.helpers.checkpoints import VOCAB, save_model
 
 
 def tiny_deepseek_v3(folder: Path, seed: int = 11, **overrides: Any) -> Path:

@@ -168,3 +168,22 @@ def write_recommend_results(folder: Path) -> tuple[Path, Path]:
                  for m, a in RECOMMEND_PASSKEY.items()]
     (pk / "passkey-summary.json").write_text(json.dumps({"meta": {}, "table": [], "by_length": by_length}))
     return ppl, pk
+
+
+def tiny_gguf(path: Path) -> Path:
+    """A minimal llama GGUF (metadata ropectl and llama.cpp read, one small tensor)."""
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_context_length(256)
+    writer.add_embedding_length(64)
+    writer.add_head_count(4)
+    writer.add_head_count_kv(2)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_tensor("token_embd.weight", np.arange(4096, dtype=np.float32).reshape(64, 64))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

@@ -1,6 +1,6 @@
-"""Shared helpers for the eval-ppl tests: tiny checkpoints with a character tokenizer, and small corpora.
+"""Shared helpers for the eval tests: tiny checkpoints with a character tokenizer, and small corpora.
 
-No tests live here; the test modules import these helpers and fixtures.
+The fixtures built on them (tiny_model, tiny_corpus, isolated) are in tests/conftest.py.
 """
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-import pytest
-from factories import VOCAB, tiny_gemma3, tiny_llama, tiny_qwen2
+from tests.helpers.checkpoints import VOCAB, tiny_gemma3, tiny_llama, tiny_qwen2
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz ,.;:!?'\n-ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 
@@ -62,22 +61,3 @@ def build(kind: str, folder: Path, **overrides: Any) -> Path:
     maker = {"llama": tiny_llama, "qwen2": tiny_qwen2, "gemma3": tiny_gemma3}[kind]
     maker(folder, **overrides)
     return add_char_tokenizer(folder)
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Tiny Llama (GQA, head_dim 16, attention bias), trained context 256, with a char tokenizer."""
-    return build("llama", tmp_path_factory.mktemp("ppl-llama") / "model")
-
-
-@pytest.fixture(scope="session")
-def tiny_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_corpus(tmp_path_factory.mktemp("ppl-corpus"), [700, 600, 300, 150, 0])
-
-
-@pytest.fixture()
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Run in a temp folder with its own token cache, so tests never share state through ~/.cache."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    return tmp_path
