@@ -1,4 +1,4 @@
-"""The one reviewed table of refusals the model sweep accepts (tests/test_model_sweep.py).
+"""The one reviewed table of refusals the model sweep accepts (tests/schema/test_model_sweep.py).
 
 Key: (model_type, what), where ``what`` is "inspect" or a method name, and model_type "*" means every type.
 Value: why refusing is right. An entry that stops refusing, or names a type transformers no longer has,

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from ropectl.cli.app import app
 
-FIXTURES = Path(__file__).parent / "fixtures" / "configs"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "configs"
 runner = CliRunner()
 
 

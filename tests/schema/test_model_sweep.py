@@ -1,5 +1,5 @@
 """Every RoPE model type of the installed transformers: inspect against the model's own rotary class, then
-``patch --dry-run`` with every method. A refusal passes only if tests/model_sweep_allowed.py lists it."""
+``patch --dry-run`` with every method. A refusal passes only if tests/helpers/model_sweep_allowed.py lists it."""
 
 from __future__ import annotations
 

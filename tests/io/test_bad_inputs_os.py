@@ -20,7 +20,7 @@ from tests.helpers import eval_data as fx
 
 pytestmark = pytest.mark.slow  # subprocesses under a tmpfs or another user
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOBODY = 65534
 
 

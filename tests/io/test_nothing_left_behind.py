@@ -56,7 +56,7 @@ def test_sigterm_during_a_gguf_patch_removes_the_temp_file(tmp_path: Path) -> No
     out.mkdir()
     proc = subprocess.run([sys.executable, "-c", SIGTERM_AFTER_WRITE, "patch", str(src), "-m", "yarn", "-f", "2",
                            "-o", str(out / "x.gguf")], capture_output=True, text=True, timeout=120,
-                          cwd=Path(__file__).parents[1])
+                          cwd=Path(__file__).parents[2])
     assert "TEMP" in proc.stdout, proc.stderr  # the signal came while the temp file existed
     assert proc.returncode == 130, (proc.returncode, proc.stderr)  # as documented: SIGTERM unwinds like Ctrl-C
     lines = proc.stderr.strip().splitlines()
@@ -122,7 +122,7 @@ def test_a_real_sigkill_leaves_staging_that_the_next_run_removes(tmp_path: Path)
     work.mkdir()
     args = ["convert-layout", str(src), "--to", "interleaved", "-o", str(work / "out")]
     proc = subprocess.run([sys.executable, "-c", SIGKILL_AFTER_SHARD, *args], capture_output=True, text=True,
-                          timeout=120, cwd=Path(__file__).parents[1])
+                          timeout=120, cwd=Path(__file__).parents[2])
     assert proc.returncode == -9 and "STAGED" in proc.stdout, proc.stderr
     (staged,) = list(work.iterdir())  # what SIGKILL cannot clean up: the hidden staging folder
     assert staged.name.startswith(".out.") and staged.name.endswith(".ropectl-tmp")

@@ -22,7 +22,7 @@ from ropectl.cli.app import app
 from tests.helpers import eval_data as fx
 
 runner = CliRunner()
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def strict(text: str) -> Any:

@@ -19,7 +19,7 @@ from ropectl.engines.transformers import READERS, predict, reader_for
 from ropectl.engines.view import null_theta_warning
 from ropectl.schema.record import BaseRope, Record
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
          "max_position_embeddings": 256, "rope_theta": 10000.0}
 YARN_RAISED = {**LLAMA, "rope_scaling": {"rope_type": "yarn", "type": "yarn", "factor": 3.3,

@@ -16,7 +16,7 @@ from ropectl.patch.spec import PatchSpec
 from ropectl.rope.methods import parse_spec
 from tests.helpers.model_sweep import transformers_ropes
 
-FIXTURES = Path(__file__).parent / "fixtures" / "configs"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "configs"
 NAMES = sorted(p.stem for p in FIXTURES.glob("*.json"))
 REL_TOL = 1e-5
 # A method each model takes: its own (re-extension) where it ships scaled, else yarn.

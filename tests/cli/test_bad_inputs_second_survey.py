@@ -19,7 +19,7 @@ from tests.helpers import checkpoints
 from tests.helpers.cli import one_line
 
 runner = CliRunner()
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_h123_gguf_without_heads(tmp_path: Path) -> None:

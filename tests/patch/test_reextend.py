@@ -16,7 +16,7 @@ from ropectl.patch import patch_checkpoint
 from ropectl.patch.spec import PatchSpec
 from ropectl.rope.methods import parse_spec
 
-FIXTURES = Path(__file__).parent / "fixtures" / "configs"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "configs"
 
 
 def _model(name: str, tmp_path: Path, **changes) -> Path:

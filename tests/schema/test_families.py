@@ -15,7 +15,7 @@ from ropectl.rope.methods import parse_spec
 from ropectl.schema import read_model_rope
 from tests.helpers.model_sweep import save_default, sweep_type, transformers_ropes
 
-FIXTURES = Path(__file__).parent / "fixtures" / "configs"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "configs"
 
 
 def _default(model_type: str, tmp_path: Path, **changes) -> Path:

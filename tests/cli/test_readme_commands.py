@@ -21,9 +21,9 @@ import pytest
 
 from tests.helpers.checkpoints import tiny_gptj, tiny_llama
 
-README = Path(__file__).parents[1] / "README.md"
+README = Path(__file__).parents[2] / "README.md"
 DOCS = README.parent / "docs"
-FIXTURES = Path(__file__).parent / "fixtures" / "configs"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "configs"
 PROMPT = "$ ropectl "
 CLI = Path(sys.executable).parent / "ropectl"  # the console script the install made
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "ropectl"
+PACKAGE = Path(__file__).resolve().parents[2] / "ropectl"
 # Each top-level module or subpackage of ropectl, by layer (lower numbers are imported by higher ones).
 LAYERS: dict[str, int] = {
     "errors": 0, "limits": 0, "output": 0, "__version__": 0,
@@ -53,7 +53,7 @@ def violations(graph: Mapping[str, set[str]], layers: Mapping[str, int]) -> list
     out = [f"{a} (layer {layers[a]}) imports {b} (layer {layers[b]})"
            for a, targets in graph.items() for b in targets
            if a in layers and b in layers and layers[b] > layers[a]]
-    out += [f"{p} has no layer in tests/test_layers.py" for p in set(graph) | {b for t in graph.values() for b in t}
+    out += [f"{p} has no layer in tests/cli/test_layers.py" for p in set(graph) | {b for t in graph.values() for b in t}
             if p not in layers]
 
     def reaches(start: str, goal: str, seen: set[str]) -> bool:
@@ -73,7 +73,7 @@ def test_layers_and_no_cycles() -> None:
 @pytest.mark.parametrize(("graph", "expected"), [
     ({"schema": {"engines"}}, "schema (layer 2) imports engines (layer 3)"),
     ({"patch": {"layout"}, "layout": {"patch"}}, "import cycle through layout and patch"),
-    ({"patch": {"newpart"}}, "newpart has no layer in tests/test_layers.py"),
+    ({"patch": {"newpart"}}, "newpart has no layer in tests/cli/test_layers.py"),
 ])
 def test_the_check_catches_what_it_guards(graph: dict[str, set[str]], expected: str) -> None:
     assert expected in violations(graph, LAYERS)

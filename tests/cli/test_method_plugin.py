@@ -40,7 +40,7 @@ METHOD = Method("stretch", "toy: every frequency divided by sqrt(factor)", (ORIG
 
 
 def _cli(tmp_path: Path, *args: str, plugin: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "plugins"), str(Path(__file__).parents[1])])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "plugins"), str(Path(__file__).parents[2])])}
     env.pop("ROPECTL_METHODS", None)
     if plugin:
         env["ROPECTL_METHODS"] = "toy_stretch"

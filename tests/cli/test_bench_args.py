@@ -9,7 +9,7 @@ import pytest
 
 from ropectl.eval.options import parse_lengths
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_ppl.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_ppl.py"
 
 
 def bench_module():

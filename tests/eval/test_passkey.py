@@ -187,7 +187,7 @@ def test_the_printed_resume_line_runs(tiny_model: Path, tmp_path: Path) -> None:
     import time
 
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "XDG_CACHE_HOME": str(tmp_path / "cache"),
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "XDG_CACHE_HOME": str(tmp_path / "cache"),
            "ROPECTL_TEST_PAUSE_AFTER_CELLS": "1"}
     args = [sys.executable, "-m", "ropectl", "eval-passkey", str(tiny_model), "-m", "none", "-m", "ntk:2",
             "-l", "300,400", "-n", "2", "-o", str(out)]
@@ -216,7 +216,7 @@ def test_one_writer_per_out_and_sigterm_keeps_trials(tiny_model: Path, tmp_path:
     import time
 
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "XDG_CACHE_HOME": str(tmp_path / "cache")}
     args = [sys.executable, "-m", "ropectl", "eval-passkey", str(tiny_model), "-m", "none", "-m", "ntk:2",
             "-l", "300,400", "-n", "2", "-o", str(out)]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

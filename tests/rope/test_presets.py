@@ -19,7 +19,7 @@ from ropectl.errors import UsageError
 from ropectl.patch.spec import build_choice, list_presets, method_spec
 from ropectl.presets import load_toml_table, presets_dir
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def names(prefix: str) -> list[str]:
