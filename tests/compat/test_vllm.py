@@ -26,11 +26,12 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-from factories import tiny_llama  # noqa: E402
 from ropectl_cli import printed_vllm_overrides, ropectl_json  # noqa: E402
-from test_ppl_fixtures import add_char_tokenizer  # noqa: E402
+
+from tests.helpers.checkpoints import tiny_llama  # noqa: E402
+from tests.helpers.eval_data import add_char_tokenizer  # noqa: E402
 
 CACHE = Path(os.environ.get("ROPECTL_COMPAT_CACHE", Path.home() / ".cache" / "ropectl-compat"))
 VENVS = {"0.32.0": CACHE / "vllm", "0.29.0": CACHE / "vllm-0.29"}  # release -> venv (tests/compat/engine_venvs.sh)

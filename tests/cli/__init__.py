@@ -1,0 +1,1 @@
+"""The CLI as a whole: errors, bad inputs, inspect, printed commands, the docs' commands and links, layers."""

@@ -1,0 +1,1 @@
+"""What each engine reads: the reader table and the engine claims."""

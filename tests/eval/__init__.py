@@ -1,0 +1,1 @@
+"""eval-ppl, eval-passkey, recommend and the eval task registry."""

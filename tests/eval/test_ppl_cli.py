@@ -1,0 +1,88 @@
+"""The eval-ppl command: table and --json output, resume, and Ctrl-C keeping finished cells."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ropectl.cli.app import app
+
+runner = CliRunner()
+
+
+def test_json_output_is_one_object(isolated, tiny_model, tiny_corpus) -> None:
+    result = runner.invoke(app, ["eval-ppl", str(tiny_model), "-d", str(tiny_corpus), "-m", "none", "-m", "yarn:2",
+                                 "-l", "64,300", "--json", "-o", "out"])
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["meta"]["methods"] == ["none", "yarn:2"] and data["meta"]["docs_used"] == {"64": 4, "300": 3}
+    want = {(m, n) for m in ("none", "yarn:2") for n in (64, 300)}
+    assert {(r["method"], r["length"]) for r in data["table"]} == want
+    assert Path("out/results.json").is_file() and Path("out/ppl.png").is_file()
+
+
+def test_table_output_and_default_folder(isolated, tiny_model, tiny_corpus) -> None:
+    result = runner.invoke(app, ["eval-ppl", str(tiny_model), "-d", str(tiny_corpus), "-m", "none", "-m", "ntk:2",
+                                 "-l", "64,300"])
+    assert result.exit_code == 0, result.stderr
+    assert "ntk:2" in result.stdout and "(3 docs)" in result.stdout and "beyond the trained context" in result.stdout
+    runs = list(Path("runs").glob("eval-ppl-*"))
+    assert len(runs) == 1 and (runs[0] / "summary.json").is_file()
+    again = runner.invoke(app, ["eval-ppl", str(tiny_model), "-d", str(tiny_corpus), "-m", "none", "-m", "ntk:2",
+                                "-l", "64,300,400", "--resume", "--json"])  # resumes the latest run
+    assert again.exit_code == 0, again.stderr
+    data = json.loads(again.stdout)
+    assert data["out"] == str(runs[0]) and data["meta"]["new_cells"] == 2 * 2  # only the 400-token cells ran
+
+
+def test_checkpoint_as_is_without_methods(isolated, tiny_model, tiny_corpus) -> None:
+    result = runner.invoke(app, ["eval-ppl", str(tiny_model), "-d", str(tiny_corpus), "-l", "64", "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["meta"]["methods"] == ["as-is"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_finished_cells_and_says_how_to_resume(tiny_model, tiny_corpus, tmp_path) -> None:
+    """Deterministic: the run blocks after its first logged cell until the signal comes (a test hook), so the
+    interrupt always lands mid-sweep, however loaded the machine is; no deadline decides the outcome."""
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "ropectl", "eval-ppl", str(tiny_model), "-d", str(tiny_corpus), "--mode",
+            "sliding", "--stride", "24", "-l", "32", "-n", "2", "-m", "none", "-m", "yarn:2", "-m", "ntk:2", "-o", str(out)]
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**env, "ROPECTL_TEST_PAUSE_AFTER_CELLS": "1"})
+    log = out / "results.jsonl"
+    while proc.poll() is None and not (log.is_file() and log.read_bytes().endswith(b"\n")):
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()  # it must be paused mid-sweep, not finished or crashed
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    lines = [ln for ln in err.strip().splitlines() if ln.startswith("interrupted")]
+    assert len(lines) == 1 and "--resume" in lines[0] and str(out) in lines[0]
+    kept = len(log.read_text().splitlines())
+    assert 0 < kept < 3 * 2
+    done = subprocess.run([*args, "--resume", "--json"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["meta"]["new_cells"] == 3 * 2 - kept
+
+
+def test_help_is_fast_and_lists_the_protocol_flags() -> None:
+    start = time.time()
+    proc = subprocess.run([sys.executable, "-m", "ropectl", "eval-ppl", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0
+    assert time.time() - start < 10
+    for flag in ("--method", "--lengths", "--dataset", "--docs", "--mode", "--stride", "--dtype", "--resume"):
+        assert flag in proc.stdout
+    heavy = subprocess.run([sys.executable, "-c", "import ropectl.cli.app, sys; "
+                            "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'numpy', 'matplotlib') "
+                            "if m in sys.modules))"], capture_output=True, text=True)
+    assert heavy.stdout.strip() == "[]"

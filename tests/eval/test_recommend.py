@@ -1,0 +1,106 @@
+"""ropectl recommend: the rule on fixed results files, hand-checked, and the same answer every time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ropectl.cli.app import app
+from ropectl.recommend import recommend
+from tests.helpers.checkpoints import (
+    RECOMMEND_PASSKEY,
+    RECOMMEND_PPL,
+    RECOMMEND_TARGET,
+    RECOMMEND_TRAINED,
+    write_recommend_results,
+)
+
+runner = CliRunner()
+TRAINED, TARGET = RECOMMEND_TRAINED, RECOMMEND_TARGET
+PPL, PASSKEY = RECOMMEND_PPL, RECOMMEND_PASSKEY
+write = write_recommend_results
+
+
+def test_rule_by_hand(tmp_path: Path) -> None:
+    ppl, pk = write(tmp_path)
+    result = recommend(json.loads((ppl / "summary.json").read_text()),
+                       json.loads((pk / "passkey-summary.json").read_text()), TARGET)
+    order = [e.method for e in result.evidence]
+    # Eligible (<= 5% in window): none, yarn, ntk, dynamic. Passkey 100%: yarn, dynamic -> lower PPL: dynamic.
+    assert order == ["dynamic:2", "yarn:2", "ntk:2", "none", "linear:2"]
+    linear = result.evidence[-1]
+    assert not linear.eligible and "in-window regression +161.9% at 8192" in linear.note
+    yarn = next(e for e in result.evidence if e.method == "yarn:2")
+    assert yarn.regression == pytest.approx(20.9 / 20.0 - 1) and yarn.regression_at == 1024
+    # A stricter limit drops yarn too; without passkey results, PPL at the target decides.
+    strict = recommend(json.loads((ppl / "summary.json").read_text()), None, TARGET, max_regression=0.02)
+    assert [e.method for e in strict.evidence][:3] == ["ntk:2", "dynamic:2", "none"]
+
+
+def test_cli_is_deterministic_and_prints_the_patch_commands(tmp_path: Path) -> None:
+    ppl, pk = write(tmp_path)
+    args = ["recommend", "--target-length", "16k", "--ppl", str(ppl), "--passkey", str(pk)]
+    first, second = runner.invoke(app, args), runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert first.stdout == second.stdout
+    # a Hugging Face folder reaches every engine: dynamic (static in vLLM, absent in llama.cpp) is out, saying why
+    assert "winner: yarn:2" in first.stdout and "not served as evaluated: vLLM: dynamic is static" in first.stdout
+    assert "ropectl patch ./my-llama -m yarn:2 -o my-llama-yarn2" in first.stdout
+    assert "ropectl patch ./my-llama -m yarn:2 --emit vllm" in first.stdout
+    data = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert data["winner"] == "yarn:2" and len(data["commands"]) == 3
+    assert data["serve_with"] == ["transformers", "vllm", "llama.cpp"]
+    # served by transformers alone, dynamic wins, and no engine flags are offered for it
+    only = runner.invoke(app, [*args, "--serve-with", "transformers", "--json"])
+    data = json.loads(only.stdout)
+    assert data["winner"] == "dynamic:2" and data["commands"] == ["ropectl patch ./my-llama -m dynamic:2 -o my-llama-dynamic2"]
+    assert "dynamic:2 --emit llama.cpp" not in only.stdout
+
+
+def test_a_gguf_never_ships_what_llama_cpp_lacks(tmp_path: Path) -> None:
+    ppl, pk = write(tmp_path)
+    data = json.loads(runner.invoke(app, ["recommend", "model.gguf", "-t", "16k", "--ppl", str(ppl), "--passkey",
+                                          str(pk), "--json"]).stdout)
+    assert data["serve_with"] == ["llama.cpp"] and data["winner"] == "yarn:2"
+    dynamic = next(e for e in data["evidence"] if e["method"] == "dynamic:2")
+    assert not dynamic["eligible"] and "llama.cpp has no dynamic NTK" in dynamic["note"]
+    # written into the working folder, never beside the source
+    assert data["commands"][0] == "ropectl patch model.gguf -m yarn:2 -o model-yarn2.gguf"
+    bad = runner.invoke(app, ["recommend", "-t", "16k", "--ppl", str(ppl), "--serve-with", "tgi"])
+    assert bad.exit_code != 0 and "unknown --serve-with engine 'tgi'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_llama_cpp_command_printed_for_a_method_it_has() -> None:
+    from ropectl.recommend import patch_commands
+
+    assert patch_commands("m", "yarn:2")[-1] == "ropectl patch m -m yarn:2 --emit llama.cpp"
+
+
+def test_none_wins_when_scaling_does_not_help(tmp_path: Path) -> None:
+    ppl, _ = write(tmp_path)
+    result = runner.invoke(app, ["recommend", "-t", "8k", "--ppl", str(ppl), "--json"])
+    data = json.loads(result.stdout)
+    assert data["winner"] == "none" and data["commands"] == []
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["-t", "12k"], "no cell at --target-length 12288"),
+    (["-t", "16k", "--passkey", "x"], "--passkey needs --ppl"),
+    (["-t", "16k", "--max-regression", "-1"], "--max-regression must be 0 or more"),
+    ([], "--target-length is required"),
+])
+def test_bad_input_is_one_line(tmp_path: Path, args: list[str], words: str) -> None:
+    ppl, _ = write(tmp_path)
+    extra = ["--ppl", str(ppl)] if "--passkey" not in args else []
+    result = runner.invoke(app, ["recommend", *extra, *args])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], result.stderr
+
+
+def test_missing_results_folder(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["recommend", "-t", "16k", "--ppl", str(tmp_path / "nope")])
+    assert result.exit_code == 1 and "does not exist" in result.stderr and "eval-ppl" in result.stderr

@@ -1,0 +1,1 @@
+"""convert-layout: architectures, permutations, streaming I/O, GGUF, MLA, errors."""

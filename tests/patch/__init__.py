@@ -1,0 +1,1 @@
+"""patch: configs, emitted engine flags, GGUF output, per-layer RoPE, re-extension, errors."""

@@ -1,0 +1,1 @@
+"""RoPE math, the method registry and the presets."""
