@@ -123,3 +123,11 @@ def sweep_type(model_type: str) -> SweepType:
 
     text = CONFIG_MAPPING[model_type]().get_text_config()
     return SweepType(text.model_type, text)
+
+
+def inspected_ropes(report: Any, layers: set[str]) -> dict[str, tuple[list[float], float]]:
+    """An inspect report's RoPE, shaped like ``transformers_ropes`` (``layers`` is the oracle's labels: {"main"} for
+    one rotary embedding)."""
+    if layers == {"main"}:
+        return {"main": (list(report.inv_freq), report.attention_factor)}
+    return {k: (v["inv_freq"], v["attention_factor"]) for k, v in report.layers.items()}

@@ -14,7 +14,7 @@ from ropectl.inspection import InspectSpec, inspect_model
 from ropectl.patch import patch_checkpoint
 from ropectl.patch.spec import PatchSpec
 from ropectl.rope.methods import parse_spec
-from tests.helpers.model_sweep import transformers_ropes
+from tests.helpers.model_sweep import inspected_ropes, transformers_ropes
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "configs"
 NAMES = sorted(p.stem for p in FIXTURES.glob("*.json"))
@@ -49,10 +49,7 @@ def test_inspect_matches_transformers(name: str, tmp_path: Path) -> None:
     folder = _folder(name, tmp_path)
     report = inspect_model(InspectSpec(str(folder)))
     oracle = transformers_ropes(folder)
-    if set(oracle) == {"main"}:
-        ours = {"main": (report.inv_freq, report.attention_factor)}
-    else:
-        ours = {k: (v["inv_freq"], v["attention_factor"]) for k, v in report.layers.items()}
+    ours = inspected_ropes(report, set(oracle))
     for label, (inv, attention) in oracle.items():
         assert _err(ours[label][0], inv) <= REL_TOL, label
         assert ours[label][1] == pytest.approx(attention, rel=REL_TOL), label

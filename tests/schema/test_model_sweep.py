@@ -15,7 +15,7 @@ from ropectl.inspection import InspectSpec, inspect_model
 from ropectl.patch import patch_checkpoint
 from ropectl.patch.spec import PatchSpec
 from ropectl.rope.methods import METHODS, MethodSpec
-from tests.helpers.model_sweep import rope_types, save_default, sweep_type, transformers_ropes
+from tests.helpers.model_sweep import inspected_ropes, rope_types, save_default, sweep_type, transformers_ropes
 from tests.helpers.model_sweep_allowed import ALLOWED, allowed_reason
 
 REL_TOL = 1e-5  # transformers computes in float32
@@ -31,10 +31,7 @@ def _rel_error(ours, theirs) -> float:
 def _inspect_mismatches(folder: Path) -> list[str]:
     report = inspect_model(InspectSpec(str(folder)))
     oracle = transformers_ropes(folder)
-    if set(oracle) == {"main"}:
-        ours = {"main": (report.inv_freq, report.attention_factor)}
-    else:
-        ours = {k: (v["inv_freq"], v["attention_factor"]) for k, v in report.layers.items()}
+    ours = inspected_ropes(report, set(oracle))
     bad = []
     for label, (inv, attention) in oracle.items():
         if label not in ours:
