@@ -133,7 +133,7 @@ def _original_and_factor(reader: Reader, p: RopeParams, cfg: Mapping[str, Any],
 
 
 def interpret(reader: Reader, config: Mapping[str, Any], version: str | None = None) -> Reading:
-    from ropectl.schema.read import ROPE_KEYS, ROPE_MODEL_TYPES, read_model_rope, text_config
+    from ropectl.schema.read import ROPE_KEYS, read_model_rope, text_config
 
     v5 = "rope_parameters" in reader.reads
     cfg = dict(text_config(config))
@@ -145,7 +145,7 @@ def interpret(reader: Reader, config: Mapping[str, Any], version: str | None = N
         with_original = version_key(reader.versions.low) >= (4, 56)  # GptOssConfig's default gained it in 4.56
         for key, value in families.class_default_rope(str(cfg.get("model_type") or ""), with_original).items():
             cfg[key] = cfg[key] if cfg.get(key) is not None else value
-    if ignored and not any(cfg.get(k) is not None for k in ROPE_KEYS) and cfg.get("model_type") not in ROPE_MODEL_TYPES:
+    if ignored and not any(cfg.get(k) is not None for k in ROPE_KEYS) and cfg.get("model_type") not in families.ROPE_MODEL_TYPES:
         # only keys this version does not read, on a model type not known to be RoPE in every release: a type it may
         # lack (Qwen3.5 is 5.x only); a known one (llama) builds plain RoPE with the default base, read below
         return Reading(reader, error=f"this config names its RoPE only in {', '.join(ignored)}, which this version "

@@ -161,6 +161,24 @@ def class_default_rope(model_type: str, with_original: bool = True) -> dict[str,
     return {"rope_theta": default["rope_theta"], "rope_scaling": scaling}
 
 
+# --- Which model types use RoPE, and the defaults their classes apply ---
+# Model types whose position encoding is learned, absolute, relative or ALiBi: never RoPE.
+NO_ROPE_TYPES = frozenset({
+    "gpt2", "gpt_bigcode", "bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta",
+    "deberta-v2", "t5", "mt5", "bart", "mbart", "opt", "bloom", "mpt", "whisper", "vit", "clip", "biogpt",
+    "gpt_neo", "xglm", "ctrl", "transfo-xl", "longformer", "bigbird_pegasus", "pegasus", "marian",
+})
+# Defaults the model classes use when config.json names no base.
+DEFAULT_THETA = {"mixtral": 1e6, "gemma3_text": 1e6, "gemma3": 1e6, "qwen3_moe": 1e6, "ernie4_5": 5e5}
+DEFAULT_PARTIAL = {"gpt_neox": 0.25, "stablelm": 0.25, "phi": 0.5, "persimmon": 0.5, "glm": 0.5, "glm4": 0.5}
+# Architectures known to use RoPE even when config.json spells no RoPE key (they rely on defaults).
+ROPE_MODEL_TYPES = frozenset({
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
+    "gemma3_text", "phi", "phi3", "gpt_neox", "gptj", "stablelm", "falcon", "olmo", "olmo2", "starcoder2",
+    "cohere", "cohere2", "granite", "internlm2", "deepseek_v2", "deepseek_v3", "persimmon", "smollm3",
+    "codegen", "glm", "glm4", "helium", "exaone", "ernie4_5", "mistral4",
+})
+
 # --- Strict config classes (what transformers' per-model config classes demand beyond the generic checks) ---
 GEMMA3 = frozenset({"gemma3", "gemma3_text"})
 PHI3 = frozenset({"phi3"})

@@ -20,24 +20,8 @@ from ropectl.rope.params import RopeParams
 from ropectl.schema import validate
 from ropectl.schema.layers import layer_head_dims, main_label
 
-# Model types whose position encoding is learned, absolute, relative or ALiBi: never RoPE.
-NO_ROPE_TYPES = frozenset({
-    "gpt2", "gpt_bigcode", "bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta",
-    "deberta-v2", "t5", "mt5", "bart", "mbart", "opt", "bloom", "mpt", "whisper", "vit", "clip", "biogpt",
-    "gpt_neo", "xglm", "ctrl", "transfo-xl", "longformer", "bigbird_pegasus", "pegasus", "marian",
-})
-# Defaults the model classes use when config.json names no base.
-DEFAULT_THETA = {"mixtral": 1e6, "gemma3_text": 1e6, "gemma3": 1e6, "qwen3_moe": 1e6, "ernie4_5": 5e5}
-DEFAULT_PARTIAL = {"gpt_neox": 0.25, "stablelm": 0.25, "phi": 0.5, "persimmon": 0.5, "glm": 0.5, "glm4": 0.5}
 ROPE_KEYS = ("rope_theta", "rope_scaling", "rope_parameters", "rotary_dim", "rotary_pct", "rotary_emb_base",
              "partial_rotary_factor", "rope_local_base_freq")
-# Architectures known to use RoPE even when config.json spells no RoPE key (they rely on defaults).
-ROPE_MODEL_TYPES = frozenset({
-    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
-    "gemma3_text", "phi", "phi3", "gpt_neox", "gptj", "stablelm", "falcon", "olmo", "olmo2", "starcoder2",
-    "cohere", "cohere2", "granite", "internlm2", "deepseek_v2", "deepseek_v3", "persimmon", "smollm3",
-    "codegen", "glm", "glm4", "helium", "exaone", "ernie4_5", "mistral4",
-})
 SCALED_TYPES_WITH_ORIGINAL = rope_types_where(lambda m: m.needs_original)
 GEMMA_LOCAL_THETA = 1e4
 
@@ -107,7 +91,8 @@ def check_uses_rope(cfg: Mapping[str, Any]) -> str:
         )
     has_keys = any(cfg.get(k) is not None for k in ROPE_KEYS)
     alibi = bool(cfg.get("alibi")) or bool(cfg.get("position_embedding_type") not in (None, "rope", "rotary"))
-    if model_type in NO_ROPE_TYPES or (alibi and not has_keys) or (not has_keys and model_type not in ROPE_MODEL_TYPES):
+    unknown = not has_keys and model_type not in families.ROPE_MODEL_TYPES
+    if model_type in families.NO_ROPE_TYPES or (alibi and not has_keys) or unknown:
         what = f"model type '{model_type}'" if model_type else "this config (no model_type, no RoPE keys)"
         raise NoRopeError(
             f"{what} does not use rotary position embeddings, so there is no RoPE to inspect or scale",
@@ -143,7 +128,7 @@ def _partial(cfg: Mapping[str, Any], section: Mapping[str, Any], head_dim: int, 
     if value is None and model_type == "gptj":
         value = 64 / head_dim
     if value is None:
-        value = DEFAULT_PARTIAL.get(model_type, 1.0)
+        value = families.DEFAULT_PARTIAL.get(model_type, 1.0)
     value = validate.number("partial_rotary_factor", value, "0.5")
     if not 0 < value <= 1:
         raise ConfigError(f"partial rotary factor {value} is outside (0, 1]", "fix partial_rotary_factor / rotary_pct")
@@ -267,7 +252,7 @@ def read_model_rope(raw: Mapping[str, Any]) -> ModelRope:
     model_type = check_uses_rope(cfg)
     heads, kv, hidden, head_dim = _shapes(cfg)
     section, schema = _section(cfg)
-    theta = validate.theta_or_default(_first(cfg, "rope_theta", "rotary_emb_base"), DEFAULT_THETA.get(model_type, 1e4))
+    theta = validate.theta_or_default(_first(cfg, "rope_theta", "rotary_emb_base"), families.DEFAULT_THETA.get(model_type, 1e4))
     layer_ropes: dict[str, RopeParams] = {}
     partials: dict[str, float] = {}
     main_name = None
