@@ -82,8 +82,9 @@ def deepseek2_logit_scale(p: RopeParams) -> float:
     """llama.cpp's deepseek2 attention-logit multiplier over transformers' for ``p`` (1.0: the same).
 
     llama.cpp (llama-context.cpp, deepseek2.cpp): with s the factor and L = mscale_all_dim (yarn_log_mul), the
-    cos/sin factor is R = mscale(s, m)/mscale(s, L) where L is set (m = 1, or L itself when L != 1), else
-    mscale(s); the logits are then scaled by (R mscale(s, L))^2 on top. transformers: cos/sin factor A
+    cos/sin factor is R = mscale(s, m)/mscale(s, L) where L is set, with m taken as L (1 when L is 1, L itself
+    otherwise), so R = 1; else R = mscale(s). The logits are then scaled by (R mscale(s, L))^2 on top.
+    transformers: cos/sin factor A
     (mscale(s, m)/mscale(s, L) when both are set, else mscale(s), or the explicit attention_factor) and logits
     times mscale(s, L)^2 when L is set. Linear: llama.cpp scales logits by mscale(s)^2, transformers not at all.
     """
@@ -95,10 +96,7 @@ def deepseek2_logit_scale(p: RopeParams) -> float:
     if p.rope_type == "linear":
         return yarn_mscale(s) ** 2
     all_dim = float(p.scaling.get("mscale_all_dim") or 0.0)
-    if all_dim:
-        rope = yarn_mscale(s, all_dim if all_dim != 1 else 1.0) / yarn_mscale(s, all_dim)
-    else:
-        rope = yarn_mscale(s)
+    rope = 1.0 if all_dim else yarn_mscale(s)
     llama_cpp = rope ** 2 * (rope * yarn_mscale(s, all_dim)) ** 2
     hf_attention = compute_frequencies(p).attention_factor
     transformers = hf_attention ** 2 * (yarn_mscale(s, all_dim) ** 2 if all_dim else 1.0)
