@@ -37,6 +37,15 @@ ReplaceOpt = Annotated[bool, opt("--replace-existing", panel=RUN,
                                  help="Scale from a checkpoint's existing scaling when it has no ropectl record.")]
 OutOpt = Annotated[Optional[Path], opt("--out", "-o", "--output", panel=OUT,
                                        help="Results folder [default: runs/eval-ppl-<timestamp>].")]
+EngineOpt = Annotated[Optional[str], opt("--engine", panel=RUN, help=(
+    "transformers (alias hf) [default], or vllm: each method runs in vLLM with the overrides `patch --emit vllm` "
+    "prints (pip install 'ropectl[vllm]')."))]
+TensorParallelOpt = Annotated[Optional[int], opt("--tensor-parallel-size", "--tp", panel=RUN,
+                                                 help="vLLM: GPUs (ranks) each layer is split across [default: 1].")]
+PipelineParallelOpt = Annotated[Optional[int], opt("--pipeline-parallel-size", "--pp", panel=RUN,
+                                                   help="vLLM: stages the layers are split into [default: 1].")]
+ExecutorOpt = Annotated[Optional[str], opt("--distributed-executor-backend", panel=RUN,
+                                           help="vLLM: mp (one node) or ray (several nodes) [default: vLLM's choice].")]
 ResumeOpt = Annotated[bool, opt("--resume", panel=OUT, help="Skip (method, length, doc) cells already in --out.")]
 
 

@@ -14,12 +14,16 @@ from ropectl.cli.eval_options import (
     RUN,
     DeviceOpt,
     DtypeOpt,
+    EngineOpt,
+    ExecutorOpt,
     LengthsOpt,
     MethodOpt,
     ModelOpt,
     OutOpt,
+    PipelineParallelOpt,
     ReplaceOpt,
     ResumeOpt,
+    TensorParallelOpt,
     opt,
     run_sweep_command,
 )
@@ -57,6 +61,8 @@ def eval_ppl(
     force: ForceOpt = False, json_out: JsonOpt = False, preset: PresetOpt = None, chunk_size: ChunkOpt = None,
     cache_dir: CacheOpt = None, split: SplitOpt = None, text_field: FieldOpt = None,
     replace_existing: ReplaceOpt = False, bucket: BucketOpt = None, batch_tokens: BatchOpt = None,
+    engine: EngineOpt = None, tensor_parallel_size: TensorParallelOpt = None,
+    pipeline_parallel_size: PipelineParallelOpt = None, distributed_executor_backend: ExecutorOpt = None,
 ) -> None:
     """Perplexity of a model over lengths x RoPE scaling methods, in one run (weights loaded once).
 
@@ -68,7 +74,9 @@ def eval_ppl(
                       mode=mode, stride=stride, dtype=dtype, device=device, device_map=device_map, out=out,
                       resume=resume or None, force=force or None, chunk_size=chunk_size, cache_dir=cache_dir,
                       split=split, text_field=text_field, replace_existing=replace_existing or None,
-                      bucket=bucket, batch_tokens=batch_tokens)
+                      bucket=bucket, batch_tokens=batch_tokens, engine=engine,
+                      tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
+                      distributed_executor_backend=distributed_executor_backend)
     result = run_sweep_command(lambda on_progress: run_eval(spec, on_progress), "cells")
     if result is None:
         return

@@ -75,6 +75,9 @@ def run_sweep(task: Task | str, spec: Any, progress: Callable[[Progress], None] 
     finally:
         if sweep is not None and sweep.lock is not None:
             sweep.lock.release()
+        close = getattr(sweep.engine if sweep is not None else None, "close", None)
+        if callable(close):  # an engine with its own workers (vLLM) stops them
+            close()
         dist.finish(world, clean)
 
 
@@ -109,6 +112,9 @@ def _load(task: Task, sweep: Sweep, engine: str) -> Sweep:
     sweep.trained = trained_context(sweep.source.config)
     sweep.engine = get_engine(engine)(sweep.source, sweep.device, sweep.dtype, getattr(spec, "device_map", None),
                                       task.command)
+    check = getattr(sweep.engine, "check", None)
+    if callable(check):  # the engine's own refusals (vLLM: parallel sizes, methods it cannot build)
+        check(sweep)
     sweep.engine.load_tokenizer()
     identity = task.prepare(sweep)
     if sweep.world.is_main:

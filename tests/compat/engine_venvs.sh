@@ -17,6 +17,13 @@ LMEVAL=${LMEVAL:-lm-eval==0.4.13}
 ENGINES=${*:-vllm vllm-0.29 llamacpp lmeval llamacpp-convert}
 mkdir -p "$ROOT"
 cached() { [ -f "$1/.ropectl-stamp" ] && [ "$(cat "$1/.ropectl-stamp")" = "$2" ]; }
+# The vLLM engine tier (tests/compat/test_vllm_engine.py) runs ropectl itself in the vllm venv, from the checkout
+# (PYTHONPATH), on vLLM's own torch and transformers: only ropectl's small dependencies that vLLM lacks are added.
+ropectl_deps() {
+    [ "$1" = vllm ] || return 0
+    "$2/bin/python" -c "import gguf, matplotlib, typer, rich, pyarrow" 2>/dev/null && return 0
+    "$2/bin/python" -m pip install -q --disable-pip-version-check "gguf>=0.10" "matplotlib>=3.7" "rich>=13" "typer>=0.15" pyarrow
+}
 for engine in $ENGINES; do
     venv="$ROOT/$engine"
     case $engine in
@@ -27,7 +34,7 @@ for engine in $ENGINES; do
         llamacpp-convert) stamp="$TORCH $LLAMA transformers==5.24.0 sentencepiece converter" ;;
         *) echo "unknown engine '$engine' (use vllm, vllm-0.29, llamacpp, lmeval or llamacpp-convert)" >&2; exit 2 ;;
     esac
-    if cached "$venv" "$stamp"; then echo "$engine: cached"; continue; fi
+    if cached "$venv" "$stamp"; then echo "$engine: cached"; ropectl_deps "$engine" "$venv"; continue; fi
     # A venv that works but predates the stamp (built by hand) is kept and stamped, not rebuilt.
     if [ "$engine" = vllm ] && VLLM_ENABLE_V1_MULTIPROCESSING=0 "$venv/bin/python" -c "import vllm" 2>/dev/null \
         || { [ "$engine" = llamacpp ] && "$venv/bin/python" -c "import llama_cpp" 2>/dev/null; }; then
@@ -64,4 +71,5 @@ for engine in $ENGINES; do
         "$venv/bin/python" -c "import llama_cpp"
     fi
     echo "$stamp" > "$venv/.ropectl-stamp"
+    ropectl_deps "$engine" "$venv"
 done

@@ -1,6 +1,11 @@
 """Engines: the model that scores a batch. A sweep asks its engine to load the tokenizer and the weights once,
 to switch the RoPE method (checked against ropectl's own frequencies), and hands the loaded model to the task's
-scoring code. ``transformers`` is the engine today; another (vLLM, llama.cpp) registers itself here."""
+scoring code. ``transformers`` (alias ``hf``) and ``vllm`` are built in; another registers itself here.
+
+An engine whose ``model`` is not a transformers module also offers ``token_logprobs(prompts)`` (per prompt, the
+log-prob of each token after the first) and ``teacher_forced(prompts, spans)``, which tasks call instead of running
+the model; and optionally ``check(sweep)``, which the sweep calls before the tokenizer and weights load, and
+``record()``, what the results files keep about it."""
 
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ if TYPE_CHECKING:
     from ropectl.eval.model import MethodState, ModelSource
 
 DEFAULT_ENGINE = "transformers"
+ALIASES = {"hf": "transformers"}
+BUILT_IN = {"transformers": "ropectl.eval.engines.transformers", "vllm": "ropectl.eval.engines.vllm"}
 
 
 @runtime_checkable
@@ -57,9 +64,24 @@ def register_engine(name: str) -> Callable[[EngineFactory], EngineFactory]:
     return add
 
 
+def engine_name(name: str) -> str:
+    """The registry name of ``name`` (``hf`` is transformers)."""
+    return ALIASES.get(name, name)
+
+
 def get_engine(name: str = DEFAULT_ENGINE) -> EngineFactory:
-    if name == DEFAULT_ENGINE and name not in ENGINES:
-        import ropectl.eval.engines.transformers  # noqa: F401  registers itself
+    name = engine_name(name)
+    if name in BUILT_IN and name not in ENGINES:
+        import importlib
+
+        importlib.import_module(BUILT_IN[name])  # registers itself; never imports the engine's own package
     if name not in ENGINES:
-        raise UsageError(f"unknown engine '{name}'", f"use one of: {', '.join(sorted(ENGINES)) or DEFAULT_ENGINE}")
+        known = sorted({*ENGINES, *BUILT_IN})
+        raise UsageError(f"unknown engine '{name}'", f"use one of: {', '.join(known)} (hf = transformers)")
     return ENGINES[name]
+
+
+def engine_record(engine: Engine) -> dict[str, Any]:
+    """What the results keep about the engine: its name and versions, and whatever more it records."""
+    record = getattr(engine, "record", None)
+    return record() if callable(record) else {"name": engine.name, "versions": engine.versions()}

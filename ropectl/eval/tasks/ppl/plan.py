@@ -118,13 +118,13 @@ def run_batch(jobs: list[Job], model: Any, device: Any, mode: str, stride: int, 
         hidden = body_hidden_batch(model, ids)
         for row, job in enumerate(jobs):
             nll = token_nll(hidden[row, :-1], ids[row, 1:], head, chunk_size)
-            out.append({(label, n): _truncate_score(nll, n, bucket) for label, n in job.cells})
+            out.append({(label, n): truncate_score(nll, n, bucket) for label, n in job.cells})
         del hidden
     on_tokens(length * len(jobs))
     return out
 
 
-def _truncate_score(nll: Any, n: int, bucket: int) -> Score:
+def truncate_score(nll: Any, n: int, bucket: int) -> Score:
     from ropectl.eval.tasks.ppl.positions import bucket_sums
 
     head = nll[: n - 1].double()
@@ -150,3 +150,10 @@ def _run_sliding(job: Job, model: Any, device: Any, stride: int, chunk_size: int
             on_tokens(job.length)
     score = Score(job.doc.n_tokens - 1, total, tuple(acc[0]), tuple(acc[1]))
     return {cell: score for cell in job.cells}
+
+
+def by_serving(batches: list[list[Job]], states: list[MethodState]) -> list[list[Job]]:
+    """Batches ordered by method, then length (stable): an engine that reloads its weights for each RoPE it serves
+    (vLLM) then starts each once, where sliding mode's per-document order would start one again for each document."""
+    order = {s.label: i for i, s in enumerate(states)}
+    return sorted(batches, key=lambda b: (order[b[0].state.label], b[0].length))

@@ -58,6 +58,10 @@ class EvalSpec:
     replace_existing: bool = False
     bucket: int = 512  # loss-by-position bucket, in tokens
     batch_tokens: int = 8192  # truncate mode: documents per forward = batch_tokens // length (at least 1)
+    engine: str = "transformers"  # or vllm (ropectl.eval.engines); hf is transformers
+    tensor_parallel_size: int = 1  # vLLM only, like the two below
+    pipeline_parallel_size: int = 1
+    distributed_executor_backend: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -100,10 +104,22 @@ def validate(spec: EvalSpec) -> None:
                              f"pass a stride below {min(spec.lengths)}")
     if spec.device_map not in (None, "auto"):
         raise UsageError(f"unknown device map '{spec.device_map}'", "use --device-map auto, or leave it out")
+    _validate_engine(spec)
     labels = [m.label for m in spec.methods]
     dupes = sorted({x for x in labels if labels.count(x) > 1})
     if dupes:
         raise UsageError(f"method {dupes[0]} is given twice", "pass each --method once")
+
+
+def _validate_engine(spec: EvalSpec) -> None:
+    from ropectl.eval.engines import BUILT_IN, engine_name
+
+    if engine_name(spec.engine) not in BUILT_IN:
+        raise UsageError(f"unknown engine '{spec.engine}'", f"use one of: {', '.join(BUILT_IN)} (hf = transformers)")
+    parallel = (spec.tensor_parallel_size, spec.pipeline_parallel_size) != (1, 1) or spec.distributed_executor_backend
+    if parallel and engine_name(spec.engine) != "vllm":
+        raise UsageError("--tensor-parallel-size, --pipeline-parallel-size and --distributed-executor-backend are "
+                         "vLLM options", "add --engine vllm, or drop them")
 
 
 def load_preset(name: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.eval import dist
+from ropectl.eval.engines import engine_record
 from ropectl.eval.model import MethodState
 from ropectl.eval.tasks.ppl.data import Corpus
 from ropectl.eval.tasks.ppl.positions import PositionCurve, curves
@@ -55,6 +56,8 @@ def finish_run(sweep: Any, corpus: Corpus, run_id: str, new_cells: list[Cell], w
     aggregates = tuple(summarize(cells, methods, lengths))
     meta = _meta(spec, model_label, states, corpus, sweep.trained, wall_s, sweep.device, sweep.dtype, world, len(gathered))
     meta["run"] = run_id
+    if sweep.engine is not None:
+        meta["engine"] = engine_record(sweep.engine)
     meta["warnings"] = list(dict.fromkeys(sweep.warnings))
     plot = out / PLOT if aggregates else None
     positions = position_curves(cells, spec.bucket)

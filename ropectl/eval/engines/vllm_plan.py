@@ -1,0 +1,187 @@
+"""What the vLLM engine will ask vLLM for, decided before any weight loads: per method and length, the
+``--hf-overrides`` and ``--max-model-len`` that ``ropectl patch --emit vllm`` prints (``engines.emit``, the same
+code), the methods vLLM cannot build, and the parallel settings it cannot run.
+
+- A static method (none, linear, ntk, yarn, llama3) gets one override set for the whole sweep: what
+  ``patch -m METHOD --emit vllm`` prints for its target (trained x factor), or for the sweep's longest length where
+  that is longer (the same RoPE; only max_position_embeddings and --max-model-len grow).
+- A length-dependent method has no vLLM form (vLLM's "dynamic" is one static base): a cell of L tokens runs what the
+  printed command gives for a target of L, labelled "dynamic (vLLM: static at L)": transformers' dynamic base for
+  a forward of L tokens, so the cells equal transformers' (and within the trained context, the unscaled model's).
+
+vLLM takes a prompt only below ``--max-model-len`` (it keeps one position for the token it samples), and a cell of
+L tokens is scored from one prompt of L tokens: the engine passes the printed ``--max-model-len`` + 1, with
+VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 for that one position past the length vLLM derives. No prompt position uses it
+(the sampled token is never run), so every position scored is inside the printed command's length.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ropectl.errors import MethodError, UsageError
+from ropectl.eval.model import MethodState
+from ropectl.output import dumps
+
+EXTRA = "pip install 'ropectl[vllm]'"
+BACKENDS = ("mp", "ray", "uni", "external_launcher")
+
+
+@dataclass(frozen=True)
+class Serving:
+    """One vLLM engine: the overrides and max length it starts with, and the lengths it scores."""
+
+    hf_overrides: Mapping[str, Any]
+    printed_max_model_len: int  # what `patch --emit vllm` prints
+    served_as: str  # how the results name what vLLM ran, e.g. "dynamic (vLLM: static at 1024)"
+
+    @property
+    def max_model_len(self) -> int:
+        """What the engine passes: one position more than printed, for the token vLLM samples after the prompt."""
+        return self.printed_max_model_len + 1
+
+    @property
+    def key(self) -> str:
+        return dumps({"hf_overrides": self.hf_overrides, "max_model_len": self.max_model_len}, sort_keys=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"hf_overrides": self.hf_overrides, "printed_max_model_len": self.printed_max_model_len,
+                "max_model_len": self.max_model_len, "served_as": self.served_as}
+
+
+@dataclass(frozen=True)
+class Parallel:
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    distributed_executor_backend: str | None = None
+
+    def kwargs(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"tensor_parallel_size": self.tensor_parallel_size,
+                               "pipeline_parallel_size": self.pipeline_parallel_size}
+        if self.distributed_executor_backend:
+            out["distributed_executor_backend"] = self.distributed_executor_backend
+        return out
+
+
+def parallel_from(spec: Any) -> Parallel:
+    tp, pp = int(getattr(spec, "tensor_parallel_size", 1) or 1), int(getattr(spec, "pipeline_parallel_size", 1) or 1)
+    backend = getattr(spec, "distributed_executor_backend", None)
+    if tp < 1 or pp < 1:
+        raise UsageError(f"--tensor-parallel-size and --pipeline-parallel-size must be at least 1, got {tp} and {pp}",
+                         "pass e.g. --tensor-parallel-size 2")
+    if backend is not None and backend not in BACKENDS:
+        raise UsageError(f"unknown --distributed-executor-backend '{backend}'", f"use one of: {', '.join(BACKENDS)}")
+    return Parallel(tp, pp, backend)
+
+
+def check_not_torchrun(env: Mapping[str, str] | None = None) -> None:
+    """vLLM spreads one model over its own workers; a torchrun launch would start one vLLM per process."""
+    env = os.environ if env is None else env
+    if int(env.get("WORLD_SIZE", "1") or 1) > 1:
+        raise UsageError(f"--engine vllm runs under torchrun / accelerate launch (WORLD_SIZE={env['WORLD_SIZE']}), "
+                         "which would start one vLLM per process",
+                         "run it as one plain process and spread the model with --tensor-parallel-size / "
+                         "--pipeline-parallel-size (multi-node: --distributed-executor-backend ray)")
+
+
+def check_heads(config: Mapping[str, Any], parallel: Parallel) -> None:
+    """vLLM splits attention heads across the tensor-parallel ranks: the size must divide them."""
+    from ropectl.schema.read import text_config
+
+    cfg = text_config(config)
+    tp = parallel.tensor_parallel_size
+    heads = int(cfg.get("num_attention_heads") or 0)
+    kv = int(cfg.get("num_key_value_heads") or heads)
+    if heads and heads % tp:
+        raise UsageError(f"--tensor-parallel-size {tp} does not divide the model's {heads} attention heads",
+                         f"use a size that divides {heads} (e.g. {_divisors(heads)})")
+    if kv and kv % tp and tp % kv:  # vLLM replicates KV heads when tp is a multiple of their count
+        raise UsageError(f"--tensor-parallel-size {tp} neither divides nor is a multiple of the model's {kv} "
+                         "key/value heads", f"use a size that divides {kv} or is a multiple of it")
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0 and d <= 8)
+
+
+def check_mode(spec: Any) -> None:
+    if getattr(spec, "device_map", None):
+        raise UsageError("--device-map is a transformers option; vLLM places the model itself",
+                         "drop --device-map and use --tensor-parallel-size / --pipeline-parallel-size")
+
+
+def patch_target(state: MethodState, trained: int | None) -> int | None:
+    """The target ``ropectl patch -m METHOD --emit vllm`` prints for this method (trained x factor)."""
+    factor = state.spec.factor if state.spec is not None else None
+    if trained is None:
+        return state.rope.max_position_embeddings
+    return int(round(trained * factor)) if factor else int(trained)
+
+
+def serving_for(state: MethodState, config: Mapping[str, Any], length: int, longest: int,
+                trained: int | None) -> Serving:
+    """The engine that scores ``state`` at ``length`` (prompts of ``length`` tokens)."""
+    from ropectl.engines import vllm as reader_mod
+    from ropectl.engines.emit import emit_vllm
+    from ropectl.schema.read import read_model_rope
+
+    model = read_model_rope(state.config)
+    if state.length_dependent:
+        target = length
+        kind = "static" if state.rope.rope_type == "dynamic" else "built"
+        served_as = f"{state.rope.rope_type} (vLLM: {kind} at {target})"
+    else:
+        target = max(patch_target(state, trained) or 0, longest)
+        served_as = state.label
+    emitted, _ = emit_vllm("MODEL", model.rope, model.layer_ropes, model.partial_rotary_factor, target,
+                           model.model_type, reader_mod.override_path(config))
+    return Serving(emitted["hf_overrides"], int(emitted["max_model_len"]), served_as)
+
+
+def check_builds(serving: Serving, config: Mapping[str, Any], label: str) -> None:
+    """The newest vLLM reader's prediction of the overridden config: a method its model code cannot build is refused."""
+    from ropectl.engines import vllm as reader_mod
+
+    reading = reader_mod.predict(reader_mod.newest(), overridden(config, serving.hf_overrides))
+    if not reading.ok:
+        raise MethodError(f"vLLM cannot run method '{label}' on this model: {reading.error}",
+                          "drop it from --method, or evaluate it with --engine transformers")
+
+
+def overridden(config: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """config.json as vLLM sees it after ``--hf-overrides``: dict values merged key by key, others replaced."""
+    out = dict(config)
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = overridden(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def plan_servings(states: list[MethodState], config: Mapping[str, Any], lengths: tuple[int, ...],
+                  trained: int | None) -> dict[tuple[str, int], Serving]:
+    """(method label, length) -> its Serving, every one checked; raises before any weight loads."""
+    longest = max(lengths)
+    out: dict[tuple[str, int], Serving] = {}
+    for state in states:
+        for length in lengths:
+            serving = serving_for(state, config, length, longest, trained)
+            check_builds(serving, config, state.label)
+            out[(state.label, length)] = serving
+    return out
+
+
+def served_notes(states: list[MethodState], servings: Mapping[tuple[str, int], Serving]) -> list[str]:
+    """One warning per method that vLLM runs otherwise than transformers evaluates it (dynamic: static)."""
+    notes = []
+    for state in states:
+        served = [(n, s) for (label, n), s in sorted(servings.items()) if label == state.label]
+        if state.length_dependent and served:
+            runs = ", ".join(f"{n} as {s.served_as.split('(vLLM: ', 1)[-1].rstrip(')')}" for n, s in served)
+            notes.append(f"{state.label}: vLLM has no {state.rope.rope_type} scaling; each length runs the "
+                         f"overrides `patch --emit vllm` prints for it ({runs})")
+    return notes
