@@ -62,6 +62,9 @@ def run_sweep(task: Task | str, spec: Any, progress: Callable[[Progress], None] 
     task = get_task(task)() if isinstance(task, str) else task
     started = time.time()
     world = dist.world_from_env()
+    check_launch = getattr(get_engine(engine), "check_launch", None)
+    if callable(check_launch):  # an engine with its own workers (vLLM) refuses a torchrun launch before it starts
+        check_launch(world.size)
     device = resolve_device(spec.device, world.local_rank)
     world = dist.init(world, device)
     clean, sweep = False, None

@@ -51,12 +51,16 @@ class VllmEngine:
         self.trained: int | None = None
         self.loads: list[dict[str, Any]] = []  # one entry per vllm.LLM built: what and how long
         self._version = ""
-        plan.check_not_torchrun()
+        self.check_launch(int(os.environ.get("WORLD_SIZE", "1") or 1))
         if source.resolved.is_gguf:
             raise UsageError(f"--engine vllm takes a Hugging Face checkpoint folder, not the GGUF '{source.path}'",
                              "pass the checkpoint folder (or hub id), or use --engine transformers")
         if importlib.util.find_spec("vllm") is None:
             raise missing_vllm()
+
+    @staticmethod
+    def check_launch(world_size: int) -> None:
+        plan.check_not_torchrun(world_size)
 
     @property
     def model(self) -> Any:
@@ -175,10 +179,12 @@ class VllmEngine:
 
         os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"  # the printed length + 1: see vllm_plan
         started = time.perf_counter()
-        llm = LLM(model=self.source.path, hf_overrides=dict(serving.hf_overrides),
-                  max_model_len=serving.max_model_len, dtype=VLLM_DTYPES.get(self.dtype, self.dtype),
-                  enforce_eager=True, seed=0, enable_prefix_caching=False,
-                  **self.parallel.kwargs())
+        try:
+            llm = LLM(model=self.source.path, hf_overrides=dict(serving.hf_overrides),
+                      max_model_len=serving.max_model_len, dtype=VLLM_DTYPES.get(self.dtype, self.dtype),
+                      enforce_eager=True, seed=0, enable_prefix_caching=False, **self.parallel.kwargs())
+        except Exception as exc:  # noqa: BLE001  vLLM's start-up failures (memory, platform, binding) vary
+            raise start_failed(serving, exc) from None
         self.loads.append({**serving.to_dict(), "seconds": round(time.perf_counter() - started, 2)})
         return llm
 
@@ -192,6 +198,15 @@ class VllmEngine:
             shutdown.shutdown()
         del engine
         gc.collect()
+
+
+def start_failed(serving: plan.Serving, exc: BaseException) -> RopectlError:
+    why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    fix = "see vLLM's log above"
+    if "NUMA" in why:  # vLLM's CPU backend binds each worker's threads to a NUMA node unless told which cores
+        fix = ("bind each vLLM worker to its own cores, e.g. VLLM_CPU_OMP_THREADS_BIND='0|1' for two workers, "
+               "or drop --tensor-parallel-size / --pipeline-parallel-size")
+    return RopectlError(f"vLLM could not start {serving.served_as} ({type(exc).__name__}: {why})", fix)
 
 
 def _actual(entry: Any, token: int) -> float:

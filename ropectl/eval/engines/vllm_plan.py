@@ -17,7 +17,6 @@ VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 for that one position past the length vLLM deriv
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -77,11 +76,10 @@ def parallel_from(spec: Any) -> Parallel:
     return Parallel(tp, pp, backend)
 
 
-def check_not_torchrun(env: Mapping[str, str] | None = None) -> None:
+def check_not_torchrun(world_size: int) -> None:
     """vLLM spreads one model over its own workers; a torchrun launch would start one vLLM per process."""
-    env = os.environ if env is None else env
-    if int(env.get("WORLD_SIZE", "1") or 1) > 1:
-        raise UsageError(f"--engine vllm runs under torchrun / accelerate launch (WORLD_SIZE={env['WORLD_SIZE']}), "
+    if world_size > 1:
+        raise UsageError(f"--engine vllm runs under torchrun / accelerate launch (WORLD_SIZE={world_size}), "
                          "which would start one vLLM per process",
                          "run it as one plain process and spread the model with --tensor-parallel-size / "
                          "--pipeline-parallel-size (multi-node: --distributed-executor-backend ray)")
