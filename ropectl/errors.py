@@ -82,5 +82,9 @@ class DeviceError(RopectlError):
     """The requested device is not available."""
 
 
+class EngineError(RopectlError):
+    """An evaluation engine (vLLM) is not installed, does not import here, or cannot start."""
+
+
 class VerificationError(RopectlError):
     """A written result does not match what ropectl computed."""

