@@ -92,3 +92,24 @@ def test_a_method_vllm_cannot_build_is_refused(tmp_path: Path) -> None:
     plan.plan_servings(states[:1], source.config, (64,), trained)  # yarn: vLLM's DeepSeek file builds it
     with pytest.raises(MethodError, match="vLLM cannot run method 'linear:2'"):
         plan.plan_servings(states, source.config, (64,), trained)
+
+
+def test_transformers_engine_offers_the_same_scoring_interface(tiny_model: Path) -> None:
+    """token_logprobs / teacher_forced, which tasks call on any engine, equal the model's own log-softmax."""
+    import torch
+
+    source = model_source(str(tiny_model))
+    (state,) = method_states(source.config, parse_methods(["yarn:2"]))
+    engine = get_engine("hf")(source, "cpu", "fp32", None, "test")
+    engine.load_tokenizer()
+    engine.load()
+    engine.activate(state)
+    prompts = [[1, 5, 9, 30, 7, 7, 12], [1, 40, 3, 3, 90, 21, 8, 8, 64, 2]]
+    spans = [(2, 5), (6, 10)]
+    logprobs, forced = engine.token_logprobs(prompts), engine.teacher_forced(prompts, spans)
+    for ids, (start, stop), got, tf in zip(prompts, spans, logprobs, forced):
+        with torch.no_grad():
+            ref = torch.log_softmax(engine.model(torch.tensor([ids])).logits[0].float(), dim=-1)
+        assert got == pytest.approx([float(ref[t - 1, ids[t]]) for t in range(1, len(ids))], abs=1e-5)
+        assert [a for a, _ in tf] == [int(ref[t - 1].argmax()) for t in range(start, stop)]
+        assert [v for _, v in tf] == pytest.approx(got[start - 1:stop - 1], abs=1e-5)
