@@ -2,9 +2,9 @@
 to switch the RoPE method (checked against ropectl's own frequencies), and hands the loaded model to the task's
 scoring code. ``transformers`` (alias ``hf``) and ``vllm`` are built in; another registers itself here.
 
-An engine whose ``model`` is not a transformers module also offers ``token_logprobs(prompts)`` (per prompt, the
-log-prob of each token after the first) and ``teacher_forced(prompts, spans)``, which tasks call instead of running
-the model; and optionally ``check(sweep)``, which the sweep calls before the tokenizer and weights load, and
+Every engine offers ``token_logprobs(prompts)`` (per prompt, the log-prob of each token after the first) and
+``teacher_forced(prompts, spans)`` (per answer position, the argmax token and the actual token's log-prob), which
+tasks call instead of running the model where the engine is not a transformers module (vLLM); and optionally ``check(sweep)``, which the sweep calls before the tokenizer and weights load, and
 ``record()``, what the results files keep about it."""
 
 from __future__ import annotations
