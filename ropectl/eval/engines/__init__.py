@@ -4,8 +4,9 @@ scoring code. ``transformers`` (alias ``hf``) and ``vllm`` are built in; another
 
 Every engine offers ``token_logprobs(prompts)`` (per prompt, the log-prob of each token after the first) and
 ``teacher_forced(prompts, spans)`` (per answer position, the argmax token and the actual token's log-prob), which
-tasks call instead of running the model where the engine is not a transformers module (vLLM); and optionally ``check(sweep)``, which the sweep calls before the tokenizer and weights load, and
-``record()``, what the results files keep about it."""
+tasks call instead of running the model where the engine is not a transformers module (vLLM). Optional:
+``check(sweep)``, called before the tokenizer and weights load; ``check_launch(world_size)`` on the class, called
+before a torchrun process group starts; ``record()``, what the results files keep; ``close()``, at the end."""
 
 from __future__ import annotations
 

@@ -178,8 +178,13 @@ def served_notes(states: list[MethodState], servings: Mapping[tuple[str, int], S
     notes = []
     for state in states:
         served = [(n, s) for (label, n), s in sorted(servings.items()) if label == state.label]
-        if state.length_dependent and served:
-            runs = ", ".join(f"{n} as {s.served_as.split('(vLLM: ', 1)[-1].rstrip(')')}" for n, s in served)
-            notes.append(f"{state.label}: vLLM has no {state.rope.rope_type} scaling; each length runs the "
-                         f"overrides `patch --emit vllm` prints for it ({runs})")
+        if not (state.length_dependent and served):
+            continue
+        runs = ", ".join(f"{n} as {s.served_as.split('(vLLM: ', 1)[-1].rstrip(')')}" for n, s in served)
+        if state.rope.rope_type == "dynamic":
+            notes.append(f"{state.label}: vLLM has no dynamic scaling; each length runs the overrides "
+                         f"`patch --emit vllm` prints for it ({runs})")
+        else:  # longrope: vLLM picks the long factors when --max-model-len exceeds the original length
+            notes.append(f"{state.label}: vLLM fixes its {state.rope.rope_type} factors per engine from "
+                         f"--max-model-len; each length runs the overrides printed for it ({runs})")
     return notes
