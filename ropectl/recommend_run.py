@@ -30,13 +30,13 @@ class Sweeps:
 def run_sweeps(model: str | None, target: int, factor: float | None, out: Path | None, dtype: str, device: str,
                max_regression: float = DEFAULT_MAX_REGRESSION,
                progress: Callable[[Any], None] | None = None, on_ppl: Callable[[Any], None] | None = None,
-               serve_with: tuple[str, ...] = ()) -> Sweeps:
+               serve_with: tuple[str, ...] = (), engine_options: dict[str, Any] | None = None) -> Sweeps:
     from ropectl.eval.model import model_source, trained_context
     from ropectl.eval.tasks.passkey import build_passkey_spec, run_passkey
     from ropectl.eval.tasks.ppl import build_spec, run_eval
 
     root = out or Path("runs") / f"recommend-{datetime.now():%Y%m%d-%H%M%S}"
-    common = {"dtype": dtype, "device": device}
+    common = {"dtype": dtype, "device": device, **(engine_options or {})}  # engine_options: --engine vllm and its sizes
     if model is None and factor is None:
         ppl_spec = build_spec(methods=DEMO["methods"], lengths=[*DEMO["lengths"], target], docs=DEMO["docs"],
                               out=root / "ppl", **common)

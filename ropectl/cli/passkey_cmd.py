@@ -12,12 +12,16 @@ from ropectl.cli.eval_options import (
     RUN,
     DeviceOpt,
     DtypeOpt,
+    EngineOpt,
+    ExecutorOpt,
     LengthsOpt,
     MethodOpt,
     ModelOpt,
     OutOpt,
+    PipelineParallelOpt,
     ReplaceOpt,
     ResumeOpt,
+    TensorParallelOpt,
     opt,
     run_sweep_command,
 )
@@ -39,6 +43,8 @@ def eval_passkey(
     trials: TrialsOpt = None, seed: SeedOpt = None, key_digits: DigitsOpt = None, dtype: DtypeOpt = None,
     device: DeviceOpt = None, out: OutOpt = None, resume: ResumeOpt = False, force: ForceOpt = False,
     json_out: JsonOpt = False, batch_tokens: BatchOpt = None, replace_existing: ReplaceOpt = False,
+    engine: EngineOpt = None, tensor_parallel_size: TensorParallelOpt = None,
+    pipeline_parallel_size: PipelineParallelOpt = None, distributed_executor_backend: ExecutorOpt = None,
 ) -> None:
     """Passkey retrieval (YaRN / LongLoRA prompt) over lengths x depths x RoPE methods, in one run.
 
@@ -50,7 +56,9 @@ def eval_passkey(
     spec = build_passkey_spec(model=model, methods=method or None, lengths=lengths, depths=depths, trials=trials,
                               seed=seed, key_digits=key_digits, dtype=dtype, device=device, out=out,
                               resume=resume or None, force=force or None, batch_tokens=batch_tokens,
-                              replace_existing=replace_existing or None)
+                              replace_existing=replace_existing or None, engine=engine,
+                              tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
+                              distributed_executor_backend=distributed_executor_backend)
     result = run_sweep_command(lambda on_progress: run_passkey(spec, on_progress), "trials")
     if result is None:
         return

@@ -190,3 +190,44 @@ def test_refusals_one_line_before_loading() -> None:
     ds = add_char_tokenizer(tiny_deepseek_v3(work["base"] / "deepseek"))
     line = _refused("eval-ppl", str(ds), "-d", str(work["corpus"]), "-l", "64", "-m", "linear:2", "--engine", "vllm")
     assert "vLLM cannot run method 'linear:2'" in line
+
+
+def _passkey_rows(python: str, out: Path, *extra: str) -> dict[tuple, dict[str, Any]]:
+    work = _work()
+    proc = ropectl(python, "eval-passkey", str(work["model"]), "-m", "none", "-m", "yarn:2", "-m", "dynamic:2",
+                   "-l", "300,512", "--depths", "0.1,0.9", "--trials", "2", "--dtype", "fp32", "-o", str(out),
+                   "--json", *extra)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(out / "passkey.jsonl") as fh:
+        return {(r["method"], r["length"], r["depth"], r["trial"]): r for r in map(json.loads, fh)}
+
+
+def test_passkey_rows_equal_transformers() -> None:
+    """Teacher forcing through vLLM's prompt log-probs: the same argmax answer and answer NLL as transformers."""
+    base = _work()["base"]
+    hf = _passkey_rows(sys.executable, base / "pk-hf")
+    vllm = _passkey_rows(str(VENV / "bin" / "python"), base / "pk-vllm", "--engine", "vllm")
+    assert vllm.keys() == hf.keys() and len(hf) == 24
+    assert all(vllm[k]["predicted"] == hf[k]["predicted"] and vllm[k]["success"] == hf[k]["success"] for k in hf)
+    worst = max(abs(vllm[k]["answer_nll"] - hf[k]["answer_nll"]) for k in hf)
+    print(f"passkey: 24 trials, max |answer NLL diff| {worst:.2e} (5-token answers)")
+    assert worst <= 1e-4
+
+
+def test_recommend_end_to_end(tmp_path: Path) -> None:
+    """recommend runs both sweeps in vLLM and reaches transformers' ranking (trained 1024: the char tokenizer's
+    passkey prompt needs 270 tokens at trained / 2)."""
+    model = add_char_tokenizer(tiny_llama(tmp_path / "model1k", seed=7, hidden_size=128, num_attention_heads=4,
+                                          num_key_value_heads=2, head_dim=32, intermediate_size=128,
+                                          max_position_embeddings=1024, initializer_range=0.1))
+    got = {}
+    for name, python, extra in (("hf", sys.executable, ()), ("vllm", str(VENV / "bin" / "python"), ("--engine", "vllm"))):
+        proc = ropectl(python, "recommend", str(model), "-t", "2k", "--dtype", "fp32", "-o", str(tmp_path / name),
+                       "--json", *extra)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        got[name] = json.loads(proc.stdout)
+    assert got["vllm"]["winner"] == got["hf"]["winner"] and got["vllm"]["commands"] == got["hf"]["commands"]
+    ranks = {name: [(e["method"], e["eligible"], e["passkey_trials"]) for e in r["evidence"]] for name, r in got.items()}
+    assert ranks["vllm"] == ranks["hf"]
+    for a, b in zip(got["vllm"]["evidence"], got["hf"]["evidence"]):
+        assert a["ppl_target"] == pytest.approx(b["ppl_target"], rel=1e-5)

@@ -113,3 +113,9 @@ def test_transformers_engine_offers_the_same_scoring_interface(tiny_model: Path)
         assert got == pytest.approx([float(ref[t - 1, ids[t]]) for t in range(1, len(ids))], abs=1e-5)
         assert [a for a, _ in tf] == [int(ref[t - 1].argmax()) for t in range(start, stop)]
         assert [v for _, v in tf] == pytest.approx(got[start - 1:stop - 1], abs=1e-5)
+
+
+def test_passkey_and_recommend_take_the_engine_options(tiny_model: Path, tmp_path: Path) -> None:
+    one_line(["eval-passkey", str(tiny_model), "-l", "300", "--pipeline-parallel-size", "2"], "vLLM options", code=2)
+    one_line(["recommend", str(tiny_model), "-t", "512", "--ppl", str(tmp_path), "--engine", "vllm"],
+             "apply when recommend runs the sweeps", code=2)

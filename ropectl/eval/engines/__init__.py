@@ -82,6 +82,17 @@ def get_engine(name: str = DEFAULT_ENGINE) -> EngineFactory:
     return ENGINES[name]
 
 
+def check_engine_options(engine: str, tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1,
+                         distributed_executor_backend: str | None = None) -> None:
+    """A spec's engine settings, checked when the spec is built (eval-ppl, eval-passkey, recommend alike)."""
+    if engine_name(engine) not in BUILT_IN:
+        raise UsageError(f"unknown engine '{engine}'", f"use one of: {', '.join(BUILT_IN)} (hf = transformers)")
+    parallel = (tensor_parallel_size, pipeline_parallel_size) != (1, 1) or distributed_executor_backend
+    if parallel and engine_name(engine) != "vllm":
+        raise UsageError("--tensor-parallel-size, --pipeline-parallel-size and --distributed-executor-backend are "
+                         "vLLM options", "add --engine vllm, or drop them")
+
+
 def engine_record(engine: Engine) -> dict[str, Any]:
     """What the results keep about the engine: its name and versions, and whatever more it records."""
     record = getattr(engine, "record", None)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.eval import dist, identity
+from ropectl.eval.engines import DEFAULT_ENGINE, engine_record
 from ropectl.eval.model import MethodState
 from ropectl.eval.progress import Progress
 from ropectl.eval.sweep import Sweep, run_sweep
@@ -62,8 +63,11 @@ class PasskeyTask:
         builder = PromptBuilder(engine.tokenizer, max(spec.lengths))
         self.units = [(n, d, i) for n in spec.lengths for d in spec.depths for i in range(spec.trials)]
         self.trials = {u: builder.trial(*u, spec.seed, spec.key_digits) for u in self.units}  # bad lengths fail here
-        return {"model": sweep.model_label, "dtype": sweep.dtype, "seed": spec.seed, "key_digits": spec.key_digits,
-                "prompt": PROMPT_VERSION}
+        ident = {"model": sweep.model_label, "dtype": sweep.dtype, "seed": spec.seed, "key_digits": spec.key_digits,
+                 "prompt": PROMPT_VERSION}
+        if engine.name != DEFAULT_ENGINE:  # another engine's rows are other outcomes; transformers' stay as they were
+            ident["engine"] = engine.name
+        return ident
 
     def write_run_file(self, sweep: Sweep, ident: dict[str, Any]) -> None:
         path = sweep.out / RUN_FILE
@@ -83,11 +87,15 @@ class PasskeyTask:
                 for state, labels, todo in batches]
 
     def score(self, sweep: Sweep, batch: Batch, on_tokens: Callable[[int], None]) -> list[Row]:
-        from ropectl.eval.tasks.passkey.score import score_trials
+        from ropectl.eval.tasks.passkey.score import score_trials, score_trials_forced
 
         engine, (labels, todo) = sweep.engine, batch.items
         assert engine is not None
-        outcomes = score_trials(engine.model, [self.trials[u] for u in todo], engine.input_device())
+        trials = [self.trials[u] for u in todo]
+        if engine.name == DEFAULT_ENGINE:
+            outcomes = score_trials(engine.model, trials, engine.input_device())
+        else:  # an engine that is not a torch module scores from its prompt log-probs
+            outcomes = score_trials_forced(engine.teacher_forced, trials)
         params = {s.label: s.params() for s in sweep.states}
         rows = [Row(sweep.model_label, m, *u, self.trials[u].key, o.success, o.answer_nll,
                     engine.tokenizer.decode(list(o.predicted)), self.trials[u].key_at, params[m])
@@ -104,11 +112,13 @@ class PasskeyTask:
     def finish(self, sweep: Sweep, new: list[Any], wall_s: float) -> PasskeyResult:
         meta = _meta(sweep.spec, sweep.model_label, sweep.states, sweep.trained, sweep.dtype, sweep.dtype_choice,
                      sweep.device, sweep.world, len(new), wall_s)
+        if sweep.engine is not None:
+            meta["engine"] = engine_record(sweep.engine)
         return _finish(sweep.out, sweep.spec, sweep.states, dist.all_gather(sweep.world, new), meta, sweep.world)
 
 
 def run_passkey(spec: PasskeySpec, progress: Callable[[Progress], None] | None = None) -> PasskeyResult:
-    return run_sweep(PasskeyTask(), spec, progress)
+    return run_sweep(PasskeyTask(), spec, progress, engine=spec.engine)
 
 
 def plan_batches(states: list[MethodState], units: list[Unit], done: set[Any], batch_tokens: int,

@@ -8,6 +8,7 @@ over the whole prompt, the head only over the ``answer_len`` positions that pred
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,4 +43,17 @@ def score_trials(model: Any, trials: list[Trial], device: Any) -> list[Outcome]:
             predicted = logits.argmax(-1)
             nll = float(F.cross_entropy(logits, target, reduction="sum"))
             out.append(Outcome(bool((predicted == target).all()), tuple(int(x) for x in predicted), nll))
+    return out
+
+
+def score_trials_forced(teacher_forced: Callable[..., Any], trials: list[Trial]) -> list[Outcome]:
+    """The same outcomes from an engine's ``teacher_forced`` (vLLM's prompt log-probs): the argmax and the answer
+    token's log-prob at each of the ``answer_len`` positions that predict the answer."""
+    spans = [(t.length - t.answer_len, t.length) for t in trials]
+    forced = teacher_forced([list(t.ids) for t in trials], spans)
+    out = []
+    for trial, positions in zip(trials, forced, strict=True):
+        predicted = tuple(token for token, _ in positions)
+        answer = tuple(trial.ids[trial.length - trial.answer_len:])
+        out.append(Outcome(predicted == answer, predicted, -sum(logprob for _, logprob in positions)))
     return out

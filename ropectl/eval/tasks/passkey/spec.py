@@ -44,6 +44,10 @@ class PasskeySpec:
     force: bool = False
     batch_tokens: int = 8192  # trials of one method and length per forward: batch_tokens // length (>= 1)
     replace_existing: bool = False
+    engine: str = "transformers"  # or vllm (ropectl.eval.engines); hf is transformers
+    tensor_parallel_size: int = 1  # vLLM only, like the two below
+    pipeline_parallel_size: int = 1
+    distributed_executor_backend: str | None = None
 
     def __post_init__(self) -> None:
         validate(self)
@@ -53,6 +57,10 @@ class PasskeySpec:
 
 
 def validate(spec: PasskeySpec) -> None:
+    from ropectl.eval.engines import check_engine_options
+
+    check_engine_options(spec.engine, spec.tensor_parallel_size, spec.pipeline_parallel_size,
+                         spec.distributed_executor_backend)
     if spec.trials < 1:
         raise UsageError(f"--trials must be at least 1, got {spec.trials}", "pass --trials 1 or more")
     if not spec.depths:

@@ -112,14 +112,10 @@ def validate(spec: EvalSpec) -> None:
 
 
 def _validate_engine(spec: EvalSpec) -> None:
-    from ropectl.eval.engines import BUILT_IN, engine_name
+    from ropectl.eval.engines import check_engine_options
 
-    if engine_name(spec.engine) not in BUILT_IN:
-        raise UsageError(f"unknown engine '{spec.engine}'", f"use one of: {', '.join(BUILT_IN)} (hf = transformers)")
-    parallel = (spec.tensor_parallel_size, spec.pipeline_parallel_size) != (1, 1) or spec.distributed_executor_backend
-    if parallel and engine_name(spec.engine) != "vllm":
-        raise UsageError("--tensor-parallel-size, --pipeline-parallel-size and --distributed-executor-backend are "
-                         "vLLM options", "add --engine vllm, or drop them")
+    check_engine_options(spec.engine, spec.tensor_parallel_size, spec.pipeline_parallel_size,
+                         spec.distributed_executor_backend)
 
 
 def load_preset(name: str) -> dict[str, Any]:
