@@ -9,9 +9,11 @@ A tiny seeded Llama (trained length 256, head_dim 32 for vLLM's CPU attention, 4
 - sliding mode (window 384, stride 192), the same;
 - tensor parallel 2 (two CPU workers, one core each) against tensor parallel 1 (measured: at most 8e-8);
 - `teacher_forced` / `token_logprobs` against transformers on the patched folder;
+- eval-passkey (teacher forcing through vLLM's prompt log-probs): the same answers, answer NLL within 1e-4
+  (measured 4.8e-6); `recommend --engine vllm` end to end: transformers' winner, ranking and commands;
 - the refusals, one line each, before any weight loads.
-Measured on the 2-core machine: about 4 minutes, most of it the tensor-parallel run (about 19 s to start vLLM's
-two workers per method, against about 2 s for one engine in-process).
+Measured on the 2-core machine: see docs/compatibility.md (vLLM engine starts: about 2 s each in-process, about
+19 s with two tensor-parallel workers).
 """
 
 from __future__ import annotations
