@@ -106,9 +106,9 @@ class VllmEngine:
         wanted = _text_section(self.serving.hf_overrides).get("rope_parameters")
         read = getattr(config.hf_text_config, "rope_parameters", None)
         if int(config.max_model_len) != self.serving.max_model_len or not _holds(read, wanted):
-            raise VerificationError(f"vLLM runs {config.max_model_len} tokens with rope_parameters {read}, not the planned "
-                               f"{self.serving.max_model_len} with {wanted}",
-                               "report it: vLLM did not take the emitted overrides as printed")
+            raise VerificationError(f"vLLM runs {config.max_model_len} tokens with rope_parameters {read}, not the "
+                                    f"planned {self.serving.max_model_len} with {wanted}",
+                                    "report it: vLLM did not take the emitted overrides as printed")
 
     def input_device(self) -> Any:
         return "cpu"
