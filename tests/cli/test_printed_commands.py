@@ -40,7 +40,7 @@ def test_recommend_ship_lines_run_on_a_folder(tmp_path: Path, monkeypatch: pytes
                                               serve_with: str | None) -> None:
     model = tiny_llama(tmp_path / "my-llama", max_position_embeddings=8192)
     ppl, pk = write(tmp_path / "results")
-    args = ["recommend", str(model), "-t", "16k", "--ppl", str(ppl), "--passkey", str(pk), "--json"]
+    args = ["recommend", str(model), "-t", "16k", "--ppl", str(ppl), "--tasks", str(pk), "--json"]
     data = json.loads(runner.invoke(app, args + (["--serve-with", serve_with] if serve_with else [])).stdout)
     work = tmp_path / "work"
     work.mkdir()
@@ -51,7 +51,7 @@ def test_recommend_ship_lines_run_on_a_folder(tmp_path: Path, monkeypatch: pytes
 
 def test_recommend_ship_lines_run_on_the_gguf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, smollm2: Path) -> None:
     ppl, pk = write(tmp_path / "results")
-    data = json.loads(runner.invoke(app, ["recommend", str(smollm2), "-t", "16k", "--ppl", str(ppl), "--passkey",
+    data = json.loads(runner.invoke(app, ["recommend", str(smollm2), "-t", "16k", "--ppl", str(ppl), "--tasks",
                                           str(pk), "--json"]).stdout)
     assert data["winner"] == "yarn:2" and not any("dynamic" in c for c in data["commands"])
     work = tmp_path / "work"
