@@ -188,3 +188,21 @@ def test_bad_input_is_one_line(isolated, tiny_model: Path, args: list[str], word
     from tests.helpers.cli import one_line
 
     one_line(["eval-tasks", str(tiny_model), "-m", "none", "--dtype", "fp32", *args], words)
+
+
+def test_cli_table_and_json(isolated, tiny_model: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from ropectl.cli.app import app
+
+    args = ["eval-tasks", str(tiny_model), "--task", "passkey,vt", "-m", "none", "-m", "yarn:2", "-l", "700",
+            "-n", "2", "--dtype", "fp32"]
+    table = CliRunner().invoke(app, [*args, "-o", "a"])
+    assert table.exit_code == 0, table.output
+    assert "long-context tasks" in table.stdout and "effective length" in table.stdout
+    assert "average" in table.stdout and "[" in table.stdout  # intervals shown
+    data = json.loads(CliRunner().invoke(app, [*args, "-o", "b", "--json"]).stdout)
+    assert data["meta"]["tasks"] == ["passkey", "vt"] and len(data["table"]) == 2 * 3
+    assert set(data["effective_length"]) == {"none", "yarn:2"}
