@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropectl.engines.base import DICT, FAILS, MAX_POS, TOP, Quirk, Reader, Reading, VersionRange
+from ropectl.rope.methods import get_method
 from ropectl.rope.params import YARN_DEFAULT_BETAS, RopeParams
 
 ENGINE = "llama.cpp"
@@ -107,7 +108,7 @@ READERS: tuple[Reader, ...] = (
     Reader(ENGINE, VersionRange("0.3.36"), _READS, ("{arch}.rope.scaling.yarn_beta_fast (most archs)",),
            _ORIGINAL, {}, "none enforced: -c above context_length (n_ctx_train) only warns", (
                Quirk(FAILS, "has no dynamic NTK scaling", rope_types=frozenset({"dynamic"}),
-                     fix="use ntk or yarn for llama.cpp"),
+                     fix=get_method("dynamic").gguf_fix),
                Quirk(IGNORES_BETAS, "reads YaRN beta_fast/beta_slow from the GGUF only for "
                      f"{', '.join(sorted(YARN_BETA_ARCHS))}; other architectures use 32/1",
                      rope_types=frozenset({"yarn"}),
