@@ -36,10 +36,6 @@ _READS = ("{arch}.rope.freq_base", "{arch}.rope.scaling.type", "{arch}.rope.scal
           "{arch}.rope.scaling.original_context_length", "{arch}.rope.scaling.attn_factor", "{arch}.context_length")
 _ORIGINAL = {"yarn": (TOP, DICT, MAX_POS)}
 
-
-# config.json model types whose GGUF architecture reads the beta keys (the converter keeps the name).
-_BETA_MODEL_TYPES = YARN_BETA_ARCHS
-
 # What convert_hf_to_gguf.py (the llama.cpp bundled with llama-cpp-python 0.3.36, conversion/*.py) carries into
 # the GGUF, by the config's ``architectures``: llama3 only where the converter class bakes a rope_freqs tensor, and
 # LongRoPE factors only where it writes rope_factors_long/short; elsewhere the GGUF holds unscaled RoPE.
@@ -159,7 +155,8 @@ def predict(reader: Reader, config: Mapping[str, Any], version: str | None = Non
         for quirk in reader.quirks_for(model_type, p.rope_type):
             if quirk.kind == FAILS:
                 return Reading(reader, error=quirk.note, notes=tuple(notes))
-            if quirk.kind == IGNORES_BETAS and model_type not in _BETA_MODEL_TYPES and ignored_betas("", p.scaling):
+            # The converter keeps these model types' names as their GGUF architecture, so YARN_BETA_ARCHS applies.
+            if quirk.kind == IGNORES_BETAS and not reads_betas(model_type) and ignored_betas("", p.scaling):
                 p = p.with_(scaling={**p.scaling, **DEFAULT_BETAS})
                 notes.append(quirk.note)
         dropped = converter_drops(p.rope_type, architecture)
