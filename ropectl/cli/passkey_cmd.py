@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Optional
 
 import typer
@@ -22,6 +21,7 @@ from ropectl.cli.eval_options import (
     run_sweep_command,
 )
 from ropectl.cli.options import ForceOpt, JsonOpt
+from ropectl.output import dumps
 
 DepthsOpt = Annotated[Optional[str], opt("--depths", panel=RUN, help=(
     "Comma-separated depths of the key in the filler, 0 (start) to 1 (end) [default: 0.1,0.5,0.9]."))]
@@ -55,7 +55,7 @@ def eval_passkey(
     if result is None:
         return
     if json_out:
-        typer.echo(json.dumps(result.to_dict()))
+        typer.echo(dumps(result.to_dict()))
         return
     print_passkey_table(result)
 

@@ -13,6 +13,8 @@ import platform
 import time
 from pathlib import Path
 
+from ropectl.output import dumps
+
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 PROBE_SHAPE = (128, 576, 1536)  # tokens x hidden -> MLP width, SmolLM2-sized
 PROBE_MARGIN = 1.2  # bf16 must beat fp32 clearly: "auto" must never be slower than fp32
@@ -68,7 +70,7 @@ def probe_cached(cache_dir: Path | None = None) -> tuple[str, str]:
     dtype, why = probe()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"key": key, "dtype": dtype, "why": why}), encoding="utf-8")
+        path.write_text(dumps({"key": key, "dtype": dtype, "why": why}), encoding="utf-8")
     except OSError:
         pass  # a cache that cannot be written only costs the probe next time
     return dtype, why

@@ -244,3 +244,26 @@ def test_one_writer_per_out_and_sigterm_keeps_trials(tiny_model: Path, tmp_path:
     assert resumed.exit_code == 0, resumed.output
     assert json.loads(resumed.stdout)["meta"]["new_trials"] > 0
     assert not (out / ".ropectl.lock").exists()
+
+
+def _strict(text: str):
+    """A JSON parser that refuses NaN and Infinity, which strict JSON readers (and RFC 8259) do not accept."""
+    def refuse(name: str):
+        raise ValueError(f"non-standard JSON constant {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_non_finite_answer_nll_is_written_as_strict_json(tmp_path: Path) -> None:
+    import math
+
+    from ropectl.eval.tasks.passkey.results import JSON, LOG, Row, append_rows, read_rows, write_outputs
+
+    bad = Row("m", "none", 300, 0.5, 0, "12345", False, float("inf"), "9", 120)
+    good = Row("m", "none", 300, 0.5, 1, "67890", True, 0.25, "67890", 140)  # control: a finite loss stays a number
+    append_rows(tmp_path, [bad, good])
+    lines = [_strict(line) for line in (tmp_path / LOG).read_text(encoding="utf-8").splitlines()]
+    assert [line["answer_nll"] for line in lines] == [None, 0.25]
+    back = sorted(read_rows(tmp_path), key=lambda r: r.trial)
+    assert len(back) == 2 and math.isnan(back[0].answer_nll) and back[1] == good
+    write_outputs(tmp_path, back, {"meta": {}})
+    assert [r["answer_nll"] for r in _strict((tmp_path / JSON).read_text(encoding="utf-8"))["results"]] == [None, 0.25]
