@@ -12,14 +12,10 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from ropectl.cli.options import opt
 from ropectl.rope.methods import method_names
 
 DATA, RUN, OUT = "Data", "Run", "Output"
-
-
-def opt(*names: str, panel: str, **kw: Any) -> Any:
-    """A typer option in a help panel, its default stated in the help text rather than by typer."""
-    return typer.Option(*names, rich_help_panel=panel, show_default=False, **kw)
 
 
 ModelOpt = Annotated[Optional[str], typer.Argument(
