@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ropectl.rope.params import RopeParams
@@ -93,6 +93,19 @@ class Reader:
 
     def quirks_for(self, model_type: str, rope_type: str, version: str | None = None) -> tuple[Quirk, ...]:
         return tuple(q for q in self.quirks if q.applies(model_type, rope_type, version))
+
+    def pieces(self) -> tuple[tuple[Reader, str | None], ...]:
+        """This reader split where a quirk's own version range starts or ends inside it (Gemma3 arrives in 4.50,
+        inside the 4.48 to <4.51 entry): (reader narrowed to one piece, the version to predict it at). A reader
+        with no such boundary is itself, predicted with no version."""
+        low, high = version_key(self.versions.low), self.versions.high and version_key(self.versions.high)
+        cuts = sorted({edge for q in self.quirks if q.versions for edge in (q.versions.low, q.versions.high)
+                       if edge and low < version_key(edge) and (not high or version_key(edge) < high)},
+                      key=version_key)
+        if not cuts:
+            return ((self, None),)
+        edges = [self.versions.low, *cuts, self.versions.high]
+        return tuple((replace(self, versions=VersionRange(a, b)), a) for a, b in zip(edges, edges[1:]))
 
 
 @dataclass(frozen=True)
