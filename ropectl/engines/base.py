@@ -9,7 +9,7 @@ will compute for one config: the RoPE per layer type, or the error it raises.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -86,6 +86,12 @@ class Reader:
     serving_length: str = ""  # how it derives the longest sequence it accepts
     quirks: tuple[Quirk, ...] = ()
     tested: tuple[str, ...] = ()  # versions the compat tier runs
+    serving_notes: Mapping[str, str] = field(default_factory=dict)  # rope type -> what serving_length adds for it
+
+    def serving_rule(self, rope_types: Iterable[str]) -> str:
+        """``serving_length``, with the notes of the rope types a reading builds (only what applies to them)."""
+        notes = [self.serving_notes[t] for t in dict.fromkeys(rope_types) if t in self.serving_notes]
+        return "; ".join([self.serving_length, *notes]) if self.serving_length else "; ".join(notes)
 
     @property
     def label(self) -> str:

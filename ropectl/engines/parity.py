@@ -60,7 +60,8 @@ class EngineView:
                 "agrees": self.differs is None,
                 "differs": self.differs, "fix": self.fix, "error": self.reading.error,
                 "notes": list(self.reading.notes), "serving_length": self.reading.serving_length,
-                "serving_rule": self.reader.serving_length, "layers": self.summary()}
+                "serving_rule": self.reader.serving_rule(p.rope_type for p in self.reading.ropes.values()),
+                "layers": self.summary()}
 
 
 def _layer(ropes: Mapping[str, RopeParams], name: str) -> RopeParams | None:

@@ -116,6 +116,21 @@ def test_gemma3_cannot_load_label_ends_where_gemma3_arrived() -> None:
     assert engine_warnings(LLAMA, views) == []
 
 
+def test_transformers_serving_rule_names_dynamic_only_for_dynamic() -> None:
+    """The serving-length line says what applies to the method: dynamic's start past max_position_embeddings only
+    where the reading builds dynamic."""
+    from ropectl.schema.read import read_model_rope
+
+    dynamic = {**LLAMA, "rope_scaling": {"rope_type": "dynamic", "type": "dynamic", "factor": 2.0}}
+    rules = {}
+    for name, config in (("yarn", YARN_RAISED), ("default", LLAMA), ("dynamic", dynamic)):
+        views = engine_views(config, {"main": read_model_rope(config).rope})
+        rules[name] = next(v.to_json()["serving_rule"] for v in views if v.reader is READERS[-1])
+    assert "dynamic" not in rules["yarn"] and "dynamic" not in rules["default"]
+    assert rules["yarn"].startswith("none enforced: longer prompts run")
+    assert rules["dynamic"].startswith(rules["yarn"]) and "dynamic" in rules["dynamic"]  # control
+
+
 def test_null_theta_is_named() -> None:
     saved = {**LLAMA, "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": None}}
     del saved["rope_theta"]
