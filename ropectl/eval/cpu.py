@@ -13,6 +13,7 @@ import platform
 import time
 from pathlib import Path
 
+from ropectl.eval.cache import cache_root
 from ropectl.output import dumps
 
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -56,8 +57,6 @@ def choose_from_flags(flags: set[str]) -> tuple[str, str]:
 
 def probe_cached(cache_dir: Path | None = None) -> tuple[str, str]:
     import torch
-
-    from ropectl.eval.tasks.ppl.data import cache_root
 
     key = f"{platform.machine()}|{platform.processor()}|{torch.__version__}|{torch.get_num_threads()}"
     path = (cache_dir or cache_root()) / "cpu-dtype.json"
