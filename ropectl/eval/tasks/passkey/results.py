@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.io.files import atomic_write_text
+from ropectl.output import dumps
 
 LOG = "passkey.jsonl"
 JSON = "passkey.json"
@@ -43,12 +45,15 @@ class Row:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["params"] = dict(self.params)
+        if not math.isfinite(out["answer_nll"]):  # strict JSON has no NaN or Infinity: null, read back as NaN
+            out["answer_nll"] = None
         return {k: out[k] for k in COLUMNS}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Row:
         return cls(str(d["model"]), str(d["method"]), int(d["length"]), float(d["depth"]), int(d["trial"]),
-                   str(d["key"]), bool(d["success"]), float(d["answer_nll"]), str(d["predicted"]), int(d["key_at"]),
+                   str(d["key"]), bool(d["success"]), math.nan if d["answer_nll"] is None else float(d["answer_nll"]),
+                   str(d["predicted"]), int(d["key_at"]),
                    dict(d.get("params") or {}))
 
 
@@ -57,7 +62,7 @@ def append_rows(out: Path, rows: Iterable[Row]) -> None:
     fd = os.open(out / LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         for row in rows:
-            os.write(fd, (json.dumps(row.to_dict()) + "\n").encode("utf-8"))
+            os.write(fd, (dumps(row.to_dict()) + "\n").encode("utf-8"))
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -117,11 +122,11 @@ def accuracies(rows: list[Row], methods: list[str], lengths: list[int], depths: 
 
 def write_outputs(out: Path, rows: list[Row], summary: Mapping[str, Any]) -> None:
     data = [r.to_dict() for r in rows]
-    atomic_write_text(out / JSON, json.dumps({"meta": summary.get("meta", {}), "results": data}, indent=1) + "\n")
+    atomic_write_text(out / JSON, dumps({"meta": summary.get("meta", {}), "results": data}, indent=1) + "\n")
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(COLUMNS)
     for row in data:
-        writer.writerow([json.dumps(row[k], sort_keys=True) if k == "params" else row[k] for k in COLUMNS])
+        writer.writerow([dumps(row[k], sort_keys=True) if k == "params" else row[k] for k in COLUMNS])
     atomic_write_text(out / CSV, buf.getvalue())
-    atomic_write_text(out / SUMMARY, json.dumps(summary, indent=2) + "\n")
+    atomic_write_text(out / SUMMARY, dumps(summary, indent=2) + "\n")
