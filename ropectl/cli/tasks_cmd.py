@@ -2,28 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Optional
 
 import typer
 
+from ropectl.cli import eval_options as eo
 from ropectl.cli.errors import handle_errors
-from ropectl.cli.eval_options import (
-    DATA,
-    RUN,
-    DeviceOpt,
-    DtypeOpt,
-    LengthsOpt,
-    MethodOpt,
-    ModelOpt,
-    OutOpt,
-    ReplaceOpt,
-    ResumeOpt,
-    opt,
-    run_sweep_command,
-)
 from ropectl.cli.options import ForceOpt, JsonOpt
 
+opt, RUN, DATA = eo.opt, eo.RUN, eo.DATA
 TaskOpt = Annotated[Optional[str], opt("--task", "-T", panel=RUN, help=(
     "Comma-separated tasks or groups: ruler (all 11 generated RULER tasks), niah, niah_single, niah_multikey, "
     "niah_single_1..3, niah_multikey_1..3, niah_multivalue, niah_multiquery, vt, cwe, fwe, passkey "
@@ -42,11 +29,11 @@ BatchOpt = Annotated[Optional[int], opt("--batch-tokens", panel=RUN, help=(
 
 @handle_errors
 def eval_tasks(
-    model: ModelOpt = None, task: TaskOpt = None, method: MethodOpt = None, lengths: LengthsOpt = None,
+    model: eo.ModelOpt = None, task: TaskOpt = None, method: eo.MethodOpt = None, lengths: eo.LengthsOpt = None,
     samples: SamplesOpt = None, seed: SeedOpt = None, threshold: ThresholdOpt = None, dataset: DatasetOpt = None,
-    dtype: DtypeOpt = None, device: DeviceOpt = None, out: OutOpt = None, resume: ResumeOpt = False,
+    dtype: eo.DtypeOpt = None, device: eo.DeviceOpt = None, out: eo.OutOpt = None, resume: eo.ResumeOpt = False,
     force: ForceOpt = False, json_out: JsonOpt = False, batch_tokens: BatchOpt = None,
-    replace_existing: ReplaceOpt = False,
+    replace_existing: eo.ReplaceOpt = False,
 ) -> None:
     """RULER-style tasks (needle retrieval, variable tracking, common/frequent words, passkey) over lengths x
     RoPE methods, with 95 % intervals, paired differences against none and each method's effective length.
@@ -61,46 +48,36 @@ def eval_tasks(
                             seed=seed, threshold=threshold, dataset=dataset, dtype=dtype, device=device, out=out,
                             resume=resume or None, force=force or None, batch_tokens=batch_tokens,
                             replace_existing=replace_existing or None)
-    result = run_sweep_command(lambda on_progress: run_tasks(spec, on_progress), "trials")
-    if result is None:
-        return
-    if json_out:
-        typer.echo(json.dumps(result.to_dict()))
-        return
-    print_tasks_table(result)
+    result = eo.run_sweep_command(lambda on_progress: run_tasks(spec, on_progress), "trials")
+    if result is not None:
+        eo.echo_result(result, json_out, print_tasks_table)
 
 
 def print_tasks_table(result: Any) -> None:
     """Mean score [95 % interval] per task x method (rows) and length (columns); then effective lengths."""
     from rich.console import Console
-    from rich.table import Table
 
     from ropectl.eval.options import length_label
 
     meta = result.meta
     trained = meta.get("trained_context")
-    table = Table(title=f"long-context tasks · {meta['model']} · {meta['dtype']} · {meta['samples']} trials per cell")
-    table.add_column("task", style="bold")
-    table.add_column("method")
+    table = eo.sweep_table(meta, "long-context tasks", meta["dtype"], f"{meta['samples']} trials per cell")
+    table.add_column("task")
     for n in meta["lengths"]:
-        table.add_column(length_label(n) + (" *" if trained and n > trained else ""), justify="right")
+        table.add_column(eo.length_header(n, trained), justify="right")
     tasks = [*meta["tasks"], *(["average"] if len(meta["tasks"]) > 1 else [])]
     for task in tasks:
         for i, method in enumerate(meta["methods"]):
             cells = [result.score(task, method, n) for n in meta["lengths"]]
-            table.add_row(task if i == 0 else "", method, *[_cell(c) for c in cells],
-                          end_section=i == len(meta["methods"]) - 1)
-    console = Console()
-    console.print(table)
-    if trained:
-        console.print(f"* beyond the trained context ({trained} tokens). Score: RULER string match under greedy "
-                      "decoding, by teacher forcing; [95 % interval over trials].")
+            table.add_row(method, task, *[_cell(c) for c in cells], end_section=i == len(meta["methods"]) - 1)
+    eo.print_sweep_table(table, trained, "Score: RULER string match under greedy decoding, by teacher forcing; "
+                         "[95 % interval over trials].",
+                         f"results: {result.out}/tasks.json, tasks.csv, tasks-summary.json, tasks.png "
+                         f"({meta['wall_s']:.0f} s, dtype {meta['dtype']}: {meta['dtype_choice']})")
     eff = ", ".join(f"{m} {length_label(n) if n else '< ' + length_label(min(meta['lengths']))}"
                     for m, n in result.effective.items())
-    console.print(f"effective length (mean score ≥ {meta['threshold']:.1%} at every length up to it): {eff}",
-                  soft_wrap=True)
-    console.print(f"results: {result.out}/tasks.json, tasks.csv, tasks-summary.json, tasks.png "
-                  f"({meta['wall_s']:.0f} s, dtype {meta['dtype']}: {meta['dtype_choice']})", soft_wrap=True)
+    Console().print(f"effective length (mean score ≥ {meta['threshold']:.1%} at every length up to it): {eff}",
+                    soft_wrap=True)
 
 
 def _cell(s: Any) -> str:

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropectl.io.files import atomic_write_text
-from ropectl.output import dumps
+from ropectl.eval.rowlog import append_jsonl, read_jsonl, write_results
 
 LOG = "passkey.jsonl"
 JSON = "passkey.json"
@@ -58,14 +54,7 @@ class Row:
 
 
 def append_rows(out: Path, rows: Iterable[Row]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out / LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        for row in rows:
-            os.write(fd, (dumps(row.to_dict()) + "\n").encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_jsonl(out / LOG, (r.to_dict() for r in rows))
 
 
 def read_rows(out: Path) -> list[Row]:
@@ -77,12 +66,7 @@ def read_rows(out: Path) -> list[Row]:
             sources += json.loads((out / JSON).read_text(encoding="utf-8")).get("results", [])
         except (ValueError, AttributeError):
             pass
-    if (out / LOG).is_file():
-        for line in (out / LOG).read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                sources.append(json.loads(line))
-            except ValueError:
-                continue
+    sources += read_jsonl(out / LOG)
     for data in sources:
         try:
             row = Row.from_dict(data)
@@ -121,12 +105,4 @@ def accuracies(rows: list[Row], methods: list[str], lengths: list[int], depths: 
 
 
 def write_outputs(out: Path, rows: list[Row], summary: Mapping[str, Any]) -> None:
-    data = [r.to_dict() for r in rows]
-    atomic_write_text(out / JSON, dumps({"meta": summary.get("meta", {}), "results": data}, indent=1) + "\n")
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(COLUMNS)
-    for row in data:
-        writer.writerow([dumps(row[k], sort_keys=True) if k == "params" else row[k] for k in COLUMNS])
-    atomic_write_text(out / CSV, buf.getvalue())
-    atomic_write_text(out / SUMMARY, dumps(summary, indent=2) + "\n")
+    write_results(out, (JSON, CSV, SUMMARY), [r.to_dict() for r in rows], COLUMNS, summary)

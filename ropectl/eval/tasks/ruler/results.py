@@ -4,18 +4,13 @@ effective length per method (RULER's definition)."""
 
 from __future__ import annotations
 
-import csv
-import io
-import json
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ropectl.eval.rowlog import append_jsonl, read_jsonl, write_results
 from ropectl.eval.stats import mean_interval, paired_difference
-from ropectl.io.files import atomic_write_text
-from ropectl.output import dumps
 
 LOG, JSON, CSV, SUMMARY, PLOT = "tasks.jsonl", "tasks.json", "tasks.csv", "tasks-summary.json", "tasks.png"
 COLUMNS = ("model", "method", "params", "task", "length", "trial", "score", "found", "references", "answer_nll",
@@ -55,26 +50,18 @@ class Row:
 
 
 def append_rows(out: Path, rows: Iterable[Row]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out / LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        for row in rows:
-            os.write(fd, (json.dumps(row.to_dict()) + "\n").encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_jsonl(out / LOG, (r.to_dict() for r in rows))
 
 
 def read_rows(out: Path) -> list[Row]:
     """Finished trials from the log (a torn or foreign line is skipped)."""
     rows: dict[tuple[str, str, int, int], Row] = {}
-    if (out / LOG).is_file():
-        for line in (out / LOG).read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                row = Row.from_dict(json.loads(line))
-            except (ValueError, KeyError, TypeError):
-                continue
-            rows[row.ident] = row
+    for data in read_jsonl(out / LOG):
+        try:
+            row = Row.from_dict(data)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+        rows[row.ident] = row
     return list(rows.values())
 
 
@@ -168,12 +155,4 @@ def effective_lengths(table: list[Score], methods: list[str], lengths: list[int]
 
 
 def write_outputs(out: Path, rows: list[Row], summary: Mapping[str, Any]) -> None:
-    data = [r.to_dict() for r in rows]
-    atomic_write_text(out / JSON, dumps({"meta": summary.get("meta", {}), "results": data}, indent=1) + "\n")
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(COLUMNS)
-    for row in data:
-        writer.writerow([json.dumps(row[k], sort_keys=True) if k == "params" else row[k] for k in COLUMNS])
-    atomic_write_text(out / CSV, buf.getvalue())
-    atomic_write_text(out / SUMMARY, dumps(summary, indent=2) + "\n")
+    write_results(out, (JSON, CSV, SUMMARY), [r.to_dict() for r in rows], COLUMNS, summary)

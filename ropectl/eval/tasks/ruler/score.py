@@ -46,7 +46,7 @@ def teacher_forced(model: Any, trials: list[Trial], device: Any) -> list[tuple[t
     import torch
     import torch.nn.functional as F
 
-    from ropectl.eval.tasks.ppl.loss import body_hidden_batch, logits_fn
+    from ropectl.eval.forward import body_hidden_batch, logits_fn
 
     if len({t.length for t in trials}) != 1:
         raise ValueError("a batch must hold trials of one length")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import UsageError
-from ropectl.eval.options import DTYPES, merge_settings, parse_lengths, parse_methods
+from ropectl.eval.options import check_run, merge_settings, parse_lengths, parse_methods
 from ropectl.rope.methods import MethodSpec
 
 # RULER's effective length: the longest length whose mean score stays above Llama-2-7B's at 4k (85.6 %).
@@ -44,14 +44,7 @@ class TasksSpec:
             raise UsageError(f"--samples must be at least 1, got {self.samples}", "pass --samples 1 or more")
         if not 0.0 < self.threshold <= 1.0:
             raise UsageError(f"--threshold must be in (0, 1], got {self.threshold}", "pass e.g. --threshold 0.856")
-        if self.dtype not in DTYPES:
-            raise UsageError(f"unknown dtype '{self.dtype}'", f"use one of: {', '.join(DTYPES)}")
-        if self.batch_tokens < 1:
-            raise UsageError(f"--batch-tokens must be positive, got {self.batch_tokens}", "pass e.g. 8192")
-        labels = [m.label for m in self.methods]
-        dupes = sorted({x for x in labels if labels.count(x) > 1})
-        if dupes:
-            raise UsageError(f"method {dupes[0]} is given twice", "pass each --method once")
+        check_run(self.dtype, self.batch_tokens, self.methods)
 
     def with_(self, **changes: Any) -> TasksSpec:
         return replace(self, **changes)
