@@ -149,7 +149,9 @@ def _with_commands(views: list[Any], resolved: Any, model: ModelRope, target: in
     where = resolved.source if resolved.kind == "hub" else str(resolved.path)
     out = []
     for view in views:
-        if view.too_short and view.reader.engine == vllm.ENGINE:
+        if view.differs and vllm.STATIC_DYNAMIC_NOTE in view.reading.notes:
+            view = replace(view, fix=vllm.static_dynamic_fix(where, model.rope.factor, not model.record))
+        elif view.too_short and view.reader.engine == vllm.ENGINE:
             emitted, _ = emit_vllm(where, model.rope, model.layer_ropes, model.partial_rotary_factor, target,
                                    model.model_type, vllm.override_path(resolved.config))
             view = replace(view, fix=f"serve it with: {emitted['command']}")

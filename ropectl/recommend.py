@@ -1,26 +1,33 @@
-"""``ropectl recommend``: which method and factor to ship for a target length, from eval-ppl + eval-passkey.
+"""``ropectl recommend``: which method and factor to ship for a target length, and how sure that is.
 
-The rule, applied to every method in the results (``none`` included, so "do not scale" can win):
-1. In-window regression: a method whose PPL at any measured length up to the trained context is more
-   than ``max_regression`` above ``none``'s is out. Scaling must not make the model worse at what it
-   already did (static YaRN enabled needlessly cost Qwen3 a benchmark drop from 39 to 26.5, Qwen3 #1567).
-2. Among the rest, the highest passkey accuracy at the target length wins: PPL can improve while the
-   model no longer uses its context. Methods without passkey results at the target rank after those with.
-3. Then the lowest PPL at the target; then the smaller regression; then ``none`` before any method
-   (on a tie, do not change what works); then the name (deterministic).
+Every method saw the same documents and the same task trials, so each comparison is paired. The rule, over every
+measured method (``none`` included, so "do not scale" can win):
+1. Out: a method an engine in ``--serve-with`` would not compute as evaluated; a method whose PPL at a length up
+   to the trained context is more than ``max_regression`` above ``none``'s (static YaRN enabled needlessly cost
+   Qwen3 a benchmark drop from 39 to 26.5, Qwen3 #1567); a PPL at the target that is not finite.
+2. The measured leader: the highest mean task score at the target (RULER-style tasks averaged per trial), then
+   the lowest PPL at the target, then the smaller regression, then ``none``, then the name.
+3. The leader is crowned only if it separates from every other eligible method: its paired task difference
+   excludes 0 (McNemar for 0/1 trials, else paired t), or the tasks tie and its paired PPL ratio at the target
+   excludes 1 in its favour. Otherwise the methods it cannot be told from tie with it, and the simplest of them
+   ships: ``none`` if it is among them, else the one with the smallest in-window regression.
 Pure functions over the results files: the same files always give the same answer.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, dataclass
+from collections import defaultdict
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ropectl.errors import DataError, UsageError
+from ropectl.eval.stats import paired_difference, paired_log_ratio, samples_to_separate, trials_to_separate_binary
+from ropectl.recommend_data import load_ppl, load_tasks
 
+__all__ = ["DEFAULT_MAX_REGRESSION", "Evidence", "Recommendation", "Rival", "load_ppl", "load_tasks",
+           "patch_commands", "recommend"]
 REFERENCE = ("none", "as-is")
 DEFAULT_MAX_REGRESSION = 0.05
 
@@ -32,11 +39,33 @@ class Evidence:
     vs_none_target: float | None  # PPL / PPL(none) at the target
     regression: float | None  # max over lengths <= trained of PPL / PPL(none) - 1
     regression_at: int | None
-    passkey: float | None  # accuracy at the target, all depths
-    passkey_trials: int
+    score: float | None  # mean task score at the target (tasks averaged per trial)
+    trials: int
     eligible: bool
     note: str
     rank: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Rival:
+    """The leader against one other eligible method at the target, paired."""
+
+    method: str
+    separated: bool
+    score_diff: float | None = None  # leader - rival, mean task score
+    score_lo: float | None = None
+    score_hi: float | None = None
+    score_p: float | None = None
+    trials: int = 0
+    trials_needed: int | None = None  # to separate the observed difference (80 % power, 5 % two-sided)
+    ppl_ratio: float | None = None  # PPL(leader) / PPL(rival)
+    ppl_lo: float | None = None
+    ppl_hi: float | None = None
+    docs: int = 0
+    docs_needed: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -47,43 +76,28 @@ class Recommendation:
     target: int
     trained: int
     max_regression: float
-    evidence: tuple[Evidence, ...]  # ranked, best first
-    serve_with: tuple[str, ...] = ()  # the engines a method had to be served by as evaluated (empty: not asked)
+    evidence: tuple[Evidence, ...]  # the winner first, then the measured order
+    serve_with: tuple[str, ...] = ()
+    leader: str = ""  # the measured best
+    rivals: tuple[Rival, ...] = ()
 
     @property
     def winner(self) -> Evidence:
         return self.evidence[0]
 
+    @property
+    def confident(self) -> bool:
+        return all(r.separated for r in self.rivals)
+
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "trained": self.trained, "max_regression": self.max_regression,
-                "winner": self.winner.method, "serve_with": list(self.serve_with),
+                "winner": self.winner.method, "leader": self.leader, "confident": self.confident,
+                "serve_with": list(self.serve_with), "rivals": [r.to_dict() for r in self.rivals],
                 "evidence": [e.to_dict() for e in self.evidence]}
 
 
-def load_ppl(folder: Path) -> dict[str, Any]:
-    return _read(Path(folder) / "summary.json", "eval-ppl", "--ppl")
-
-
-def load_passkey(folder: Path) -> dict[str, Any]:
-    return _read(Path(folder) / "passkey-summary.json", "eval-passkey", "--passkey")
-
-
-def _read(path: Path, command: str, flag: str) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        data["meta"], data["table"]  # noqa: B018  # both must be there
-        return data
-    except FileNotFoundError:
-        raise DataError(f"'{path}' does not exist", f"pass {flag} the --out folder of a finished `ropectl "
-                        f"{command}` run") from None
-    except (OSError, ValueError, KeyError, TypeError):
-        raise DataError(f"'{path}' is not a {command} summary", f"pass {flag} the --out folder of a finished "
-                        f"`ropectl {command}` run") from None
-
-
-def recommend(ppl: dict[str, Any], passkey: dict[str, Any] | None, target: int,
+def recommend(ppl: dict[str, Any], tasks: dict[str, Any] | None, target: int,
               max_regression: float = DEFAULT_MAX_REGRESSION, serve_with: tuple[str, ...] = ()) -> Recommendation:
-    """Rank the measured methods; a method an engine in ``serve_with`` would not compute as evaluated is out."""
     meta = ppl["meta"]
     trained = meta.get("trained_context")
     if not trained:
@@ -95,12 +109,84 @@ def recommend(ppl: dict[str, Any], passkey: dict[str, Any] | None, target: int,
                          f"{', '.join(map(str, lengths))})", f"pass one of those, or rerun eval-ppl with --lengths "
                          f"including {target}")
     reference = next((m for m in REFERENCE if (m, target) in table), None)
-    keys = _passkey_at(passkey, target)
-    found = [_served(_evidence(m, table, lengths, trained, target, reference, keys.get(m), max_regression), serve_with)
-             for m in meta["methods"] if (m, target) in table]
+    docs = _docs(ppl.get("cells", []), target)
+    trials = _trials(tasks["rows"] if tasks else [], target)
+    found = [_served(_evidence(m, table, lengths, trained, target, reference, trials.get(m), max_regression),
+                     serve_with) for m in meta["methods"] if (m, target) in table]
     ranked = sorted(found, key=_order)
-    return Recommendation(target, trained, max_regression,
-                          tuple(Evidence(**{**e.to_dict(), "rank": i + 1}) for i, e in enumerate(ranked)), serve_with)
+    leader = ranked[0]
+    rivals = tuple(compare(leader.method, e.method, trials, docs) for e in ranked[1:] if e.eligible)
+    tied = [leader] + [e for e in ranked if e.method in {r.method for r in rivals if not r.separated}]
+    winner = leader if len(tied) == 1 or not leader.eligible else _simplest(tied)
+    ordered = [winner] + [e for e in ranked if e is not winner]
+    return Recommendation(target, trained, max_regression, tuple(replace(e, rank=i + 1) for i, e in enumerate(ordered)),
+                          serve_with, leader.method, rivals)
+
+
+def _simplest(tied: list[Evidence]) -> Evidence:
+    """``none`` if it is among the tied, else the smallest in-window regression (then the lower PPL)."""
+    ref = next((e for e in tied if e.method in REFERENCE), None)
+    return ref or min(tied, key=lambda e: (e.regression if e.regression is not None else math.inf, e.ppl_target))
+
+
+def compare(leader: str, rival: str, trials: dict[str, dict[Any, float]], docs: dict[str, dict[str, Any]]) -> Rival:
+    out: dict[str, Any] = {}
+    a, b = trials.get(leader, {}), trials.get(rival, {})
+    keys = sorted(set(a) & set(b))
+    task_sep = task_worse = False
+    if keys:
+        xs, ys = [a[k] for k in keys], [b[k] for k in keys]
+        d = paired_difference(xs, ys)
+        task_sep, task_worse = d.separable and d.diff > 0, d.separable and d.diff < 0
+        out.update(score_diff=d.diff, score_lo=d.lo, score_hi=d.hi, score_p=d.p_value, trials=d.n,
+                   trials_needed=None if d.separable else _trials_needed(xs, ys))
+    da, db = docs.get(leader, {}), docs.get(rival, {})
+    common = sorted(k for k in set(da) & set(db) if da[k][1] == db[k][1])
+    ppl_sep = False
+    if common:
+        nll_a, nll_b, tokens = [da[k][0] for k in common], [db[k][0] for k in common], [da[k][1] for k in common]
+        r = paired_log_ratio(nll_a, nll_b, tokens)
+        ppl_sep = r.separable and r.ratio < 1
+        per_doc = [(x - y) / t for x, y, t in zip(nll_a, nll_b, tokens)]
+        out.update(ppl_ratio=r.ratio, ppl_lo=r.lo, ppl_hi=r.hi, docs=r.n,
+                   docs_needed=None if r.separable else _needed(per_doc))
+    return Rival(rival, task_sep or (ppl_sep and not task_worse), **out)
+
+
+def _trials_needed(xs: list[float], ys: list[float]) -> int | None:
+    if all(v in (0.0, 1.0) for v in (*xs, *ys)):
+        n = len(xs)
+        return trials_to_separate_binary(sum(x > y for x, y in zip(xs, ys)) / n, sum(x < y for x, y in zip(xs, ys)) / n)
+    return _needed([x - y for x, y in zip(xs, ys)])
+
+
+def _needed(diffs: list[float]) -> int | None:
+    if len(diffs) < 2:
+        return None
+    mean = sum(diffs) / len(diffs)
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1))
+    return samples_to_separate(mean, sd) if sd > 0 else None
+
+
+def _docs(cells: list[dict[str, Any]], target: int) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = defaultdict(dict)
+    for c in cells:
+        if int(c["length"]) == target:
+            out[c["method"]][c["doc"]] = (float(c["nll_sum"]), int(c["tokens"]))
+    return out
+
+
+def _trials(rows: list[dict[str, Any]], target: int) -> dict[str, dict[Any, float]]:
+    """method -> trial index -> score averaged over the tasks (trials every task has)."""
+    by: dict[str, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    for r in rows:
+        if int(r["length"]) == target:
+            by[r["method"]][r["task"]][int(r["trial"])] = float(r["score"])
+    out = {}
+    for method, per_task in by.items():
+        common = set.intersection(*(set(v) for v in per_task.values()))
+        out[method] = {i: sum(v[i] for v in per_task.values()) / len(per_task) for i in sorted(common)}
+    return out
 
 
 def _served(e: Evidence, serve_with: tuple[str, ...]) -> Evidence:
@@ -110,23 +196,16 @@ def _served(e: Evidence, serve_with: tuple[str, ...]) -> Evidence:
     if e.method in REFERENCE or not serve_with:
         return e
     why = why_not_served(parse_spec(e.method).name, serve_with)
-    return e if why is None else Evidence(**{**e.to_dict(), "eligible": False, "note": f"not served as evaluated: {why}"})
+    return e if why is None else replace(e, eligible=False, note=f"not served as evaluated: {why}")
 
 
 def _order(e: Evidence) -> tuple[Any, ...]:
-    return (not e.eligible, -(e.passkey if e.passkey is not None else -1.0), e.ppl_target,
+    return (not e.eligible, -(e.score if e.score is not None else -1.0), e.ppl_target,
             e.regression if e.regression is not None else math.inf, e.method not in REFERENCE, e.method)
 
 
-def _passkey_at(passkey: dict[str, Any] | None, target: int) -> dict[str, tuple[float, int]]:
-    if not passkey:
-        return {}
-    return {r["method"]: (float(r["accuracy"]), int(r["trials"])) for r in passkey.get("by_length", [])
-            if int(r["length"]) == target}
-
-
 def _evidence(method: str, table: dict[tuple[str, int], float], lengths: list[int], trained: int, target: int,
-              reference: str | None, keys: tuple[float, int] | None, max_regression: float) -> Evidence:
+              reference: str | None, trials: dict[Any, float] | None, max_regression: float) -> Evidence:
     ppl = table[(method, target)]
     vs = ppl / table[(reference, target)] if reference else None
     window = [(table[(method, n)] / table[(reference, n)] - 1, n) for n in lengths
@@ -139,8 +218,8 @@ def _evidence(method: str, table: dict[tuple[str, int], float], lengths: list[in
         note = f"in-window regression {regression:+.1%} at {at} > {max_regression:.0%}"
     else:
         note = "" if regression is not None else "no in-window reference (no `none` at those lengths)"
-    return Evidence(method, ppl, vs, regression, at, keys[0] if keys else None, keys[1] if keys else 0, eligible,
-                    note)
+    score = sum(trials.values()) / len(trials) if trials else None
+    return Evidence(method, ppl, vs, regression, at, score, len(trials or {}), eligible, note)
 
 
 def patch_commands(model: str, method: str, serve_with: tuple[str, ...] = ("vllm", "llama.cpp")) -> list[str]:

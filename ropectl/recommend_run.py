@@ -1,6 +1,9 @@
-"""``recommend`` without results folders: run the PPL sweep, then passkey on ``none`` and the best scaled
-candidate by PPL, then rank. Sizes: the embedded default fits 10 minutes on 2 CPU cores; a MODEL gets a
-generic sweep at factor target / trained context.
+"""``recommend`` without results folders: run eval-ppl and eval-tasks on ``none`` and a small grid of candidate
+methods and factors, every one of them an engine in ``--serve-with`` computes as evaluated, then rank.
+
+The grid: each candidate method at ``target / trained`` times 1, 1.5 and 2 (1 and 2 in the embedded demo), so
+the answer is a method and a factor. A method the engines would not run as evaluated (dynamic for llama.cpp or
+vLLM) is not measured at all, and the reason is kept for the report.
 """
 
 from __future__ import annotations
@@ -13,52 +16,63 @@ from typing import Any
 
 from ropectl.recommend import DEFAULT_MAX_REGRESSION, recommend
 
-# The embedded demo (SmolLM2-135M, trained 8k): factor-2 candidates, measured up to a 10k target.
-# On 2 AVX2 cores in fp32 a 10k forward takes about a minute: 3 PPL forwards + 2 x 2 passkey trials at 10k.
-DEMO = {"methods": ["none", "yarn:2", "dynamic:2"], "lengths": ["1k", "2k", "4k", "8k"], "docs": 1,
-        "passkey_lengths": ["2k", "4k"], "depths": [0.2, 0.8], "trials": 1}
-CANDIDATES = ("yarn", "dynamic", "ntk", "linear")
+# The embedded demo (SmolLM2-135M, trained 8k, 10k target): sized to about 10 minutes of 2 CPU cores.
+DEMO = {"candidates": ("yarn", "dynamic"), "grid": (1.0, 2.0), "inside": ["2k"], "docs": 2,
+        "tasks": "niah_single_1,vt", "samples": 2}
+GENERIC = {"candidates": ("yarn", "ntk", "linear", "dynamic"), "grid": (1.0, 1.5, 2.0), "docs": 8,
+           "tasks": "niah_single_1,niah_multikey_2,niah_multivalue,vt,fwe", "samples": 25}
 
 
 @dataclass(frozen=True)
 class Sweeps:
     ppl: Any  # EvalResult
-    passkey: Any  # PasskeyResult
+    tasks: Any  # TasksResult
     recommendation: Any
+    skipped: dict[str, str]  # method -> why it was not measured
+
+
+def candidates(methods: tuple[str, ...], base: float, grid: tuple[float, ...], serve_with: tuple[str, ...]
+               ) -> tuple[list[str], dict[str, str]]:
+    """``none`` and method:factor for each factor of the grid; those the engines would not run, with why."""
+    from ropectl.engines import why_not_served
+
+    out, skipped = ["none"], {}
+    for name in methods:
+        why = why_not_served(name, serve_with) if serve_with else None
+        for factor in sorted({round(max(1.0, base * g), 3) for g in grid}):
+            spec = f"{name}:{factor:g}"
+            if why:
+                skipped[spec] = why
+            elif spec not in out:
+                out.append(spec)
+    return out, skipped
 
 
 def run_sweeps(model: str | None, target: int, factor: float | None, out: Path | None, dtype: str, device: str,
                max_regression: float = DEFAULT_MAX_REGRESSION,
                progress: Callable[[Any], None] | None = None, on_ppl: Callable[[Any], None] | None = None,
-               serve_with: tuple[str, ...] = (), engine_options: dict[str, Any] | None = None) -> Sweeps:
+               serve_with: tuple[str, ...] = ()) -> Sweeps:
     from ropectl.eval.model import model_source, trained_context
-    from ropectl.eval.tasks.passkey import build_passkey_spec, run_passkey
     from ropectl.eval.tasks.ppl import build_spec, run_eval
+    from ropectl.eval.tasks.ruler.runner import run_tasks
+    from ropectl.eval.tasks.ruler.spec import build_tasks_spec
 
+    sizes = DEMO if model is None else GENERIC
+    trained = trained_context(model_source(model).config) or target
+    grid = (1.0,) if factor else sizes["grid"]
+    methods, skipped = candidates(sizes["candidates"], factor or target / trained, grid, serve_with)
+    inside = sizes.get("inside") or sorted({max(2, trained // 4), trained})
     root = out or Path("runs") / f"recommend-{datetime.now():%Y%m%d-%H%M%S}"
-    common = {"dtype": dtype, "device": device, **(engine_options or {})}  # engine_options: --engine vllm and its sizes
-    if model is None and factor is None:
-        ppl_spec = build_spec(methods=DEMO["methods"], lengths=[*DEMO["lengths"], target], docs=DEMO["docs"],
-                              out=root / "ppl", **common)
-        pk = {"lengths": [*DEMO["passkey_lengths"], target], "depths": DEMO["depths"], "trials": DEMO["trials"]}
-    else:
-        trained = trained_context(model_source(model).config) or target
-        f = factor or max(1.0, target / trained)
-        methods = ["none", *(f"{m}:{f:g}" for m in CANDIDATES)]
-        inside = sorted({max(2, trained // 4), max(2, trained // 2), trained})
-        ppl_spec = build_spec(model=model, methods=methods, lengths=[*inside, target], out=root / "ppl", **common)
-        pk = {"lengths": [trained // 2, trained, target], "depths": [0.1, 0.5, 0.9], "trials": 3}
-    ppl = run_eval(ppl_spec, progress)
+    common = {"model": model, "methods": methods, "dtype": dtype, "device": device}
+    ppl = run_eval(build_spec(lengths=[*inside, target], docs=sizes["docs"], out=root / "ppl", **common), progress)
     if on_ppl:
         on_ppl(ppl)
-    first = recommend({"meta": ppl.meta, "table": [a.to_dict() for a in ppl.aggregates]}, None, target,
-                      max_regression, serve_with)
-    best = next((e.method for e in first.evidence if e.eligible and e.method != "none"), None)
-    methods = ["none"] + ([best] if best else [])
-    pk_spec = build_passkey_spec(model=model, methods=methods, out=root / "passkey", **pk, **common)
-    passkey = run_passkey(pk_spec, progress)
-    final = recommend({"meta": ppl.meta, "table": [a.to_dict() for a in ppl.aggregates]}, passkey.to_dict(), target,
-                      max_regression, serve_with)
-    return Sweeps(ppl, passkey, final)
-
-
+    tasks = run_tasks(build_tasks_spec(tasks=sizes["tasks"], lengths=[target], samples=sizes["samples"],
+                                       out=root / "tasks", **common), progress)
+    rows = [{"task": r.task, "method": r.method, "length": r.length, "trial": r.trial, "score": r.score}
+            for r in tasks.rows]
+    cells = [{"method": c.method, "length": c.length, "doc": c.doc, "tokens": c.tokens, "nll_sum": c.nll_sum}
+             for c in ppl.cells]
+    final = recommend({"meta": ppl.meta, "table": [a.to_dict() for a in ppl.aggregates], "cells": cells},
+                      {"meta": tasks.meta, "rows": rows}, target, max_regression, serve_with)
+    return Sweeps(ppl, tasks, final, skipped)

@@ -6,20 +6,16 @@ from __future__ import annotations
 import contextlib
 import shlex
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
+from ropectl.cli.options import opt
 from ropectl.rope.methods import method_names
 
 DATA, RUN, OUT = "Data", "Run", "Output"
-
-
-def opt(*names: str, panel: str, **kw: Any) -> Any:
-    """A typer option in a help panel, its default stated in the help text rather than by typer."""
-    return typer.Option(*names, rich_help_panel=panel, show_default=False, **kw)
 
 
 ModelOpt = Annotated[Optional[str], typer.Argument(
@@ -110,3 +106,40 @@ def run_sweep_command(run: Callable[[Callable[[Any], None] | None], Any], unit: 
                        f"{resume_command(exc.out)}", err=True)
         raise typer.Exit(exc.exit_code) from None
     return result if main else None
+
+
+def echo_result(result: Any, json_out: bool, print_text: Callable[[Any], None]) -> None:
+    """The finished sweep: one strict JSON object with --json, else its text table."""
+    from ropectl.output import dumps
+
+    if json_out:
+        typer.echo(dumps(result.to_dict()))
+    else:
+        print_text(result)
+
+
+def sweep_table(meta: Mapping[str, Any], *title: str) -> Any:
+    """A rich table titled ``title[0] · model · title[1:]``, its first column the method."""
+    from rich.table import Table
+
+    table = Table(title=" · ".join([title[0], str(meta["model"]), *title[1:]]))
+    table.add_column("method", style="bold")
+    return table
+
+
+def length_header(n: int, trained: int | None) -> str:
+    """A length column's label, starred beyond the trained context."""
+    from ropectl.eval.options import length_label
+
+    return length_label(n) + (" *" if trained and n > trained else "")
+
+
+def print_sweep_table(table: Any, trained: int | None, beyond: str, results: str) -> None:
+    """The table, what the star means (when any length is marked against a trained context), where the files are."""
+    from rich.console import Console
+
+    console = Console()
+    console.print(table)
+    if trained:
+        console.print(f"* beyond the trained context ({trained} tokens). {beyond}")
+    console.print(results)

@@ -8,6 +8,11 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+
+def opt(*names: str, panel: str, **kw: Any) -> Any:
+    """A typer option in a help panel, its default stated in the help text rather than by typer."""
+    return typer.Option(*names, rich_help_panel=panel, show_default=False, **kw)
+
 ModelArg = Annotated[
     str,
     typer.Argument(help="Checkpoint folder, .gguf file, or Hugging Face hub id.", show_default=False),

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Optional
 
 import typer
 
+from ropectl.cli import eval_options
 from ropectl.cli.errors import handle_errors
 from ropectl.cli.eval_options import (
     RUN,
@@ -23,7 +23,6 @@ from ropectl.cli.eval_options import (
     ResumeOpt,
     TensorParallelOpt,
     opt,
-    run_sweep_command,
 )
 from ropectl.cli.options import ForceOpt, JsonOpt
 
@@ -59,41 +58,29 @@ def eval_passkey(
                               replace_existing=replace_existing or None, engine=engine,
                               tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
                               distributed_executor_backend=distributed_executor_backend)
-    result = run_sweep_command(lambda on_progress: run_passkey(spec, on_progress), "trials")
-    if result is None:
-        return
-    if json_out:
-        typer.echo(json.dumps(result.to_dict()))
-        return
-    print_passkey_table(result)
+    result = eval_options.run_sweep_command(lambda on_progress: run_passkey(spec, on_progress), "trials")
+    if result is not None:
+        eval_options.echo_result(result, json_out, print_passkey_table)
 
 
 def print_passkey_table(result: Any) -> None:
     """Accuracy per method x depth (rows) and length (columns), then every depth pooled."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from ropectl.eval.options import length_label
-
     meta = result.meta
     trained = meta.get("trained_context")
-    table = Table(title=f"passkey retrieval · {meta['model']} · {meta['dtype']} · {meta['trials']} trial(s) per cell")
-    table.add_column("method", style="bold")
+    table = eval_options.sweep_table(meta, "passkey retrieval", meta["dtype"], f"{meta['trials']} trial(s) per cell")
     table.add_column("depth", justify="right")
     for n in meta["lengths"]:
-        table.add_column(length_label(n) + (" *" if trained and n > trained else ""), justify="right")
+        table.add_column(eval_options.length_header(n, trained), justify="right")
     cells = {(a.method, a.length, a.depth): a for a in (*result.table, *result.by_length)}
     for method in meta["methods"]:
         for depth in [*meta["depths"], None]:
             row = [cell_text(cells.get((method, n, depth))) for n in meta["lengths"]]
             table.add_row(method if depth == meta["depths"][0] else "", "all" if depth is None else f"{depth:g}", *row,
                           end_section=depth is None)
-    console = Console()
-    console.print(table)
-    if trained:
-        console.print(f"* beyond the trained context ({trained} tokens). Success: greedy decoding would give the key.")
-    console.print(f"results: {result.out}/passkey.json, passkey.csv, passkey-summary.json, passkey.png "
-                  f"({meta['wall_s']:.0f} s, dtype {meta['dtype']}: {meta['dtype_choice']})")
+    eval_options.print_sweep_table(
+        table, trained, "Success: greedy decoding would give the key.",
+        f"results: {result.out}/passkey.json, passkey.csv, passkey-summary.json, passkey.png "
+        f"({meta['wall_s']:.0f} s, dtype {meta['dtype']}: {meta['dtype_choice']})")
 
 
 def cell_text(a: Any) -> str:

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ropectl.cli.errors import handle_errors
-from ropectl.cli.options import ForceOpt, JsonOpt, ModelArg, OutputOpt, method_option_parameters
+from ropectl.cli.options import ForceOpt, JsonOpt, ModelArg, OutputOpt, method_option_parameters, opt
 from ropectl.cli.render import print_warning
 from ropectl.output import dumps, number
 from ropectl.rope.methods import method_names
@@ -18,31 +18,26 @@ from ropectl.rope.methods import method_names
 METHOD, OPTIONS, OUTPUT = "Method", "Method options", "Output"
 OPT = "opt_"  # prefix of the generated method-option parameters
 
-
-def _opt(*names: str, help: str, panel: str = OPTIONS, **kw: Any) -> Any:
-    return typer.Option(*names, help=help, rich_help_panel=panel, show_default=False, **kw)
-
-
-MethodOpt = Annotated[Optional[str], _opt("--method", "-m", panel=METHOD,
-                                          help=f"{method_names()} "
-                                               "(or a spec such as yarn:4,beta_fast=16).")]
-FactorOpt = Annotated[Optional[float], _opt("--factor", "-f", panel=METHOD, help="Context extension factor (> 1).")]
-TargetOpt = Annotated[Optional[str], _opt("--target-length", "-t", panel=METHOD,
-                                          help="Target context (32768, 32k); the factor is target / trained context.")]
-PresetOpt = Annotated[Optional[str], _opt("--preset", panel=METHOD, help="A preset from configs/patch-NAME.toml.")]
-ConfigOpt = Annotated[Optional[Path], _opt("--config", panel=METHOD, help="A TOML file with a \\[patch] table.")]
-SetOpt = Annotated[Optional[list[str]], _opt("--set", help="Any method option as key=value (repeatable).")]
-LongFileOpt = Annotated[Optional[Path], _opt("--longrope-file", help="longrope: JSON with short_factor/long_factor.")]
-InPlaceOpt = Annotated[bool, _opt("--in-place", panel=OUTPUT, help="Rewrite config.json in place (backup kept).")]
-DryRunOpt = Annotated[bool, _opt("--dry-run", panel=OUTPUT, help="Print a unified diff of config.json; write nothing.")]
-EmitOpt = Annotated[str, _opt("--emit", panel=OUTPUT, help="config (write), or print vllm / llama.cpp flags.")]
-SchemaOpt = Annotated[Optional[str], _opt("--schema", panel=OUTPUT, help="both (default), v4 or v5 config keys.")]
-MaxPosOpt = Annotated[str, _opt("--max-positions", panel=OUTPUT,
-                                 help="max_position_embeddings written: target (default; what lm-eval and vLLM read as "
-                                      "the length) or trained (the form transformers 4.43-4.50 need for yarn).")]
-CopyOpt = Annotated[bool, _opt("--copy", panel=OUTPUT, help="Copy weights instead of hardlinking them.")]
-ReplaceOpt = Annotated[bool, _opt("--replace-existing", panel=OUTPUT,
-                                  help="Replace scaling already in a config that ropectl did not write.")]
+MethodOpt = Annotated[Optional[str], opt("--method", "-m", panel=METHOD,
+                                         help=f"{method_names()} (or a spec such as yarn:4,beta_fast=16).")]
+FactorOpt = Annotated[Optional[float], opt("--factor", "-f", panel=METHOD, help="Context extension factor (> 1).")]
+TargetOpt = Annotated[Optional[str], opt("--target-length", "-t", panel=METHOD,
+                                         help="Target context (32768, 32k); the factor is target / trained context.")]
+PresetOpt = Annotated[Optional[str], opt("--preset", panel=METHOD, help="A preset from configs/patch-NAME.toml.")]
+ConfigOpt = Annotated[Optional[Path], opt("--config", panel=METHOD, help="A TOML file with a \\[patch] table.")]
+SetOpt = Annotated[Optional[list[str]], opt("--set", panel=OPTIONS, help="Any method option as key=value (repeatable).")]
+LongFileOpt = Annotated[Optional[Path], opt("--longrope-file", panel=OPTIONS,
+                                            help="longrope: JSON with short_factor/long_factor.")]
+InPlaceOpt = Annotated[bool, opt("--in-place", panel=OUTPUT, help="Rewrite config.json in place (backup kept).")]
+DryRunOpt = Annotated[bool, opt("--dry-run", panel=OUTPUT, help="Print a unified diff of config.json; write nothing.")]
+EmitOpt = Annotated[str, opt("--emit", panel=OUTPUT, help="config (write), or print vllm / llama.cpp flags.")]
+SchemaOpt = Annotated[Optional[str], opt("--schema", panel=OUTPUT, help="both (default), v4 or v5 config keys.")]
+MaxPosOpt = Annotated[str, opt("--max-positions", panel=OUTPUT,
+                                help="max_position_embeddings written: target (default; what lm-eval and vLLM read as "
+                                     "the length) or trained (the form transformers 4.43-4.50 need for yarn).")]
+CopyOpt = Annotated[bool, opt("--copy", panel=OUTPUT, help="Copy weights instead of hardlinking them.")]
+ReplaceOpt = Annotated[bool, opt("--replace-existing", panel=OUTPUT,
+                                 help="Replace scaling already in a config that ropectl did not write.")]
 
 
 def _render(result: dict[str, Any]) -> None:

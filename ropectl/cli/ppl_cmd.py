@@ -7,6 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from ropectl.cli import eval_options
 from ropectl.cli.errors import handle_errors
 from ropectl.cli.eval_options import (
     DATA,
@@ -25,10 +26,8 @@ from ropectl.cli.eval_options import (
     ResumeOpt,
     TensorParallelOpt,
     opt,
-    run_sweep_command,
 )
 from ropectl.cli.options import ForceOpt, JsonOpt
-from ropectl.output import dumps
 
 DatasetOpt = Annotated[Optional[str], opt("--dataset", "-d", panel=DATA, help=(
     "HF dataset NAME[:CONFIG] (streamed; pg19, proof-pile, wikitext-103-raw-v1 ...), or a .txt/.md/.jsonl/"
@@ -77,45 +76,33 @@ def eval_ppl(
                       bucket=bucket, batch_tokens=batch_tokens, engine=engine,
                       tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
                       distributed_executor_backend=distributed_executor_backend)
-    result = run_sweep_command(lambda on_progress: run_eval(spec, on_progress), "cells")
+    result = eval_options.run_sweep_command(lambda on_progress: run_eval(spec, on_progress), "cells")
     if result is None:
         return
     for warning in result.meta.get("warnings", ()):
         typer.echo(f"warning: {warning}", err=True)
-    if json_out:
-        typer.echo(dumps(result.to_dict()))
-        return
-    print_table(result)
+    eval_options.echo_result(result, json_out, print_table)
 
 
 def print_table(result: Any) -> None:
     """Methods x lengths: PPL ± s.e., the documents used at each length, and where the files are."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from ropectl.eval.options import length_label
-
     meta = result.meta
     trained = meta.get("trained_context")
-    table = Table(title=f"perplexity · {meta['model']} · {meta['dataset']} · {meta['mode']} · {meta['dtype']}")
-    table.add_column("method", style="bold")
+    table = eval_options.sweep_table(meta, "perplexity", meta["dataset"], meta["mode"], meta["dtype"])
     for n in result.lengths:
-        mark = " *" if trained and n > trained else ""
         used = meta["docs_used"][str(n)]
-        table.add_column(f"{length_label(n)}{mark}\n({used} doc{'s' if used != 1 else ''})", justify="right")
+        header = f"{eval_options.length_header(n, trained)}\n({used} doc{'s' if used != 1 else ''})"
+        table.add_column(header, justify="right")
     for method in result.methods:
         row = []
         for n in result.lengths:
             agg = result.cell(method, n)
             row.append("-" if agg is None else f"{agg.ppl:.2f}" + (f"±{agg.ppl_se:.2f}" if agg.ppl_se else ""))
         table.add_row(method, *row)
-    console = Console()
-    console.print(table)
-    if trained:
-        console.print(f"* beyond the trained context ({trained} tokens). PPL = exp(sum NLL / sum tokens); "
-                      "± is the standard error across documents.")
-    console.print(f"results: {result.out}/results.json, results.csv, summary.json, ppl.png, loss-by-position.png "
-                  f"({meta['wall_s']:.0f} s; dtype {meta['dtype']}: {meta.get('dtype_choice', '')})")
+    eval_options.print_sweep_table(
+        table, trained, "PPL = exp(sum NLL / sum tokens); ± is the standard error across documents.",
+        f"results: {result.out}/results.json, results.csv, summary.json, ppl.png, loss-by-position.png "
+        f"({meta['wall_s']:.0f} s; dtype {meta['dtype']}: {meta.get('dtype_choice', '')})")
 
 
 def register(app: typer.Typer) -> None:

@@ -2,32 +2,22 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
 from ropectl.cli.errors import handle_errors
-from ropectl.cli.eval_options import (
-    DeviceOpt,
-    DtypeOpt,
-    EngineOpt,
-    ExecutorOpt,
-    ModelOpt,
-    PipelineParallelOpt,
-    TensorParallelOpt,
-    opt,
-    progress_bar,
-)
+from ropectl.cli.eval_options import DeviceOpt, DtypeOpt, ModelOpt, opt, progress_bar
 from ropectl.cli.options import JsonOpt
 from ropectl.cli.ppl_cmd import print_table
+from ropectl.output import dumps
 
 IN, RULE = "Inputs", "Rule"
 TargetOpt = Annotated[str, opt("--target-length", "-t", panel=RULE, help="Context to ship, in tokens (16k, 32768).")]
 PplOpt = Annotated[Optional[Path], opt("--ppl", panel=IN, help="An eval-ppl --out folder to read (no new run).")]
-PasskeyOpt = Annotated[Optional[Path], opt("--passkey", panel=IN,
-                                            help="An eval-passkey --out folder to read (with --ppl).")]
+TasksOpt = Annotated[Optional[Path], opt("--tasks", "--passkey", panel=IN, help=(
+    "An eval-tasks (or eval-passkey) --out folder to read (with --ppl): per-trial scores at the target."))]
 FactorOpt = Annotated[Optional[float], opt("--factor", "-f", panel=RULE, help=(
     "Candidates' factor when running the sweeps [default: target / trained context; the embedded demo: 2]."))]
 OutOpt = Annotated[Optional[Path], opt("--out", "-o", panel=IN, help=(
@@ -57,20 +47,19 @@ def _serve_with(value: str | None, model: str) -> tuple[str, ...]:
 
 @handle_errors
 def recommend_cmd(
-    model: ModelOpt = None, target_length: TargetOpt = "", ppl: PplOpt = None, passkey: PasskeyOpt = None,
+    model: ModelOpt = None, target_length: TargetOpt = "", ppl: PplOpt = None, tasks: TasksOpt = None,
     factor: FactorOpt = None, max_regression: RegressionOpt = None, dtype: DtypeOpt = None, device: DeviceOpt = None,
-    out: OutOpt = None, serve_with: ServeOpt = None, json_out: JsonOpt = False, engine: EngineOpt = None,
-    tensor_parallel_size: TensorParallelOpt = None, pipeline_parallel_size: PipelineParallelOpt = None,
-    distributed_executor_backend: ExecutorOpt = None,
+    out: OutOpt = None, serve_with: ServeOpt = None, json_out: JsonOpt = False,
 ) -> None:
-    """Rank RoPE methods for --target-length: in-window regression vs none, passkey at the target, PPL at it.
+    """Rank RoPE methods and factors for --target-length, and say how sure: paired task scores and PPL.
 
-    Reads eval-ppl / eval-passkey results (--ppl, --passkey) or runs both sweeps. Prints the winner, the
-    evidence table and the `ropectl patch` commands that ship it.
+    Reads eval-ppl / eval-tasks results (--ppl, --tasks) or runs both on none and a grid of factors. A leader
+    that does not separate from the others is not crowned: the simplest of the tied ships. Prints the
+    evidence, the decision and the `ropectl patch` commands that ship it.
     """
     from ropectl.errors import UsageError
     from ropectl.eval.options import parse_length
-    from ropectl.recommend import DEFAULT_MAX_REGRESSION, load_passkey, load_ppl, recommend
+    from ropectl.recommend import DEFAULT_MAX_REGRESSION, load_ppl, load_tasks, recommend
 
     if not target_length:
         raise UsageError("--target-length is required", "pass the context you want to ship, e.g. --target-length 16k")
@@ -78,35 +67,30 @@ def recommend_cmd(
     limit = DEFAULT_MAX_REGRESSION if max_regression is None else max_regression
     if limit < 0:
         raise UsageError(f"--max-regression must be 0 or more, got {limit}", "pass e.g. --max-regression 0.05")
-    if passkey is not None and ppl is None:
-        raise UsageError("--passkey needs --ppl", "pass both results folders, or neither to run the sweeps")
-    engine_options = {k: v for k, v in {"engine": engine, "tensor_parallel_size": tensor_parallel_size,
-                                        "pipeline_parallel_size": pipeline_parallel_size,
-                                        "distributed_executor_backend": distributed_executor_backend}.items() if v}
-    if ppl is not None and engine_options:
-        raise UsageError("--engine and the vLLM parallel options apply when recommend runs the sweeps",
-                         "drop them with --ppl, or drop --ppl / --passkey to run the sweeps")
+    if tasks is not None and ppl is None:
+        raise UsageError("--tasks needs --ppl", "pass both results folders, or neither to run the sweeps")
     if ppl is not None:
         ppl_data = load_ppl(ppl)
         model_name = model or ppl_data["meta"]["model"]
         engines = _serve_with(serve_with, _model_arg(model_name))
-        result = recommend(ppl_data, load_passkey(passkey) if passkey else None, target, limit, engines)
+        result = recommend(ppl_data, load_tasks(tasks) if tasks else None, target, limit, engines)
+        skipped: dict[str, str] = {}
     else:
         from ropectl.recommend_run import run_sweeps
 
         engines = _serve_with(serve_with, model or _default_path())
         with progress_bar(enabled=not json_out) as on_progress:
             sweeps = run_sweeps(model, target, factor, out, dtype or "auto", device or "auto", limit, on_progress,
-                                None if json_out else print_table, engines, engine_options)
-        result, model_name = sweeps.recommendation, model or _default_path()
+                                None if json_out else print_table, engines)
+        result, model_name, skipped = sweeps.recommendation, model or _default_path(), sweeps.skipped
         if not json_out:
-            from ropectl.cli.passkey_cmd import print_passkey_table
+            from ropectl.cli.tasks_cmd import print_tasks_table
 
-            print_passkey_table(sweeps.passkey)
+            print_tasks_table(sweeps.tasks)
     if json_out:
-        typer.echo(json.dumps({**result.to_dict(), "commands": _commands(model_name, result)}))
+        typer.echo(dumps({**result.to_dict(), "not_measured": skipped, "commands": _commands(model_name, result)}))
         return
-    print_recommendation(result, model_name)
+    print_recommendation(result, model_name, skipped)
 
 
 def _default_path() -> str:
@@ -130,7 +114,7 @@ def _model_arg(model: str) -> str:
     return _default_path() if model == DEFAULT_MODEL_LABEL else model
 
 
-def print_recommendation(result: Any, model: str) -> None:
+def print_recommendation(result: Any, model: str, skipped: dict[str, str] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -139,29 +123,56 @@ def print_recommendation(result: Any, model: str) -> None:
     t = length_label(result.target)
     table = Table(title=f"recommendation for {t} tokens (trained context {length_label(result.trained)})")
     for col in ("rank", "method", f"PPL @ {t}", "÷ none", f"in-window regression (≤ {length_label(result.trained)})",
-                f"passkey @ {t}", "note"):
+                f"tasks @ {t}", "note"):
         table.add_column(col, justify="left" if col in ("method", "note") else "right")
     for e in result.evidence:
         reg = "-" if e.regression is None else f"{e.regression:+.1%} @ {length_label(e.regression_at)}"
-        key = "-" if e.passkey is None else f"{e.passkey:.0%} ({round(e.passkey * e.passkey_trials)}/{e.passkey_trials})"
+        score = "-" if e.score is None else f"{e.score:.0%} (n={e.trials})"
         vs = "-" if e.vs_none_target is None else f"{e.vs_none_target:.3f}"
         note = "not served as evaluated (below)" if e.note.startswith("not served") else e.note
-        table.add_row(str(e.rank), e.method, f"{e.ppl_target:.2f}", vs, reg, key, note or ("ok" if e.eligible else ""))
+        table.add_row(str(e.rank), e.method, f"{e.ppl_target:.2f}", vs, reg, score, note or ("ok" if e.eligible else ""))
     console = Console()
     console.print(table)
     for e in result.evidence:  # the reasons in full: a table cell wraps them out of sight
         if e.note.startswith("not served as evaluated"):
             console.print(f"{e.method}: {e.note}", soft_wrap=True, markup=False)
-    console.print(f"rule: drop methods more than {result.max_regression:.0%} worse than none at any length ≤ the "
-                  "trained context; then highest passkey accuracy at the target; then lowest PPL at the target; "
-                  "ties go to none.")
+    for method, why in (skipped or {}).items():
+        console.print(f"{method}: not measured, not served as evaluated: {why}", soft_wrap=True, markup=False)
+    console.print("rule: drop methods more than "
+                  f"{result.max_regression:.0%} worse than none at any length ≤ the trained context; lead with the "
+                  "highest task score at the target, then the lowest PPL; crown the leader only if it separates "
+                  "from each other method (paired, 95 %); else ship the simplest of the tied.", soft_wrap=True)
+    for line in decision_lines(result):
+        console.print(line, soft_wrap=True, markup=False)
     winner = result.winner
     if winner.method in ("none", "as-is"):
-        console.print(f"winner: {winner.method} — no scaling beats the unscaled model at {t}; ship it unchanged.")
+        console.print(f"winner: {winner.method} — ship the model unchanged for {t}.", soft_wrap=True)
         return
     console.print(f"winner: [bold]{winner.method}[/bold]. Ship it with:")
     for line in _commands(model, result):
         typer.echo(f"  {line}")
+
+
+def decision_lines(result: Any) -> list[str]:
+    """How sure: each rival of the measured leader, with the paired intervals and what would separate them."""
+    lines = []
+    for r in result.rivals:
+        parts = []
+        if r.score_diff is not None:
+            parts.append(f"tasks {r.score_diff:+.0%} [{r.score_lo:+.0%}, {r.score_hi:+.0%}], p={r.score_p:.2g}, "
+                         f"n={r.trials}" + (f" (about {r.trials_needed} trials to separate)" if r.trials_needed else ""))
+        if r.ppl_ratio is not None:
+            parts.append(f"PPL ratio {r.ppl_ratio:.4f} [{r.ppl_lo:.4f}, {r.ppl_hi:.4f}], {r.docs} docs"
+                         + (f" (about {r.docs_needed} docs to separate)" if r.docs_needed else ""))
+        verdict = "separated" if r.separated else "not separable"
+        lines.append(f"{result.leader} vs {r.method}: {verdict}: " + ("; ".join(parts) or "no paired data"))
+    if result.confident:
+        lines.append(f"confidence: {result.leader} separates from every other eligible method (paired, 95 %).")
+    else:
+        tied = [r.method for r in result.rivals if not r.separated]
+        lines.append(f"confidence: not separable: {result.leader} (measured best) cannot be told from "
+                     f"{', '.join(tied)} at this sample size; shipping the simplest of them: {result.winner.method}.")
+    return lines
 
 
 def register(app: typer.Typer) -> None:

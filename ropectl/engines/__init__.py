@@ -19,7 +19,7 @@ from ropectl.engines.base import Quirk, Reader, Reading, VersionRange
 ENGINE_MODULES = ("ropectl.engines.transformers", "ropectl.engines.vllm", "ropectl.engines.llama_cpp",
                   "ropectl.engines.lm_eval")
 
-Predict = Callable[[Reader, Mapping[str, Any]], Reading]
+Predict = Callable[[Reader, Mapping[str, Any], "str | None"], Reading]
 
 
 # Engines a checkpoint is served with, by the name users pass (recommend --serve-with).

@@ -9,8 +9,8 @@ will compute for one config: the RoPE per layer type, or the error it raises.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ropectl.rope.params import RopeParams
@@ -86,6 +86,12 @@ class Reader:
     serving_length: str = ""  # how it derives the longest sequence it accepts
     quirks: tuple[Quirk, ...] = ()
     tested: tuple[str, ...] = ()  # versions the compat tier runs
+    serving_notes: Mapping[str, str] = field(default_factory=dict)  # rope type -> what serving_length adds for it
+
+    def serving_rule(self, rope_types: Iterable[str]) -> str:
+        """``serving_length``, with the notes of the rope types a reading builds (only what applies to them)."""
+        notes = [self.serving_notes[t] for t in dict.fromkeys(rope_types) if t in self.serving_notes]
+        return "; ".join([self.serving_length, *notes]) if self.serving_length else "; ".join(notes)
 
     @property
     def label(self) -> str:
@@ -93,6 +99,19 @@ class Reader:
 
     def quirks_for(self, model_type: str, rope_type: str, version: str | None = None) -> tuple[Quirk, ...]:
         return tuple(q for q in self.quirks if q.applies(model_type, rope_type, version))
+
+    def pieces(self) -> tuple[tuple[Reader, str | None], ...]:
+        """This reader split where a quirk's own version range starts or ends inside it (Gemma3 arrives in 4.50,
+        inside the 4.48 to <4.51 entry): (reader narrowed to one piece, the version to predict it at). A reader
+        with no such boundary is itself, predicted with no version."""
+        low, high = version_key(self.versions.low), self.versions.high and version_key(self.versions.high)
+        cuts = sorted({edge for q in self.quirks if q.versions for edge in (q.versions.low, q.versions.high)
+                       if edge and low < version_key(edge) and (not high or version_key(edge) < high)},
+                      key=version_key)
+        if not cuts:
+            return ((self, None),)
+        edges = [self.versions.low, *cuts, self.versions.high]
+        return tuple((replace(self, versions=VersionRange(a, b)), a) for a, b in zip(edges, edges[1:]))
 
 
 @dataclass(frozen=True)

@@ -137,6 +137,9 @@ def interpret(reader: Reader, config: Mapping[str, Any], version: str | None = N
 
     v5 = "rope_parameters" in reader.reads
     cfg = dict(text_config(config))
+    unknown = [q.note for q in reader.quirks_for(str(cfg.get("model_type") or ""), "", version) if q.kind == UNKNOWN_MODEL]
+    if unknown:  # before anything it would read: a version without the model type cannot load it at all
+        return Reading(reader, error=unknown[0])
     ignored = [key for key in reader.ignores if cfg.get(key) is not None]
     for key in reader.ignores:
         cfg.pop(key, None)

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropectl.engines.base import DICT, FAILS, MAX_POS, TOP, Quirk, Reader, Reading, VersionRange
+from ropectl.rope.methods import get_method
 from ropectl.rope.params import YARN_DEFAULT_BETAS, RopeParams
 
 ENGINE = "llama.cpp"
@@ -34,10 +35,6 @@ ATTN_NEEDS_OVERRIDE_KV = True
 _READS = ("{arch}.rope.freq_base", "{arch}.rope.scaling.type", "{arch}.rope.scaling.factor",
           "{arch}.rope.scaling.original_context_length", "{arch}.rope.scaling.attn_factor", "{arch}.context_length")
 _ORIGINAL = {"yarn": (TOP, DICT, MAX_POS)}
-
-
-# config.json model types whose GGUF architecture reads the beta keys (the converter keeps the name).
-_BETA_MODEL_TYPES = YARN_BETA_ARCHS
 
 # What convert_hf_to_gguf.py (the llama.cpp bundled with llama-cpp-python 0.3.36, conversion/*.py) carries into
 # the GGUF, by the config's ``architectures``: llama3 only where the converter class bakes a rope_freqs tensor, and
@@ -107,7 +104,7 @@ READERS: tuple[Reader, ...] = (
     Reader(ENGINE, VersionRange("0.3.36"), _READS, ("{arch}.rope.scaling.yarn_beta_fast (most archs)",),
            _ORIGINAL, {}, "none enforced: -c above context_length (n_ctx_train) only warns", (
                Quirk(FAILS, "has no dynamic NTK scaling", rope_types=frozenset({"dynamic"}),
-                     fix="use ntk or yarn for llama.cpp"),
+                     fix=get_method("dynamic").gguf_fix),
                Quirk(IGNORES_BETAS, "reads YaRN beta_fast/beta_slow from the GGUF only for "
                      f"{', '.join(sorted(YARN_BETA_ARCHS))}; other architectures use 32/1",
                      rope_types=frozenset({"yarn"}),
@@ -158,7 +155,8 @@ def predict(reader: Reader, config: Mapping[str, Any], version: str | None = Non
         for quirk in reader.quirks_for(model_type, p.rope_type):
             if quirk.kind == FAILS:
                 return Reading(reader, error=quirk.note, notes=tuple(notes))
-            if quirk.kind == IGNORES_BETAS and model_type not in _BETA_MODEL_TYPES and ignored_betas("", p.scaling):
+            # The converter keeps these model types' names as their GGUF architecture, so YARN_BETA_ARCHS applies.
+            if quirk.kind == IGNORES_BETAS and not reads_betas(model_type) and ignored_betas("", p.scaling):
                 p = p.with_(scaling={**p.scaling, **DEFAULT_BETAS})
                 notes.append(quirk.note)
         dropped = converter_drops(p.rope_type, architecture)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ropectl.engines import engines
@@ -60,7 +60,8 @@ class EngineView:
                 "agrees": self.differs is None,
                 "differs": self.differs, "fix": self.fix, "error": self.reading.error,
                 "notes": list(self.reading.notes), "serving_length": self.reading.serving_length,
-                "serving_rule": self.reader.serving_length, "layers": self.summary()}
+                "serving_rule": self.reader.serving_rule(p.rope_type for p in self.reading.ropes.values()),
+                "layers": self.summary()}
 
 
 def _layer(ropes: Mapping[str, RopeParams], name: str) -> RopeParams | None:
@@ -126,12 +127,25 @@ def _fix(reading: Reading, later: list[tuple[Reader, bool]]) -> str | None:
     return None
 
 
+def _readings(reader: Reader, predict: Any, config: Mapping[str, Any]) -> list[tuple[Reader, Reading]]:
+    """The reader's reading, or one per piece of its range where a quirk's own versions change what it reads."""
+    pieces = [(piece, predict(piece, config, version)) for piece, version in reader.pieces()]
+    if all(_same(r, pieces[0][1]) for _, r in pieces[1:]):
+        return [(reader, replace(pieces[0][1], reader=reader))]
+    return pieces
+
+
+def _same(a: Reading, b: Reading) -> bool:
+    return (dict(a.ropes), a.error, a.notes, a.serving_length, a.logit_scale) == (
+        dict(b.ropes), b.error, b.notes, b.serving_length, b.logit_scale)
+
+
 def engine_views(config: Mapping[str, Any], expected: Mapping[str, RopeParams],
                  lengths: Iterable[int | None] = (None,)) -> list[EngineView]:
     """Every reader's view of ``config`` against the ``expected`` RoPE (layer type or "main" -> params)."""
     lengths = tuple(lengths)
     target = max((n for n in lengths if n), default=None)
-    readings = [(reader, predict(reader, config)) for reader, predict in engines()]
+    readings = [pair for reader, predict in engines() for pair in _readings(reader, predict, config)]
     differs = [reading.error and f"cannot load it: {reading.error}" or _with_why(
         rope_difference(reading.ropes, expected, lengths) or _logit_difference(reading), reading)
         or _short(reading, target) for _, reading in readings]

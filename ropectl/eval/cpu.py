@@ -13,6 +13,9 @@ import platform
 import time
 from pathlib import Path
 
+from ropectl.eval.cache import cache_root
+from ropectl.output import dumps
+
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 PROBE_SHAPE = (128, 576, 1536)  # tokens x hidden -> MLP width, SmolLM2-sized
 PROBE_MARGIN = 1.2  # bf16 must beat fp32 clearly: "auto" must never be slower than fp32
@@ -55,8 +58,6 @@ def choose_from_flags(flags: set[str]) -> tuple[str, str]:
 def probe_cached(cache_dir: Path | None = None) -> tuple[str, str]:
     import torch
 
-    from ropectl.eval.tasks.ppl.data import cache_root
-
     key = f"{platform.machine()}|{platform.processor()}|{torch.__version__}|{torch.get_num_threads()}"
     path = (cache_dir or cache_root()) / "cpu-dtype.json"
     try:
@@ -68,7 +69,7 @@ def probe_cached(cache_dir: Path | None = None) -> tuple[str, str]:
     dtype, why = probe()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"key": key, "dtype": dtype, "why": why}), encoding="utf-8")
+        path.write_text(dumps({"key": key, "dtype": dtype, "why": why}), encoding="utf-8")
     except OSError:
         pass  # a cache that cannot be written only costs the probe next time
     return dtype, why

@@ -78,3 +78,15 @@ def parse_methods(values: Sequence[str | Mapping[str, Any]] | None) -> tuple[Met
 
 def length_label(n: int) -> str:
     return f"{n // 1024}k" if n % 1024 == 0 else (f"{n / 1024:.1f}k" if n >= 1024 else str(n))
+
+
+def check_run(dtype: str, batch_tokens: int, methods: Sequence[Any]) -> None:
+    """Checks every sweep spec shares: a known dtype, a positive batch and each method once."""
+    if dtype not in DTYPES:
+        raise UsageError(f"unknown dtype '{dtype}'", f"use one of: {', '.join(DTYPES)}")
+    if batch_tokens < 1:
+        raise UsageError(f"--batch-tokens must be positive, got {batch_tokens}", "pass e.g. --batch-tokens 8192")
+    labels = [m.label for m in methods]
+    dupes = sorted({x for x in labels if labels.count(x) > 1})
+    if dupes:
+        raise UsageError(f"method {dupes[0]} is given twice", "pass each --method once")

@@ -181,6 +181,8 @@ ROPE_MODEL_TYPES = frozenset({
 
 # --- Strict config classes (what transformers' per-model config classes demand beyond the generic checks) ---
 GEMMA3 = frozenset({"gemma3", "gemma3_text"})
+# Model types that no transformers 4.x release knows (4.57.6, the last 4.x, has no qwen3_5 module; 5.19 and 5.24 do).
+V5_ONLY_TYPES = frozenset({"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"})
 PHI3 = frozenset({"phi3"})
 # Config classes that demand exactly these rope_scaling keys in some supported transformers version.
 EXACT_V4_KEYS: dict[str, frozenset[str]] = {

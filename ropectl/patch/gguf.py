@@ -39,13 +39,11 @@ def check_expressible(rope: RopeParams, method_name: str) -> None:
     from ropectl.rope.methods import owner_of
 
     owner = owner_of(rope.rope_type)
-    why = owner.gguf_none if owner is not None else ""
-    if why:
-        raise MethodError(
-            f"method '{method_name}' cannot be written to GGUF metadata: {why}",
-            "patch the Hugging Face checkpoint and convert it with llama.cpp's convert_hf_to_gguf.py, "
-            "or use linear, ntk or yarn on the GGUF",
-        )
+    if owner is not None and owner.gguf_none:
+        # The method's own fix where converting would not carry it either (dynamic); else conversion can.
+        fix = owner.gguf_fix or ("patch the Hugging Face checkpoint and convert it with llama.cpp's "
+                                 "convert_hf_to_gguf.py, or use linear, ntk or yarn on the GGUF")
+        raise MethodError(f"method '{method_name}' cannot be written to GGUF metadata: {owner.gguf_none}", fix)
 
 
 def check_method_for_gguf(method_name: str) -> None:

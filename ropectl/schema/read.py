@@ -295,7 +295,8 @@ def _warnings(cfg: Mapping[str, Any], section: Mapping[str, Any], schema: str, r
     if top is not None and inner is not None and float(top) != float(inner):
         out.append(f"rope_theta differs: top-level {top} (transformers 4) vs {inner} in the rope section (transformers 5)")
     if schema == "v5" and _first(cfg, "rope_theta", "rotary_emb_base") is None and (
-            rope.rope_type != "default" or float(rope.rope_theta) != 10000.0):
+            rope.rope_type != "default" or float(rope.rope_theta) != 10000.0) and (
+            cfg.get("model_type") not in families.V5_ONLY_TYPES):  # 4.x cannot load those at all (engines say so)
         # a top-level base is the v4 reading of the theta (an NTK patch writes no rope_scaling, only that); plain
         # RoPE at 10000 is what 4.x builds anyway (transformers 5 saves configs so)
         out.append("only the transformers 5 key rope_parameters is set: transformers 4.x ignores it and uses theta=10000")

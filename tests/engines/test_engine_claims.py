@@ -127,7 +127,8 @@ def test_gemma3_as_shipped_is_trained_16k(tmp_path: Path) -> None:
     # published: linear x8 over a 16k-trained global attention, max_position_embeddings 131072
     assert report["trained_context"] == 16384 and report["target_context"] == 131072
     differs = [v["reader"] for v in report["engines"] if not v["agrees"]]
-    assert differs == ["transformers 4.43 to <4.45", "transformers 4.45 to <4.48", "transformers 4.48 to <4.51"]
+    # transformers added Gemma 3 in 4.50.0 (its release notes): 4.50 loads it
+    assert differs == ["transformers 4.43 to <4.45", "transformers 4.45 to <4.48", "transformers 4.48 to <4.50"]
     code, data, err = _patch(folder, "-m", "yarn", "-f", "4", "--replace-existing", "--dry-run")
     assert code == 0, err
     assert data["target_context"] == 65536
@@ -192,8 +193,18 @@ def test_composite_and_new_model_types_are_reported_truly(tmp_path: Path) -> Non
                               "rope_parameters": {"rope_type": "default", "rope_theta": 1e7}}}
     report = json.loads(runner.invoke(app, ["inspect", str(_folder(tmp_path, qwen35, "q35")), "--json"]).stdout)
     lines = [w for w in report["warnings"] if w.startswith("transformers 4")]
-    # one line for every 4.x release, and the reason is what 4.x reads, not that the model has no RoPE
-    assert len(lines) == 1 and "does not read" in lines[0] and "does not use rotary" not in lines[0]
+    # one line for every 4.x release, and the reason is that 4.x does not know the model type (transformers 4.57.6,
+    # the last 4.x wheel, has no models/qwen3_5), not that the model has no RoPE
+    assert len(lines) == 1 and "does not use rotary" not in lines[0]
+    assert lines[0].startswith("transformers 4.43 to <5.0: cannot load it: does not know the Qwen3.5 model types "
+                               "(added in 5.x)")
+    # nor that 4.x "ignores rope_parameters and uses theta=10000": it loads nothing
+    assert not [w for w in report["warnings"] if "theta=10000" in w]
+    # control: a model type every 4.x knows, with the same keys, keeps both the reading and the theta warning
+    qwen3 = {**qwen35["text_config"], "model_type": "qwen3"}
+    report = json.loads(runner.invoke(app, ["inspect", str(_folder(tmp_path, qwen3, "q3")), "--json"]).stdout)
+    assert any("theta=10000" in w for w in report["warnings"])
+    assert not any("Qwen3.5" in w for w in report["warnings"])
 
 
 @pytest.mark.parametrize("factor", [40.0, 64.0])

@@ -97,6 +97,40 @@ def test_views_name_each_disagreeing_range() -> None:
     assert views[0].fix == "use transformers >= 4.56"
 
 
+def test_gemma3_cannot_load_label_ends_where_gemma3_arrived() -> None:
+    """transformers added Gemma 3 in 4.50.0 (its release notes), inside the 4.48 to <4.51 entry: the warning and
+    the fix name 4.50, not the entry's end."""
+    from ropectl.engines.view import engine_warnings
+    from ropectl.schema.read import read_model_rope
+
+    gemma = {**LLAMA, "model_type": "gemma3_text", "head_dim": 16}
+    views = engine_views(gemma, {"main": read_model_rope(gemma).rope})
+    lines = [w for w in engine_warnings(gemma, views) if w.startswith("transformers")]
+    assert lines == ["transformers 4.43 to <4.50: cannot load it: has no Gemma3 (added in 4.50); "
+                     "fix: use transformers >= 4.50"]
+    assert [v.reader.label for v in views if v.reader.engine == "transformers" and v.differs is None][0] == \
+        "transformers 4.50 to <4.51"
+    # control: a Llama of the same shape splits no entry and warns of nothing
+    views = engine_views(LLAMA, {"main": read_model_rope(LLAMA).rope})
+    assert [v.reader for v in views if v.reader.engine == "transformers"] == list(READERS)
+    assert engine_warnings(LLAMA, views) == []
+
+
+def test_transformers_serving_rule_names_dynamic_only_for_dynamic() -> None:
+    """The serving-length line says what applies to the method: dynamic's start past max_position_embeddings only
+    where the reading builds dynamic."""
+    from ropectl.schema.read import read_model_rope
+
+    dynamic = {**LLAMA, "rope_scaling": {"rope_type": "dynamic", "type": "dynamic", "factor": 2.0}}
+    rules = {}
+    for name, config in (("yarn", YARN_RAISED), ("default", LLAMA), ("dynamic", dynamic)):
+        views = engine_views(config, {"main": read_model_rope(config).rope})
+        rules[name] = next(v.to_json()["serving_rule"] for v in views if v.reader is READERS[-1])
+    assert "dynamic" not in rules["yarn"] and "dynamic" not in rules["default"]
+    assert rules["yarn"].startswith("none enforced: longer prompts run")
+    assert rules["dynamic"].startswith(rules["yarn"]) and "dynamic" in rules["dynamic"]  # control
+
+
 def test_null_theta_is_named() -> None:
     saved = {**LLAMA, "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": None}}
     del saved["rope_theta"]

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from ropectl.cli.app import app
 from ropectl.eval.tasks.passkey import build_passkey_spec, run_passkey
 from tests.helpers.eval_reference import greedy_generate, load
+from tests.helpers.sweeps import assert_busy, paused_run, resume_argv, strict, terminate
 
 runner = CliRunner()
 # The YaRN / LongLoRA passkey wording, typed here from their scripts (not imported from ropectl).
@@ -209,38 +210,35 @@ def test_the_printed_resume_line_runs(tiny_model: Path, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_one_writer_per_out_and_sigterm_keeps_trials(tiny_model: Path, tmp_path: Path) -> None:
     """As eval-ppl: a second run into a busy --out gets one line; SIGTERM ends like Ctrl-C but exits 143."""
-    import shlex
-    import signal
-    import subprocess
-    import sys
-    import time
-
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    args = [sys.executable, "-m", "ropectl", "eval-passkey", str(tiny_model), "-m", "none", "-m", "ntk:2",
-            "-l", "300,400", "-n", "2", "-o", str(out)]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**env, "ROPECTL_TEST_PAUSE_AFTER_CELLS": "1"})
     log = out / "passkey.jsonl"
-    while proc.poll() is None and not (log.is_file() and log.read_bytes().endswith(b"\n")):
-        time.sleep(0.05)
+    proc = paused_run(["eval-passkey", str(tiny_model), "-m", "none", "-m", "ntk:2", "-l", "300,400", "-n", "2", "-o",
+                       str(out)], log, env)
     try:
-        assert proc.poll() is None, proc.communicate()  # paused mid-sweep, not finished or crashed
-        second = runner.invoke(app, ["eval-passkey", str(tiny_model), "-l", "300", "-o", str(out), "--resume"],
-                               env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
-        assert second.exit_code == 1, second.output
-        assert f"another ropectl run (pid {proc.pid}) is writing" in second.stderr
-        assert len(second.stderr.strip().splitlines()) == 1
+        assert_busy(runner.invoke(app, ["eval-passkey", str(tiny_model), "-l", "300", "-o", str(out), "--resume"],
+                                  env={"XDG_CACHE_HOME": str(tmp_path / "cache")}), proc.pid)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 143, err
-    lines = [ln for ln in err.splitlines() if ln.startswith("terminated")]
-    assert len(lines) == 1 and "--resume" in lines[0] and str(out) in lines[0], err
+        err = terminate(proc)
+    argv = resume_argv(proc, err, out, "eval-passkey")
     assert len(log.read_text().splitlines()) >= 1
-    argv = shlex.split(lines[0].split("resume with: ", 1)[1])
-    assert argv[:2] == ["ropectl", "eval-passkey"] and "--resume" in argv
     resumed = runner.invoke(app, [*argv[1:], "--json"], env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
     assert resumed.exit_code == 0, resumed.output
     assert json.loads(resumed.stdout)["meta"]["new_trials"] > 0
     assert not (out / ".ropectl.lock").exists()
+
+
+def test_non_finite_answer_nll_is_written_as_strict_json(tmp_path: Path) -> None:
+    import math
+
+    from ropectl.eval.tasks.passkey.results import JSON, LOG, Row, append_rows, read_rows, write_outputs
+
+    bad = Row("m", "none", 300, 0.5, 0, "12345", False, float("inf"), "9", 120)
+    good = Row("m", "none", 300, 0.5, 1, "67890", True, 0.25, "67890", 140)  # control: a finite loss stays a number
+    append_rows(tmp_path, [bad, good])
+    lines = [strict(line) for line in (tmp_path / LOG).read_text(encoding="utf-8").splitlines()]
+    assert [line["answer_nll"] for line in lines] == [None, 0.25]
+    back = sorted(read_rows(tmp_path), key=lambda r: r.trial)
+    assert len(back) == 2 and math.isnan(back[0].answer_nll) and back[1] == good
+    write_outputs(tmp_path, back, {"meta": {}})
+    assert [r["answer_nll"] for r in strict((tmp_path / JSON).read_text(encoding="utf-8"))["results"]] == [None, 0.25]

@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +17,10 @@ from typer.testing import CliRunner
 
 from ropectl.cli.app import app
 from tests.helpers import eval_data as fx
+from tests.helpers.sweeps import assert_busy, paused_run, resume_argv, strict, terminate
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def strict(text: str) -> Any:
-    """Parse JSON as any standard parser would: NaN / Infinity are not JSON."""
-    def refuse(constant: str) -> Any:
-        raise ValueError(f"non-standard JSON constant {constant}")
-
-    return json.loads(text, parse_constant=refuse)
 
 
 def evaluate(model: str, corpus: Path, out: str, *extra: str) -> Any:
@@ -137,43 +127,23 @@ def test_corrupt_run_file_is_a_warning(finished, tiny_model, tiny_corpus) -> Non
     assert strict((out / "run.json").read_text())["run"] == data["meta"]["run"]
 
 
-def _paused_run(model: Path, corpus: Path, out: Path, env: dict[str, str]) -> subprocess.Popen[str]:
-    """A real eval-ppl that stops after its first logged cells until a signal arrives (no timing races)."""
-    args = [sys.executable, "-m", "ropectl", "eval-ppl", str(model), "-d", str(corpus), "-l", "64,128", "-m", "none",
-            "-m", "ntk:2", "-o", str(out)]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**env, "ROPECTL_TEST_PAUSE_AFTER_CELLS": "1"})
-    log = out / "results.jsonl"
-    while proc.poll() is None and not (log.is_file() and log.read_bytes().endswith(b"\n")):
-        time.sleep(0.05)
-    assert proc.poll() is None, proc.communicate()
-    return proc
-
-
 @pytest.mark.slow
 def test_one_writer_per_out_and_sigterm_keeps_cells(isolated, tiny_model, tiny_corpus) -> None:
     """E-39 and SIG-10: a second run into a busy --out gets one line; SIGTERM ends like Ctrl-C."""
     out = Path("out").resolve()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(Path("cache").resolve())}
-    proc = _paused_run(tiny_model, tiny_corpus, out, env)
+    proc = paused_run(["eval-ppl", str(tiny_model), "-d", str(tiny_corpus), "-l", "64,128", "-m", "none", "-m",
+                       "ntk:2", "-o", str(out)], out / "results.jsonl", env)
     try:
         for extra in ([], ["--resume"]):
-            second = runner.invoke(app, ["eval-ppl", str(tiny_model), "-d", str(tiny_corpus), "-l", "64", "-o",
-                                         str(out), *extra])
-            assert second.exit_code == 1, second.output
-            assert f"another ropectl run (pid {proc.pid}) is writing" in second.stderr
-            assert len(second.stderr.strip().splitlines()) == 1
+            assert_busy(runner.invoke(app, ["eval-ppl", str(tiny_model), "-d", str(tiny_corpus), "-l", "64", "-o",
+                                            str(out), *extra]), proc.pid)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 143, err
-    lines = [ln for ln in err.splitlines() if ln.startswith("terminated")]
-    assert len(lines) == 1 and "--resume" in lines[0] and str(out) in lines[0], err
+        err = terminate(proc)
+    argv = resume_argv(proc, err, out, "eval-ppl")
     kept = len((out / "results.jsonl").read_text().splitlines())
     assert kept >= 1
     # the printed resume line, run as printed (the lock went with the process)
-    argv = shlex.split(lines[0].split("resume with: ", 1)[1])
-    assert argv[:2] == ["ropectl", "eval-ppl"] and "--resume" in argv
     resumed = runner.invoke(app, [*argv[1:], "--json"])
     assert resumed.exit_code == 0, resumed.output
     data = strict(resumed.stdout)

@@ -9,49 +9,62 @@ import pytest
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
-from ropectl.recommend import recommend
-from tests.helpers.checkpoints import (
-    RECOMMEND_PASSKEY,
-    RECOMMEND_PPL,
-    RECOMMEND_TARGET,
-    RECOMMEND_TRAINED,
-    write_recommend_results,
-)
+from ropectl.recommend import load_ppl, load_tasks, recommend
+from tests.helpers.checkpoints import RECOMMEND_TARGET, RECOMMEND_TRAINED, write_recommend_results
 
 runner = CliRunner()
 TRAINED, TARGET = RECOMMEND_TRAINED, RECOMMEND_TARGET
-PPL, PASSKEY = RECOMMEND_PPL, RECOMMEND_PASSKEY
 write = write_recommend_results
 
 
 def test_rule_by_hand(tmp_path: Path) -> None:
-    ppl, pk = write(tmp_path)
-    result = recommend(json.loads((ppl / "summary.json").read_text()),
-                       json.loads((pk / "passkey-summary.json").read_text()), TARGET)
+    ppl, tasks = write(tmp_path)
+    result = recommend(load_ppl(ppl), load_tasks(tasks), TARGET)
     order = [e.method for e in result.evidence]
-    # Eligible (<= 5% in window): none, yarn, ntk, dynamic. Passkey 100%: yarn, dynamic -> lower PPL: dynamic.
+    # Eligible (<= 5% in window): none, yarn, ntk, dynamic. Tasks 20/20: yarn, dynamic -> lower PPL: dynamic.
     assert order == ["dynamic:2", "yarn:2", "ntk:2", "none", "linear:2"]
     linear = result.evidence[-1]
     assert not linear.eligible and "in-window regression +161.9% at 8192" in linear.note
     yarn = next(e for e in result.evidence if e.method == "yarn:2")
     assert yarn.regression == pytest.approx(20.9 / 20.0 - 1) and yarn.regression_at == 1024
-    # A stricter limit drops yarn too; without passkey results, PPL at the target decides.
-    strict = recommend(json.loads((ppl / "summary.json").read_text()), None, TARGET, max_regression=0.02)
-    assert [e.method for e in strict.evidence][:3] == ["ntk:2", "dynamic:2", "none"]
+    assert yarn.score == 1.0 and yarn.trials == 20
+    # dynamic ties yarn on the tasks (20/20 each) but its PPL is lower on all 8 documents: separated, paired
+    rivals = {r.method: r for r in result.rivals}
+    assert not rivals["yarn:2"].score_p < 1 and rivals["yarn:2"].ppl_ratio == pytest.approx(22.4 / 22.5)
+    assert rivals["yarn:2"].separated and rivals["yarn:2"].ppl_hi < 1
+    # 10 discordant trials, all for dynamic: exact McNemar p = 2 / 2**10
+    assert rivals["ntk:2"].score_p == pytest.approx(2 / 2**10) and rivals["ntk:2"].separated
+    assert result.confident and result.leader == "dynamic:2"
+    # A stricter limit drops yarn; without task results, the lowest PPL at the target leads (paired docs).
+    strict = recommend(load_ppl(ppl), None, TARGET, max_regression=0.02)
+    assert [e.method for e in strict.evidence][:3] == ["ntk:2", "dynamic:2", "none"] and strict.confident
+
+
+def test_noise_is_not_crowned(tmp_path: Path) -> None:
+    """Two trials and one document (the old demo's evidence): nothing separates, so the simplest ships."""
+    ppl, tasks = write(tmp_path, trials=2, docs=1, passed={"none": 0, "yarn:2": 1, "dynamic:2": 1, "ntk:2": 0,
+                                                           "linear:2": 2})
+    result = recommend(load_ppl(ppl), load_tasks(tasks), TARGET)
+    assert result.leader == "dynamic:2" and result.winner.method == "none" and not result.confident
+    none = next(r for r in result.rivals if r.method == "none")
+    assert not none.separated and none.score_p == 1.0 and none.docs == 1
+    # Connor (1987) with p10 = 0.5, p01 = 0: (1.959964 sqrt(.5) + 0.841621 sqrt(.25))^2 / 0.25 = 13.06 -> 14
+    assert none.trials_needed == 14
 
 
 def test_cli_is_deterministic_and_prints_the_patch_commands(tmp_path: Path) -> None:
-    ppl, pk = write(tmp_path)
-    args = ["recommend", "--target-length", "16k", "--ppl", str(ppl), "--passkey", str(pk)]
+    ppl, tasks = write(tmp_path)
+    args = ["recommend", "--target-length", "16k", "--ppl", str(ppl), "--tasks", str(tasks)]
     first, second = runner.invoke(app, args), runner.invoke(app, args)
     assert first.exit_code == 0, first.output
     assert first.stdout == second.stdout
     # a Hugging Face folder reaches every engine: dynamic (static in vLLM, absent in llama.cpp) is out, saying why
     assert "winner: yarn:2" in first.stdout and "not served as evaluated: vLLM: dynamic is static" in first.stdout
+    assert "confidence: yarn:2 separates from every other eligible method" in first.stdout
     assert "ropectl patch ./my-llama -m yarn:2 -o my-llama-yarn2" in first.stdout
     assert "ropectl patch ./my-llama -m yarn:2 --emit vllm" in first.stdout
     data = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
-    assert data["winner"] == "yarn:2" and len(data["commands"]) == 3
+    assert data["winner"] == "yarn:2" and len(data["commands"]) == 3 and data["confident"]
     assert data["serve_with"] == ["transformers", "vllm", "llama.cpp"]
     # served by transformers alone, dynamic wins, and no engine flags are offered for it
     only = runner.invoke(app, [*args, "--serve-with", "transformers", "--json"])
@@ -60,10 +73,18 @@ def test_cli_is_deterministic_and_prints_the_patch_commands(tmp_path: Path) -> N
     assert "dynamic:2 --emit llama.cpp" not in only.stdout
 
 
+def test_cli_says_not_separable(tmp_path: Path) -> None:
+    ppl, tasks = write(tmp_path, trials=2, docs=1, passed={"none": 0, "yarn:2": 1, "dynamic:2": 1, "ntk:2": 0,
+                                                           "linear:2": 2})
+    out = runner.invoke(app, ["recommend", "-t", "16k", "--ppl", str(ppl), "--tasks", str(tasks)]).stdout
+    assert "confidence: not separable: yarn:2 (measured best)" in out and "winner: none" in out
+    assert "about 14 trials to separate" in out
+
+
 def test_a_gguf_never_ships_what_llama_cpp_lacks(tmp_path: Path) -> None:
-    ppl, pk = write(tmp_path)
-    data = json.loads(runner.invoke(app, ["recommend", "model.gguf", "-t", "16k", "--ppl", str(ppl), "--passkey",
-                                          str(pk), "--json"]).stdout)
+    ppl, tasks = write(tmp_path)
+    data = json.loads(runner.invoke(app, ["recommend", "model.gguf", "-t", "16k", "--ppl", str(ppl), "--tasks",
+                                          str(tasks), "--json"]).stdout)
     assert data["serve_with"] == ["llama.cpp"] and data["winner"] == "yarn:2"
     dynamic = next(e for e in data["evidence"] if e["method"] == "dynamic:2")
     assert not dynamic["eligible"] and "llama.cpp has no dynamic NTK" in dynamic["note"]
@@ -71,6 +92,15 @@ def test_a_gguf_never_ships_what_llama_cpp_lacks(tmp_path: Path) -> None:
     assert data["commands"][0] == "ropectl patch model.gguf -m yarn:2 -o model-yarn2.gguf"
     bad = runner.invoke(app, ["recommend", "-t", "16k", "--ppl", str(ppl), "--serve-with", "tgi"])
     assert bad.exit_code != 0 and "unknown --serve-with engine 'tgi'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_candidates_grid_skips_what_the_engines_lack() -> None:
+    from ropectl.recommend_run import candidates
+
+    methods, skipped = candidates(("yarn", "dynamic"), 1.25, (1.0, 1.5, 2.0), ("llama.cpp",))
+    assert methods == ["none", "yarn:1.25", "yarn:1.875", "yarn:2.5"]
+    assert set(skipped) == {"dynamic:1.25", "dynamic:1.875", "dynamic:2.5"}
+    assert "llama.cpp has no dynamic NTK" in skipped["dynamic:2.5"]
 
 
 def test_llama_cpp_command_printed_for_a_method_it_has() -> None:
@@ -88,13 +118,13 @@ def test_none_wins_when_scaling_does_not_help(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("args", "words"), [
     (["-t", "12k"], "no cell at --target-length 12288"),
-    (["-t", "16k", "--passkey", "x"], "--passkey needs --ppl"),
+    (["-t", "16k", "--tasks", "x"], "--tasks needs --ppl"),
     (["-t", "16k", "--max-regression", "-1"], "--max-regression must be 0 or more"),
     ([], "--target-length is required"),
 ])
 def test_bad_input_is_one_line(tmp_path: Path, args: list[str], words: str) -> None:
     ppl, _ = write(tmp_path)
-    extra = ["--ppl", str(ppl)] if "--passkey" not in args else []
+    extra = ["--ppl", str(ppl)] if "--tasks" not in args else []
     result = runner.invoke(app, ["recommend", *extra, *args])
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()

@@ -142,9 +142,9 @@ def tiny_llama_sharded(folder: Path, seed: int = 0, max_shard_size: str = "60KB"
     return folder
 
 
-# recommend's fixed results: PPL by method and length (1k, 4k, 8k, 16k) and passkey at 16k, written by hand.
+# recommend's fixed results, written by hand: PPL by method and length (1k, 4k, 8k, 16k), with per-document
+# cells that aggregate exactly to it, and per-trial task scores at 16k.
 RECOMMEND_TRAINED, RECOMMEND_TARGET = 8192, 16384
-# PPL by method and length (1k, 4k, 8k, 16k), written by hand.
 RECOMMEND_PPL = {
     "none": [20.0, 20.0, 21.0, 60.0],
     "yarn:2": [20.9, 20.8, 21.8, 22.5],  # +4.5% in window: allowed at 5%
@@ -152,22 +152,37 @@ RECOMMEND_PPL = {
     "dynamic:2": [20.0, 20.0, 21.0, 22.4],  # no regression
     "linear:2": [50.0, 52.0, 55.0, 21.0],  # best at 16k, but 2.6x worse in window: out
 }
-RECOMMEND_PASSKEY = {"none": 0.0, "yarn:2": 1.0, "dynamic:2": 1.0, "ntk:2": 2 / 3, "linear:2": 1.0}
+RECOMMEND_TRIALS = 20  # trials passed of 20 at 16k
+RECOMMEND_PASSED = {"none": 0, "yarn:2": 20, "dynamic:2": 20, "ntk:2": 10, "linear:2": 20}
+# per-document log-PPL offsets (document difficulty, shared) and per-method jitter; both sum to 0 over documents
+DOC_OFFSETS = (-0.1, -0.05, 0.0, 0.05, 0.1, -0.02, 0.02, 0.0)
+JITTER = (0.0005, -0.0005, 0.0003, -0.0003, 0.0, 0.0002, -0.0002, 0.0)
 
 
-def write_recommend_results(folder: Path) -> tuple[Path, Path]:
-    """Hand-written eval-ppl / eval-passkey results folders for recommend (the rule is checked by hand)."""
-    ppl, pk = folder / "ppl", folder / "pk"
+def write_recommend_results(folder: Path, trials: int = RECOMMEND_TRIALS, docs: int = len(DOC_OFFSETS),
+                            passed: dict[str, int] | None = None) -> tuple[Path, Path]:
+    """eval-ppl and eval-tasks results folders for recommend: summary, per-document cells, per-trial scores."""
+    import math
+
+    ppl, tasks = folder / "ppl", folder / "tasks"
     ppl.mkdir(parents=True)
-    pk.mkdir(parents=True)
+    tasks.mkdir(parents=True)
     lengths = [1024, 4096, 8192, RECOMMEND_TARGET]
     table = [{"method": m, "length": n, "ppl": v} for m, vs in RECOMMEND_PPL.items() for n, v in zip(lengths, vs)]
     meta = {"model": "./my-llama", "methods": list(RECOMMEND_PPL), "lengths": lengths, "trained_context": RECOMMEND_TRAINED}
     (ppl / "summary.json").write_text(json.dumps({"meta": meta, "table": table}))
-    by_length = [{"method": m, "length": RECOMMEND_TARGET, "trials": 3, "correct": round(a * 3), "accuracy": a}
-                 for m, a in RECOMMEND_PASSKEY.items()]
-    (pk / "passkey-summary.json").write_text(json.dumps({"meta": {}, "table": [], "by_length": by_length}))
-    return ppl, pk
+    offsets = DOC_OFFSETS[:docs] if docs < len(DOC_OFFSETS) else DOC_OFFSETS
+    cells = []
+    for k, (m, vs) in enumerate(RECOMMEND_PPL.items()):
+        jitter = JITTER[k:] + JITTER[:k] if docs == len(DOC_OFFSETS) else (0.0,) * docs
+        for n, v in zip(lengths, vs):
+            for i, (off, jit) in enumerate(zip(offsets if docs == len(DOC_OFFSETS) else (0.0,) * docs, jitter)):
+                cells.append({"method": m, "length": n, "doc": f"d{i}", "tokens": n, "nll_sum": n * (math.log(v) + off + jit)})
+    (ppl / "results.json").write_text(json.dumps({"meta": meta, "results": cells}))
+    rows = [{"task": "passkey", "method": m, "length": RECOMMEND_TARGET, "trial": i, "score": float(i < hits)}
+            for m, hits in (passed or RECOMMEND_PASSED).items() for i in range(trials)]
+    (tasks / "tasks.json").write_text(json.dumps({"meta": {}, "results": rows}))
+    return ppl, tasks
 
 
 def tiny_gguf(path: Path) -> Path:

@@ -181,3 +181,27 @@ def test_yarn_folder_names_the_newest_vllm_once(qwen: Path, tmp_path: Path) -> N
     assert set(views) == {"vLLM 0.0 to <0.30", "vLLM 0.30 to <0.32", "vLLM 0.32+"}
     assert views["vLLM 0.32+"]["differs"].startswith("accepts at most 32768") and views["vLLM 0.0 to <0.30"]["differs"] is None
     assert views["vLLM 0.30 to <0.32"]["differs"] == views["vLLM 0.32+"]["differs"]
+
+
+def test_vllm_serve_line_is_unwrapped_at_a_narrow_terminal(qwen: Path, tmp_path: Path) -> None:
+    """The `vllm serve ...` line of patch's text warnings copy-pastes whole at 60 columns (issue 16, section 3)."""
+    import io
+
+    from rich.console import Console
+    from rich.text import Text
+
+    out = tmp_path / "y"
+    args = ["patch", str(qwen), "-m", "yarn:4", "-o", str(out), "--max-positions", "trained"]
+    text = runner.invoke(app, args, env={"COLUMNS": "60"})
+    assert text.exit_code == 0, text.stderr
+    data = json.loads(runner.invoke(app, [*args, "--force", "--json"]).stdout)  # the oracle: the JSON warnings
+    warning = next(w for w in data["warnings"] if "serve it with: vllm serve " in w)
+    command = warning.split("serve it with: ", 1)[1]
+    assert len(command) > 60 and shlex.split(command)[:3] == ["vllm", "serve", str(out)]
+    lines = text.stdout.splitlines()
+    assert f"warning: {warning}" in lines  # one line, byte for byte
+    # controls: the terminal really is 60 wide (other lines are wrapped to it), and rich would wrap the warning there
+    assert all(len(line) <= 60 for line in lines if not line.startswith("warning:"))
+    narrow = Console(width=60, file=io.StringIO())
+    narrow.print(Text(warning))
+    assert command not in narrow.file.getvalue()

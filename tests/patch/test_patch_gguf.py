@@ -79,6 +79,11 @@ def test_gguf_cannot_express(smollm2: Path, tmp_path: Path, method: str) -> None
     result = runner.invoke(app, ["patch", str(smollm2), "-m", method, "-f", "2", "-o", str(out)])
     assert result.exit_code == 2 and "cannot be written to GGUF metadata" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not out.exists() and list(tmp_path.iterdir()) == []
+    fix = result.stderr.split("Fix:", 1)[1]
+    if method == "dynamic":  # llama.cpp has no dynamic NTK at all: converting the checkpoint would not help
+        assert "convert" not in fix and "yarn" in fix and "ntk" in fix
+    else:  # control: llama.cpp's converter writes llama3 as a rope_freqs tensor, so conversion is the fix
+        assert "convert_hf_to_gguf.py" in fix
 
 
 def test_gguf_output_must_be_new_gguf(smollm2: Path, tmp_path: Path) -> None:

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from ropectl.eval.model import MethodState
     from ropectl.eval.sweep import Sweep
 
-BUILTIN = {"ppl": "ropectl.eval.tasks.ppl", "passkey": "ropectl.eval.tasks.passkey"}
+BUILTIN = {"ppl": "ropectl.eval.tasks.ppl", "passkey": "ropectl.eval.tasks.passkey",
+           "tasks": "ropectl.eval.tasks.ruler.runner"}
 
 
 @dataclass

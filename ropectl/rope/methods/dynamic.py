@@ -24,5 +24,6 @@ def frequencies(p: RopeParams, seq_len: int | None) -> Frequencies:
 
 METHOD = Method("dynamic", "dynamic NTK: theta grows with the sequence length past the trained context", (ORIGINAL,),
                 build, "dynamic", frequencies, gguf_none="llama.cpp has no dynamic NTK scaling",
+                gguf_fix="use ntk or yarn for llama.cpp",
                 max_positions={TARGET: TRAINED, TRAINED: TRAINED},
                 max_position_rule="kept at the trained context (scaling starts past it)", length_dependent=True)

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import os
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropectl.io.files import atomic_write_text
+from ropectl.eval.rowlog import append_jsonl, read_jsonl, write_results
 
 LOG = "passkey.jsonl"
 JSON = "passkey.json"
@@ -43,24 +41,20 @@ class Row:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["params"] = dict(self.params)
+        if not math.isfinite(out["answer_nll"]):  # strict JSON has no NaN or Infinity: null, read back as NaN
+            out["answer_nll"] = None
         return {k: out[k] for k in COLUMNS}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Row:
         return cls(str(d["model"]), str(d["method"]), int(d["length"]), float(d["depth"]), int(d["trial"]),
-                   str(d["key"]), bool(d["success"]), float(d["answer_nll"]), str(d["predicted"]), int(d["key_at"]),
+                   str(d["key"]), bool(d["success"]), math.nan if d["answer_nll"] is None else float(d["answer_nll"]),
+                   str(d["predicted"]), int(d["key_at"]),
                    dict(d.get("params") or {}))
 
 
 def append_rows(out: Path, rows: Iterable[Row]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out / LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        for row in rows:
-            os.write(fd, (json.dumps(row.to_dict()) + "\n").encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_jsonl(out / LOG, (r.to_dict() for r in rows))
 
 
 def read_rows(out: Path) -> list[Row]:
@@ -72,12 +66,7 @@ def read_rows(out: Path) -> list[Row]:
             sources += json.loads((out / JSON).read_text(encoding="utf-8")).get("results", [])
         except (ValueError, AttributeError):
             pass
-    if (out / LOG).is_file():
-        for line in (out / LOG).read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                sources.append(json.loads(line))
-            except ValueError:
-                continue
+    sources += read_jsonl(out / LOG)
     for data in sources:
         try:
             row = Row.from_dict(data)
@@ -116,12 +105,4 @@ def accuracies(rows: list[Row], methods: list[str], lengths: list[int], depths: 
 
 
 def write_outputs(out: Path, rows: list[Row], summary: Mapping[str, Any]) -> None:
-    data = [r.to_dict() for r in rows]
-    atomic_write_text(out / JSON, json.dumps({"meta": summary.get("meta", {}), "results": data}, indent=1) + "\n")
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(COLUMNS)
-    for row in data:
-        writer.writerow([json.dumps(row[k], sort_keys=True) if k == "params" else row[k] for k in COLUMNS])
-    atomic_write_text(out / CSV, buf.getvalue())
-    atomic_write_text(out / SUMMARY, json.dumps(summary, indent=2) + "\n")
+    write_results(out, (JSON, CSV, SUMMARY), [r.to_dict() for r in rows], COLUMNS, summary)

@@ -8,7 +8,6 @@ length too short for the prompt is an error before any forward.
 
 from __future__ import annotations
 
-import json
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from ropectl.eval.tasks.passkey.prompt import PROMPT_VERSION, PromptBuilder, Tri
 from ropectl.eval.tasks.passkey.results import LOG, PLOT, Accuracy, Row, accuracies, append_rows, read_rows, write_outputs
 from ropectl.eval.tasks.passkey.spec import PasskeySpec
 from ropectl.io.files import atomic_write_text
+from ropectl.output import dumps
 
 RUN_FILE = "passkey-run.json"
 Unit = tuple[int, float, int]  # (length, depth, trial)
@@ -74,7 +74,7 @@ class PasskeyTask:
         if sweep.spec.resume:
             identity.check_flat_resume(path, ident, "passkey results",
                                        "resume with the same model, dtype, --seed and --key-digits, or use a new --out")
-        atomic_write_text(path, json.dumps(ident, indent=2) + "\n")
+        atomic_write_text(path, dumps(ident, indent=2) + "\n")
 
     def done(self, sweep: Sweep) -> set[Any]:
         return {r.ident for r in read_rows(sweep.out)}

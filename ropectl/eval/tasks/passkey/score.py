@@ -27,7 +27,7 @@ def score_trials(model: Any, trials: list[Trial], device: Any) -> list[Outcome]:
     import torch
     import torch.nn.functional as F
 
-    from ropectl.eval.tasks.ppl.loss import body_hidden_batch, logits_fn
+    from ropectl.eval.forward import body_hidden_batch, logits_fn
 
     if len({t.length for t in trials}) != 1:
         raise ValueError("a passkey batch must hold trials of one length")

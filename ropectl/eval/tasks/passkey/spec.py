@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import UsageError
-from ropectl.eval.options import DTYPES, merge_settings, parse_lengths, parse_methods
+from ropectl.eval.options import check_run, merge_settings, parse_lengths, parse_methods
 from ropectl.rope.methods import MethodSpec
 
 # The embedded default: SmolLM2-135M (trained at 8192), unscaled against dynamic:2 (the demo's
@@ -71,14 +71,7 @@ def validate(spec: PasskeySpec) -> None:
                          "depths are fractions of the filler before the key: 0 = first, 1 = last, e.g. 0.1,0.5,0.9")
     if not 1 <= spec.key_digits <= 30:
         raise UsageError(f"--key-digits must be between 1 and 30, got {spec.key_digits}", "pass e.g. --key-digits 5")
-    if spec.dtype not in DTYPES:
-        raise UsageError(f"unknown dtype '{spec.dtype}'", f"use one of: {', '.join(DTYPES)}")
-    if spec.batch_tokens < 1:
-        raise UsageError(f"--batch-tokens must be positive, got {spec.batch_tokens}", "pass e.g. --batch-tokens 8192")
-    labels = [m.label for m in spec.methods]
-    dupes = sorted({x for x in labels if labels.count(x) > 1})
-    if dupes:
-        raise UsageError(f"method {dupes[0]} is given twice", "pass each --method once")
+    check_run(spec.dtype, spec.batch_tokens, spec.methods)
 
 
 def parse_depths(values: str | list[Any] | tuple[Any, ...]) -> tuple[float, ...]:

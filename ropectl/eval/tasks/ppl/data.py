@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ropectl.errors import DataError
+from ropectl.eval.cache import cache_root
 from ropectl.eval.packages import INSTALL_HINT, package_dir
 from ropectl.io.files import atomic_write_bytes
 from ropectl.limits import MAX_DATASET_BYTES, MAX_LINE_BYTES
@@ -208,13 +208,6 @@ def make_source(dataset: str | None, split: str = "test", text_field: str = "tex
     if path.suffix in SUFFIXES or dataset.startswith((".", "/", "~")):
         raise DataError(f"no such file or folder '{dataset}'", "check the path")
     return hub_source(dataset, split, text_field)
-
-
-def cache_root(cache_dir: Path | None = None) -> Path:
-    if cache_dir is not None:
-        return Path(cache_dir)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "ropectl"
 
 
 def tokenizer_identity(tokenizer: Any) -> str:

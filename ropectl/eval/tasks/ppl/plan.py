@@ -106,7 +106,8 @@ def run_batch(jobs: list[Job], model: Any, device: Any, mode: str, stride: int, 
     """Score the jobs (one forward for a truncate batch); per job, {(method label, length): Score}."""
     import torch
 
-    from ropectl.eval.tasks.ppl.loss import body_hidden_batch, logits_fn, token_nll
+    from ropectl.eval.forward import body_hidden_batch, logits_fn
+    from ropectl.eval.tasks.ppl.loss import token_nll
 
     if mode != "truncate":
         return [_run_sliding(job, model, device, stride, chunk_size, bucket, on_tokens) for job in jobs]

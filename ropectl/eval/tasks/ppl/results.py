@@ -7,20 +7,16 @@ delta-method (linearised) standard error of that ratio estimator, propagated to 
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
-import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropectl.io.files import atomic_write_text
+from ropectl.eval.rowlog import append_jsonl, write_results
 from ropectl.limits import MAX_LINE_BYTES
-from ropectl.output import dumps
 
 LOG = "results.jsonl"
 JSON = "results.json"
@@ -93,15 +89,8 @@ class Cell:
 
 
 def append_cells(out: Path, cells: Iterable[Cell]) -> None:
-    """Append finished cells to results.jsonl: one write per line (O_APPEND), flushed at once."""
-    out.mkdir(parents=True, exist_ok=True)  # other ranks may run where rank 0 made the folder
-    fd = os.open(out / LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        for cell in cells:
-            os.write(fd, (dumps(cell.to_dict()) + "\n").encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """Append finished cells to results.jsonl at once (an interrupted run keeps them)."""
+    append_jsonl(out / LOG, (c.to_dict() for c in cells))
 
 
 @dataclass(frozen=True)
@@ -207,12 +196,4 @@ def order_cells(cells: list[Cell], methods: list[str], lengths: list[int], docs:
 
 def write_outputs(out: Path, cells: list[Cell], summary: Mapping[str, Any]) -> None:
     """results.json, results.csv and summary.json, each written atomically."""
-    rows = [c.to_dict() for c in cells]
-    atomic_write_text(out / JSON, dumps({"meta": summary.get("meta", {}), "results": rows}, indent=1) + "\n")
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(COLUMNS)
-    for row in rows:
-        writer.writerow([dumps(row[k], sort_keys=True) if k in LIST_COLUMNS else row[k] for k in COLUMNS])
-    atomic_write_text(out / CSV, buf.getvalue())
-    atomic_write_text(out / SUMMARY, dumps(summary, indent=2) + "\n")
+    write_results(out, (JSON, CSV, SUMMARY), [c.to_dict() for c in cells], COLUMNS, summary, LIST_COLUMNS)

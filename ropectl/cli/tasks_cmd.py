@@ -1,0 +1,88 @@
+"""``ropectl eval-tasks``: RULER-style long-context tasks over lengths x RoPE methods, weights loaded once."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Optional
+
+import typer
+
+from ropectl.cli import eval_options as eo
+from ropectl.cli.errors import handle_errors
+from ropectl.cli.options import ForceOpt, JsonOpt
+
+opt, RUN, DATA = eo.opt, eo.RUN, eo.DATA
+TaskOpt = Annotated[Optional[str], opt("--task", "-T", panel=RUN, help=(
+    "Comma-separated tasks or groups: ruler (all 11 generated RULER tasks), niah, niah_single, niah_multikey, "
+    "niah_single_1..3, niah_multikey_1..3, niah_multivalue, niah_multiquery, vt, cwe, fwe, passkey "
+    "[default: niah_single_1,niah_multikey_2,vt; with a MODEL: ruler]."))]
+SamplesOpt = Annotated[Optional[int], opt("--samples", "-n", panel=RUN, help=(
+    "Trials per task x length, the same for every method [default: 8; with a MODEL: 25]."))]
+SeedOpt = Annotated[Optional[int], opt("--seed", panel=RUN, help="Seed of the generated trials [default: 0].")]
+ThresholdOpt = Annotated[Optional[float], opt("--threshold", panel=RUN, help=(
+    "Effective length: the longest length whose mean score stays at or above this [default: 0.856, RULER's]."))]
+DatasetOpt = Annotated[Optional[str], opt("--dataset", panel=DATA, help=(
+    "Haystack text for the essay tasks and word lists: a .txt/.md/.jsonl/.parquet file or folder "
+    "[default: the embedded Shakespeare plays]."))]
+BatchOpt = Annotated[Optional[int], opt("--batch-tokens", panel=RUN, help=(
+    "Trials of one length share a forward, batch-tokens // length at a time [default: 8192]."))]
+
+
+@handle_errors
+def eval_tasks(
+    model: eo.ModelOpt = None, task: TaskOpt = None, method: eo.MethodOpt = None, lengths: eo.LengthsOpt = None,
+    samples: SamplesOpt = None, seed: SeedOpt = None, threshold: ThresholdOpt = None, dataset: DatasetOpt = None,
+    dtype: eo.DtypeOpt = None, device: eo.DeviceOpt = None, out: eo.OutOpt = None, resume: eo.ResumeOpt = False,
+    force: ForceOpt = False, json_out: JsonOpt = False, batch_tokens: BatchOpt = None,
+    replace_existing: eo.ReplaceOpt = False,
+) -> None:
+    """RULER-style tasks (needle retrieval, variable tracking, common/frequent words, passkey) over lengths x
+    RoPE methods, with 95 % intervals, paired differences against none and each method's effective length.
+
+    Generated offline from the eval corpus; the same trials for every method. Scored by teacher forcing with
+    RULER's answer prefix, one forward per trial batch. With no arguments: SmolLM2-135M, none vs yarn:2.
+    """
+    from ropectl.eval.tasks.ruler.runner import run_tasks
+    from ropectl.eval.tasks.ruler.spec import build_tasks_spec
+
+    spec = build_tasks_spec(model=model, tasks=task, methods=method or None, lengths=lengths, samples=samples,
+                            seed=seed, threshold=threshold, dataset=dataset, dtype=dtype, device=device, out=out,
+                            resume=resume or None, force=force or None, batch_tokens=batch_tokens,
+                            replace_existing=replace_existing or None)
+    result = eo.run_sweep_command(lambda on_progress: run_tasks(spec, on_progress), "trials")
+    if result is not None:
+        eo.echo_result(result, json_out, print_tasks_table)
+
+
+def print_tasks_table(result: Any) -> None:
+    """Mean score [95 % interval] per task x method (rows) and length (columns); then effective lengths."""
+    from rich.console import Console
+
+    from ropectl.eval.options import length_label
+
+    meta = result.meta
+    trained = meta.get("trained_context")
+    table = eo.sweep_table(meta, "long-context tasks", meta["dtype"], f"{meta['samples']} trials per cell")
+    table.add_column("task")
+    for n in meta["lengths"]:
+        table.add_column(eo.length_header(n, trained), justify="right")
+    tasks = [*meta["tasks"], *(["average"] if len(meta["tasks"]) > 1 else [])]
+    for task in tasks:
+        for i, method in enumerate(meta["methods"]):
+            cells = [result.score(task, method, n) for n in meta["lengths"]]
+            table.add_row(method, task, *[_cell(c) for c in cells], end_section=i == len(meta["methods"]) - 1)
+    eo.print_sweep_table(table, trained, "Score: RULER string match under greedy decoding, by teacher forcing; "
+                         "[95 % interval over trials].",
+                         f"results: {result.out}/tasks.json, tasks.csv, tasks-summary.json, tasks.png "
+                         f"({meta['wall_s']:.0f} s, dtype {meta['dtype']}: {meta['dtype_choice']})")
+    eff = ", ".join(f"{m} {length_label(n) if n else '< ' + length_label(min(meta['lengths']))}"
+                    for m, n in result.effective.items())
+    Console().print(f"effective length (mean score ≥ {meta['threshold']:.1%} at every length up to it): {eff}",
+                    soft_wrap=True)
+
+
+def _cell(s: Any) -> str:
+    return "-" if s is None else f"{s.mean:.0%} [{s.lo:.0%}, {s.hi:.0%}]"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval-tasks")(eval_tasks)

@@ -1,0 +1,158 @@
+"""eval-tasks rows (one per task x method x length x trial), the append-only log, and what they aggregate to:
+mean score with a confidence interval per cell, paired differences against the reference method, and the
+effective length per method (RULER's definition)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ropectl.eval.rowlog import append_jsonl, read_jsonl, write_results
+from ropectl.eval.stats import mean_interval, paired_difference
+
+LOG, JSON, CSV, SUMMARY, PLOT = "tasks.jsonl", "tasks.json", "tasks.csv", "tasks-summary.json", "tasks.png"
+COLUMNS = ("model", "method", "params", "task", "length", "trial", "score", "found", "references", "answer_nll",
+           "predicted", "expected")
+REFERENCE = ("none", "as-is")
+
+
+@dataclass(frozen=True)
+class Row:
+    model: str
+    method: str
+    task: str
+    length: int
+    trial: int
+    score: float
+    found: int
+    references: int
+    answer_nll: float
+    predicted: str  # the decoded argmax tokens at the answer positions
+    expected: str  # the decoded answer
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def ident(self) -> tuple[str, str, int, int]:
+        return (self.task, self.method, self.length, self.trial)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["params"] = dict(self.params)
+        return {k: out[k] for k in COLUMNS}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Row:
+        return cls(str(d["model"]), str(d["method"]), str(d["task"]), int(d["length"]), int(d["trial"]),
+                   float(d["score"]), int(d["found"]), int(d["references"]), float(d["answer_nll"]),
+                   str(d["predicted"]), str(d["expected"]), dict(d.get("params") or {}))
+
+
+def append_rows(out: Path, rows: Iterable[Row]) -> None:
+    append_jsonl(out / LOG, (r.to_dict() for r in rows))
+
+
+def read_rows(out: Path) -> list[Row]:
+    """Finished trials from the log (a torn or foreign line is skipped)."""
+    rows: dict[tuple[str, str, int, int], Row] = {}
+    for data in read_jsonl(out / LOG):
+        try:
+            row = Row.from_dict(data)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+        rows[row.ident] = row
+    return list(rows.values())
+
+
+@dataclass(frozen=True)
+class Score:
+    """Mean score of one cell (task or "average") with its 95 % interval over trials."""
+
+    task: str
+    method: str
+    length: int
+    trials: int
+    mean: float
+    lo: float
+    hi: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def scores(rows: list[Row], tasks: list[str], methods: list[str], lengths: list[int]) -> list[Score]:
+    """Per (task, method, length); then "average": per trial index, the mean over tasks (RULER averages tasks)."""
+    out = []
+    for m in methods:
+        for n in lengths:
+            per_task = {t: _cell(rows, t, m, n) for t in tasks}
+            for t, cell in per_task.items():
+                if cell:
+                    out.append(_score(t, m, n, [r.score for r in cell]))
+            if len(tasks) > 1 and all(per_task.values()):
+                out.append(_score("average", m, n, _averaged(per_task)))
+    return out
+
+
+def _cell(rows: list[Row], task: str, method: str, length: int) -> list[Row]:
+    return sorted((r for r in rows if r.task == task and r.method == method and r.length == length),
+                  key=lambda r: r.trial)
+
+
+def _averaged(per_task: Mapping[str, list[Row]]) -> list[float]:
+    trials = sorted(set.intersection(*({r.trial for r in cell} for cell in per_task.values())))
+    by = {t: {r.trial: r.score for r in cell} for t, cell in per_task.items()}
+    return [sum(by[t][i] for t in by) / len(by) for i in trials]
+
+
+def _score(task: str, method: str, length: int, values: list[float]) -> Score:
+    ci = mean_interval(values)
+    return Score(task, method, length, ci.n, ci.mean, ci.lo, ci.hi)
+
+
+def comparisons(rows: list[Row], tasks: list[str], methods: list[str], lengths: list[int]) -> list[dict[str, Any]]:
+    """Each method against the reference (none, else the first method), paired trial by trial, per task and
+    length and on the task average."""
+    ref = next((m for m in REFERENCE if m in methods), methods[0] if methods else None)
+    out = []
+    for m in (x for x in methods if x != ref):
+        for n in lengths:
+            for t in [*tasks, "average"] if len(tasks) > 1 else tasks:
+                a, b = _paired(rows, tasks, t, m, ref, n)
+                if a:
+                    d = paired_difference(a, b)
+                    out.append({"task": t, "method": m, "reference": ref, "length": n, "trials": d.n, "diff": d.diff,
+                                "lo": d.lo, "hi": d.hi, "p_value": d.p_value, "test": d.test,
+                                "separable": d.separable})
+    return out
+
+
+def _paired(rows: list[Row], tasks: list[str], task: str, m: str, ref: str | None, n: int
+            ) -> tuple[list[float], list[float]]:
+    names = tasks if task == "average" else [task]
+    cells = {(t, x): {r.trial: r.score for r in _cell(rows, t, x, n)} for t in names for x in (m, ref)}
+    common = sorted(set.intersection(*(set(c) for c in cells.values()))) if cells else []
+    a = [sum(cells[(t, m)][i] for t in names) / len(names) for i in common]
+    b = [sum(cells[(t, ref)][i] for t in names) / len(names) for i in common]
+    return a, b
+
+
+def effective_lengths(table: list[Score], methods: list[str], lengths: list[int], threshold: float,
+                      task: str) -> dict[str, int | None]:
+    """RULER: the longest length up to which the mean score stays above the threshold at every measured length
+    (None: already below it at the shortest)."""
+    out: dict[str, int | None] = {}
+    for m in methods:
+        best = None
+        for n in sorted(lengths):
+            cell = next((s for s in table if s.task == task and s.method == m and s.length == n), None)
+            if cell is None or cell.mean < threshold:
+                break
+            best = n
+        out[m] = best
+    return out
+
+
+def write_outputs(out: Path, rows: list[Row], summary: Mapping[str, Any]) -> None:
+    write_results(out, (JSON, CSV, SUMMARY), [r.to_dict() for r in rows], COLUMNS, summary)
