@@ -51,7 +51,7 @@ def candidates(methods: tuple[str, ...], base: float, grid: tuple[float, ...], s
 def run_sweeps(model: str | None, target: int, factor: float | None, out: Path | None, dtype: str, device: str,
                max_regression: float = DEFAULT_MAX_REGRESSION,
                progress: Callable[[Any], None] | None = None, on_ppl: Callable[[Any], None] | None = None,
-               serve_with: tuple[str, ...] = ()) -> Sweeps:
+               serve_with: tuple[str, ...] = (), engine_options: dict[str, Any] | None = None) -> Sweeps:
     from ropectl.eval.model import model_source, trained_context
     from ropectl.eval.tasks.ppl import build_spec, run_eval
     from ropectl.eval.tasks.ruler.runner import run_tasks
@@ -63,7 +63,8 @@ def run_sweeps(model: str | None, target: int, factor: float | None, out: Path |
     methods, skipped = candidates(sizes["candidates"], factor or target / trained, grid, serve_with)
     inside = sizes.get("inside") or sorted({max(2, trained // 4), trained})
     root = out or Path("runs") / f"recommend-{datetime.now():%Y%m%d-%H%M%S}"
-    common = {"model": model, "methods": methods, "dtype": dtype, "device": device}
+    common = {"model": model, "methods": methods, "dtype": dtype, "device": device,
+              **(engine_options or {})}  # --engine vllm and its parallel sizes, for both sweeps
     ppl = run_eval(build_spec(lengths=[*inside, target], docs=sizes["docs"], out=root / "ppl", **common), progress)
     if on_ppl:
         on_ppl(ppl)

@@ -8,7 +8,17 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ropectl.cli.errors import handle_errors
-from ropectl.cli.eval_options import DeviceOpt, DtypeOpt, ModelOpt, opt, progress_bar
+from ropectl.cli.eval_options import (
+    DeviceOpt,
+    DtypeOpt,
+    EngineOpt,
+    ExecutorOpt,
+    ModelOpt,
+    PipelineParallelOpt,
+    TensorParallelOpt,
+    opt,
+    progress_bar,
+)
 from ropectl.cli.options import JsonOpt
 from ropectl.cli.ppl_cmd import print_table
 from ropectl.output import dumps
@@ -49,7 +59,9 @@ def _serve_with(value: str | None, model: str) -> tuple[str, ...]:
 def recommend_cmd(
     model: ModelOpt = None, target_length: TargetOpt = "", ppl: PplOpt = None, tasks: TasksOpt = None,
     factor: FactorOpt = None, max_regression: RegressionOpt = None, dtype: DtypeOpt = None, device: DeviceOpt = None,
-    out: OutOpt = None, serve_with: ServeOpt = None, json_out: JsonOpt = False,
+    out: OutOpt = None, serve_with: ServeOpt = None, json_out: JsonOpt = False, engine: EngineOpt = None,
+    tensor_parallel_size: TensorParallelOpt = None, pipeline_parallel_size: PipelineParallelOpt = None,
+    distributed_executor_backend: ExecutorOpt = None,
 ) -> None:
     """Rank RoPE methods and factors for --target-length, and say how sure: paired task scores and PPL.
 
@@ -69,6 +81,12 @@ def recommend_cmd(
         raise UsageError(f"--max-regression must be 0 or more, got {limit}", "pass e.g. --max-regression 0.05")
     if tasks is not None and ppl is None:
         raise UsageError("--tasks needs --ppl", "pass both results folders, or neither to run the sweeps")
+    engine_options = {k: v for k, v in {"engine": engine, "tensor_parallel_size": tensor_parallel_size,
+                                        "pipeline_parallel_size": pipeline_parallel_size,
+                                        "distributed_executor_backend": distributed_executor_backend}.items() if v}
+    if ppl is not None and engine_options:
+        raise UsageError("--engine and the vLLM parallel options apply when recommend runs the sweeps",
+                         "drop them with --ppl, or drop --ppl / --tasks to run the sweeps")
     if ppl is not None:
         ppl_data = load_ppl(ppl)
         model_name = model or ppl_data["meta"]["model"]
@@ -81,7 +99,7 @@ def recommend_cmd(
         engines = _serve_with(serve_with, model or _default_path())
         with progress_bar(enabled=not json_out) as on_progress:
             sweeps = run_sweeps(model, target, factor, out, dtype or "auto", device or "auto", limit, on_progress,
-                                None if json_out else print_table, engines)
+                                None if json_out else print_table, engines, engine_options)
         result, model_name, skipped = sweeps.recommendation, model or _default_path(), sweeps.skipped
         if not json_out:
             from ropectl.cli.tasks_cmd import print_tasks_table

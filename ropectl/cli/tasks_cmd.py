@@ -33,7 +33,9 @@ def eval_tasks(
     samples: SamplesOpt = None, seed: SeedOpt = None, threshold: ThresholdOpt = None, dataset: DatasetOpt = None,
     dtype: eo.DtypeOpt = None, device: eo.DeviceOpt = None, out: eo.OutOpt = None, resume: eo.ResumeOpt = False,
     force: ForceOpt = False, json_out: JsonOpt = False, batch_tokens: BatchOpt = None,
-    replace_existing: eo.ReplaceOpt = False,
+    replace_existing: eo.ReplaceOpt = False, engine: eo.EngineOpt = None,
+    tensor_parallel_size: eo.TensorParallelOpt = None, pipeline_parallel_size: eo.PipelineParallelOpt = None,
+    distributed_executor_backend: eo.ExecutorOpt = None,
 ) -> None:
     """RULER-style tasks (needle retrieval, variable tracking, common/frequent words, passkey) over lengths x
     RoPE methods, with 95 % intervals, paired differences against none and each method's effective length.
@@ -47,7 +49,9 @@ def eval_tasks(
     spec = build_tasks_spec(model=model, tasks=task, methods=method or None, lengths=lengths, samples=samples,
                             seed=seed, threshold=threshold, dataset=dataset, dtype=dtype, device=device, out=out,
                             resume=resume or None, force=force or None, batch_tokens=batch_tokens,
-                            replace_existing=replace_existing or None)
+                            replace_existing=replace_existing or None, engine=engine,
+                            tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
+                            distributed_executor_backend=distributed_executor_backend)
     result = eo.run_sweep_command(lambda on_progress: run_tasks(spec, on_progress), "trials")
     if result is not None:
         eo.echo_result(result, json_out, print_tasks_table)

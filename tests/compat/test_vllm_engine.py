@@ -8,9 +8,10 @@ A tiny seeded Llama (trained length 256, head_dim 32 for vLLM's CPU attention, 4
   the static form for each length, transformers' base for a forward of that length);
 - sliding mode (window 384, stride 192), the same;
 - tensor parallel 2 (two CPU workers, one core each) against tensor parallel 1 (measured: at most 8e-8);
-- `teacher_forced` / `token_logprobs` against transformers on the patched folder;
-- eval-passkey (teacher forcing through vLLM's prompt log-probs): the same answers, answer NLL within 1e-4
-  (measured 4.8e-6); `recommend --engine vllm` end to end: transformers' winner, ranking and commands;
+- `token_logprobs` / `answer_logprobs` / `teacher_forced` against transformers on the patched folder;
+- eval-passkey and eval-tasks (teacher forcing through vLLM's prompt log-probs): the same answers and scores,
+  answer NLL within 1e-4 (measured 4.8e-6 and 2.3e-5); `recommend --engine vllm` end to end (eval-ppl and
+  eval-tasks in vLLM): transformers' winner, ranking and commands;
 - the refusals, one line each, before any weight loads.
 Measured on the 2-core machine: see docs/compatibility.md (vLLM engine starts: about 2 s each in-process, about
 19 s with two tensor-parallel workers).
@@ -165,13 +166,17 @@ def test_teacher_forced_matches_transformers(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads((tmp_path / "out.json").read_text())
     model = patched_model(work["model"], "yarn:2", tmp_path / "patched")
-    for ids, (start, stop), logprobs, forced in zip(prompts, spans, got["token_logprobs"], got["teacher_forced"]):
+    for i, (ids, (start, stop)) in enumerate(zip(prompts, spans)):
+        logprobs, per_position = got["token_logprobs"][i], got["answer_logprobs"][i]
+        predicted, answer_nll = got["teacher_forced"][i]
         with torch.no_grad():
             ref = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), dim=-1)
         assert len(logprobs) == len(ids) - 1
         assert max(abs(logprobs[t - 1] - float(ref[t - 1, ids[t]])) for t in range(1, len(ids))) <= 1e-4
-        assert [tok for tok, _ in forced] == [int(ref[t - 1].argmax()) for t in range(start, stop)]
-        assert all(abs(lp - logprobs[t - 1]) <= 1e-6 for (_, lp), t in zip(forced, range(start, stop)))
+        assert [tok for tok, _ in per_position] == [int(ref[t - 1].argmax()) for t in range(start, stop)]
+        assert all(abs(lp - logprobs[t - 1]) <= 1e-6 for (_, lp), t in zip(per_position, range(start, stop)))
+        assert predicted == [tok for tok, _ in per_position]  # the span ends at the prompt's end
+        assert answer_nll == pytest.approx(-sum(lp for _, lp in per_position), abs=1e-9)
 
 
 def _refused(*args: str, env: dict[str, str] | None = None) -> str:
@@ -216,20 +221,49 @@ def test_passkey_rows_equal_transformers() -> None:
     assert worst <= 1e-4
 
 
-def test_recommend_end_to_end(tmp_path: Path) -> None:
-    """recommend runs both sweeps in vLLM and reaches transformers' ranking (trained 1024: the char tokenizer's
-    passkey prompt needs 270 tokens at trained / 2)."""
-    model = add_char_tokenizer(tiny_llama(tmp_path / "model1k", seed=7, hidden_size=128, num_attention_heads=4,
-                                          num_key_value_heads=2, head_dim=32, intermediate_size=128,
-                                          max_position_embeddings=1024, initializer_range=0.1))
+def _model_1k(base: Path) -> Path:
+    """Trained at 1024: the char tokenizer's task prompts need about 1,000 tokens."""
+    if "model1k" not in _STATE:
+        _STATE["model1k"] = add_char_tokenizer(tiny_llama(base / "model1k", seed=7, hidden_size=128,
+                                                          num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                                                          intermediate_size=128, max_position_embeddings=1024,
+                                                          initializer_range=0.1))
+    return _STATE["model1k"]
+
+
+def test_tasks_rows_equal_transformers() -> None:
+    """eval-tasks (RULER-style) through the engine's teacher_forced: the same answers, scores and answer NLL."""
+    base = _work()["base"]
+    rows = {}
+    for name, python, extra in (("hf", sys.executable, ()), ("vllm", str(VENV / "bin" / "python"), ("--engine", "vllm"))):
+        out = base / f"tasks-{name}"
+        proc = ropectl(python, "eval-tasks", str(_model_1k(base)), "-T", "niah_single_1,vt", "-m", "none", "-m",
+                       "yarn:2", "-m", "dynamic:2", "-l", "1024,2048", "--samples", "2", "--dtype", "fp32", "-o",
+                       str(out), "--json", *extra)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        with open(out / "tasks.jsonl") as fh:
+            rows[name] = {(r["task"], r["method"], r["length"], r["trial"]): r for r in map(json.loads, fh)}
+    hf, vllm = rows["hf"], rows["vllm"]
+    assert vllm.keys() == hf.keys() and len(hf) == 24
+    assert all(vllm[k]["predicted"] == hf[k]["predicted"] and vllm[k]["score"] == hf[k]["score"] for k in hf)
+    worst = max(abs(vllm[k]["answer_nll"] - hf[k]["answer_nll"]) for k in hf)
+    print(f"eval-tasks: 24 trials, max |answer NLL diff| {worst:.2e}")
+    assert worst <= 1e-4
+
+
+def test_recommend_end_to_end() -> None:
+    """recommend runs eval-ppl and eval-tasks in vLLM and reaches transformers' decision (--factor 2: one factor,
+    so the tier stays short; the factor grid took 6.5 minutes per engine here)."""
+    base = _work()["base"]
     got = {}
     for name, python, extra in (("hf", sys.executable, ()), ("vllm", str(VENV / "bin" / "python"), ("--engine", "vllm"))):
-        proc = ropectl(python, "recommend", str(model), "-t", "2k", "--dtype", "fp32", "-o", str(tmp_path / name),
-                       "--json", *extra)
+        proc = ropectl(python, "recommend", str(_model_1k(base)), "-t", "2k", "--factor", "2", "--dtype", "fp32",
+                       "-o", str(base / f"recommend-{name}"), "--json", *extra)
         assert proc.returncode == 0, proc.stderr[-3000:]
         got[name] = json.loads(proc.stdout)
-    assert got["vllm"]["winner"] == got["hf"]["winner"] and got["vllm"]["commands"] == got["hf"]["commands"]
-    ranks = {name: [(e["method"], e["eligible"], e["passkey_trials"]) for e in r["evidence"]] for name, r in got.items()}
-    assert ranks["vllm"] == ranks["hf"]
-    for a, b in zip(got["vllm"]["evidence"], got["hf"]["evidence"]):
+    hf, vllm = got["hf"], got["vllm"]
+    assert (vllm["winner"], vllm["commands"]) == (hf["winner"], hf["commands"])
+    assert [(e["method"], e["eligible"], e["rank"], e["score"]) for e in vllm["evidence"]] == \
+        [(e["method"], e["eligible"], e["rank"], e["score"]) for e in hf["evidence"]]
+    for a, b in zip(vllm["evidence"], hf["evidence"]):
         assert a["ppl_target"] == pytest.approx(b["ppl_target"], rel=1e-5)

@@ -1,7 +1,8 @@
 """Run in the vLLM venv with this checkout on PYTHONPATH: ropectl's vLLM engine, driven as a task drives it.
 
 Usage: python vllm_engine_probe.py JOB.json OUT.json. JOB is {"model", "method", "prompts", "spans"}; OUT gets
-the engine's ``token_logprobs`` and ``teacher_forced`` for the prompts, and its record.
+the engine's ``token_logprobs``, ``answer_logprobs`` (the spans) and ``teacher_forced`` (answers from each
+span's start to the prompt's end) for the prompts, and its record.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ def main() -> None:
     engine.load_tokenizer()
     engine.load()
     engine.activate(states[0])
+    spans = [tuple(s) for s in job["spans"]]
     out = {"token_logprobs": engine.token_logprobs(job["prompts"]),
-           "teacher_forced": engine.teacher_forced(job["prompts"], [tuple(s) for s in job["spans"]])}
+           "answer_logprobs": engine.answer_logprobs(job["prompts"], spans),
+           "teacher_forced": engine.teacher_forced(job["prompts"], [start for start, _ in spans])}
     out["record"] = engine.record()
     engine.close()
     with open(sys.argv[2], "w") as fh:

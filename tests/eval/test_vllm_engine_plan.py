@@ -94,28 +94,9 @@ def test_a_method_vllm_cannot_build_is_refused(tmp_path: Path) -> None:
         plan.plan_servings(states, source.config, (64,), trained)
 
 
-def test_transformers_engine_offers_the_same_scoring_interface(tiny_model: Path) -> None:
-    """token_logprobs / teacher_forced, which tasks call on any engine, equal the model's own log-softmax."""
-    import torch
-
-    source = model_source(str(tiny_model))
-    (state,) = method_states(source.config, parse_methods(["yarn:2"]))
-    engine = get_engine("hf")(source, "cpu", "fp32", None, "test")
-    engine.load_tokenizer()
-    engine.load()
-    engine.activate(state)
-    prompts = [[1, 5, 9, 30, 7, 7, 12], [1, 40, 3, 3, 90, 21, 8, 8, 64, 2]]
-    spans = [(2, 5), (6, 10)]
-    logprobs, forced = engine.token_logprobs(prompts), engine.teacher_forced(prompts, spans)
-    for ids, (start, stop), got, tf in zip(prompts, spans, logprobs, forced):
-        with torch.no_grad():
-            ref = torch.log_softmax(engine.model(torch.tensor([ids])).logits[0].float(), dim=-1)
-        assert got == pytest.approx([float(ref[t - 1, ids[t]]) for t in range(1, len(ids))], abs=1e-5)
-        assert [a for a, _ in tf] == [int(ref[t - 1].argmax()) for t in range(start, stop)]
-        assert [v for _, v in tf] == pytest.approx(got[start - 1:stop - 1], abs=1e-5)
-
-
-def test_passkey_and_recommend_take_the_engine_options(tiny_model: Path, tmp_path: Path) -> None:
+def test_passkey_tasks_and_recommend_take_the_engine_options(tiny_model: Path, tmp_path: Path) -> None:
     one_line(["eval-passkey", str(tiny_model), "-l", "300", "--pipeline-parallel-size", "2"], "vLLM options", code=2)
+    one_line(["eval-tasks", str(tiny_model), "-l", "300", "--distributed-executor-backend", "ray"], "vLLM options",
+             code=2)
     one_line(["recommend", str(tiny_model), "-t", "512", "--ppl", str(tmp_path), "--engine", "vllm"],
              "apply when recommend runs the sweeps", code=2)

@@ -2,9 +2,11 @@
 to switch the RoPE method (checked against ropectl's own frequencies), and hands the loaded model to the task's
 scoring code. ``transformers`` (alias ``hf``) and ``vllm`` are built in; another registers itself here.
 
-Every engine offers ``token_logprobs(prompts)`` (per prompt, the log-prob of each token after the first) and
-``teacher_forced(prompts, spans)`` (per answer position, the argmax token and the actual token's log-prob), which
-tasks call instead of running the model where the engine is not a transformers module (vLLM). Optional:
+An engine whose ``model`` is not a transformers module (vLLM) offers ``token_logprobs(prompts)`` (per prompt,
+the log-prob of each token after the first), ``teacher_forced(prompts, answer_starts)`` (per prompt, the argmax
+token at each answer position and the answer's NLL) and ``answer_logprobs(prompts, spans)`` (per answer
+position, the argmax token and the actual token's log-prob); tasks call them instead of running the model.
+Optional:
 ``check(sweep)``, called before the tokenizer and weights load; ``check_launch(world_size)`` on the class, called
 before a torchrun process group starts; ``record()``, what the results files keep; ``close()``, at the end."""
 

@@ -65,36 +65,6 @@ class TransformersEngine:
         assert self.loaded is not None
         return self.loaded.input_device()
 
-    def token_logprobs(self, prompts: Any) -> list[list[float]]:
-        """Per prompt, the log-prob of each token given the ones before it (the vLLM engine's interface)."""
-        import torch
-
-        from ropectl.eval.tasks.ppl.loss import sequence_nll
-
-        with torch.inference_mode():
-            return [(-sequence_nll(self.model, self._ids(p))).tolist() for p in prompts]
-
-    def teacher_forced(self, prompts: Any, spans: Any) -> list[list[tuple[int, float]]]:
-        """Per prompt and span [start, stop): (argmax token, log-prob of the actual token) at each position."""
-        import torch
-
-        from ropectl.eval.tasks.ppl.loss import body_hidden, logits_fn
-
-        out = []
-        with torch.inference_mode():
-            for prompt, (start, stop) in zip(prompts, spans, strict=True):
-                ids = self._ids(prompt)
-                logp = torch.log_softmax(logits_fn(self.model)(body_hidden(self.model, ids[None])[start - 1:stop - 1])
-                                         .float(), dim=-1).cpu()
-                actual = logp.gather(1, ids[start:stop].cpu()[:, None])[:, 0]
-                out.append([(int(a), float(v)) for a, v in zip(logp.argmax(-1), actual, strict=True)])
-        return out
-
-    def _ids(self, prompt: Any) -> Any:
-        import torch
-
-        return torch.as_tensor(list(prompt), dtype=torch.long).to(self.input_device())
-
     def versions(self) -> dict[str, str]:
         import torch
         import transformers

@@ -3,8 +3,8 @@
 ``vllm.LLM`` per distinct override set, and scores prompts from vLLM's prompt log-probs.
 
 vLLM is imported only when the weights load; every refusal (no vLLM, torchrun, a tensor-parallel size that does not
-divide the heads, a method vLLM cannot build) comes first. Tasks score through ``token_logprobs`` and
-``teacher_forced`` rather than a torch module.
+divide the heads, a method vLLM cannot build) comes first. Tasks score through ``token_logprobs``,
+``teacher_forced`` and ``answer_logprobs`` rather than a torch module.
 """
 
 from __future__ import annotations
@@ -135,18 +135,25 @@ class VllmEngine:
         return [[_actual(entry, tok) for tok, entry in zip(ids[1:], out[1:], strict=True)]
                 for ids, out in zip(prompts, outputs, strict=True)]
 
-    def teacher_forced(self, prompts: Sequence[Sequence[int]], spans: Sequence[tuple[int, int]],
-                       ) -> list[list[tuple[int, float]]]:
-        """Per prompt and its span [start, stop) of answer positions: (argmax token, log-prob of the actual token)
-        at each position, both predicted from the tokens before it (start >= 1)."""
+    def answer_logprobs(self, prompts: Sequence[Sequence[int]], spans: Sequence[int | tuple[int, int]],
+                        ) -> list[list[tuple[int, float]]]:
+        """Per prompt and its answer span (``start``: to the end, or ``(start, stop)``): the argmax token and the
+        actual token's log-prob at each answer position, both predicted from the tokens before it."""
         outputs = self._prompt_logprobs(prompts, 1)
         out = []
-        for ids, entries, (start, stop) in zip(prompts, outputs, spans, strict=True):
+        for ids, entries, span in zip(prompts, outputs, spans, strict=True):
+            start, stop = (span, len(ids)) if isinstance(span, int) else span
             if not 1 <= start <= stop <= len(ids):
                 raise UsageError(f"answer span [{start}, {stop}) is outside a {len(ids)}-token prompt",
                                  "pass spans with 1 <= start <= stop <= len(prompt)")
             out.append([(_argmax(entries[t]), _actual(entries[t], ids[t])) for t in range(start, stop)])
         return out
+
+    def teacher_forced(self, prompts: Sequence[Sequence[int]], spans: Sequence[int | tuple[int, int]],
+                       ) -> list[tuple[tuple[int, ...], float]]:
+        """Per prompt: (argmax token at each answer position, the answer's NLL in nats), what tasks score."""
+        return [(tuple(token for token, _ in got), -sum(logprob for _, logprob in got))
+                for got in self.answer_logprobs(prompts, spans)]
 
     def _prompt_logprobs(self, prompts: Sequence[Sequence[int]], top: int) -> list[list[Any]]:
         from vllm import SamplingParams

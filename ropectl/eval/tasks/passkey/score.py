@@ -47,13 +47,11 @@ def score_trials(model: Any, trials: list[Trial], device: Any) -> list[Outcome]:
 
 
 def score_trials_forced(teacher_forced: Callable[..., Any], trials: list[Trial]) -> list[Outcome]:
-    """The same outcomes from an engine's ``teacher_forced`` (vLLM's prompt log-probs): the argmax and the answer
-    token's log-prob at each of the ``answer_len`` positions that predict the answer."""
-    spans = [(t.length - t.answer_len, t.length) for t in trials]
-    forced = teacher_forced([list(t.ids) for t in trials], spans)
+    """The same outcomes from an engine's ``teacher_forced`` (vLLM's prompt log-probs): the argmax at each of the
+    ``answer_len`` positions that predict the answer, and the answer's NLL."""
+    forced = teacher_forced([list(t.ids) for t in trials], [t.length - t.answer_len for t in trials])
     out = []
-    for trial, positions in zip(trials, forced, strict=True):
-        predicted = tuple(token for token, _ in positions)
+    for trial, (predicted, nll) in zip(trials, forced, strict=True):
         answer = tuple(trial.ids[trial.length - trial.answer_len:])
-        out.append(Outcome(predicted == answer, predicted, -sum(logprob for _, logprob in positions)))
+        out.append(Outcome(tuple(predicted) == answer, tuple(predicted), float(nll)))
     return out

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.eval import dist, identity
+from ropectl.eval.engines import DEFAULT_ENGINE, engine_record
 from ropectl.eval.progress import Progress
 from ropectl.eval.sweep import Sweep, run_sweep
 from ropectl.eval.tasks import Batch, register_task
@@ -90,8 +91,11 @@ class TasksTask:
         assert engine is not None
         source = make_source(spec.dataset)
         self.trials = build_trials(engine.tokenizer, spec, (t for _, t in source.texts()))
-        return {"model": sweep.model_label, "dtype": sweep.dtype, "seed": spec.seed, "prompt": PROMPT_VERSION,
-                "haystack": source.identity}
+        ident = {"model": sweep.model_label, "dtype": sweep.dtype, "seed": spec.seed, "prompt": PROMPT_VERSION,
+                 "haystack": source.identity}
+        if engine.name != DEFAULT_ENGINE:  # another engine's rows are other outcomes; transformers' stay as they were
+            ident["engine"] = engine.name
+        return ident
 
     def write_run_file(self, sweep: Sweep, ident: dict[str, Any]) -> None:
         path = sweep.out / RUN_FILE
@@ -141,7 +145,7 @@ class TasksTask:
 
 
 def run_tasks(spec: TasksSpec, progress: Callable[[Progress], None] | None = None) -> TasksResult:
-    return run_sweep(TasksTask(), spec, progress)
+    return run_sweep(TasksTask(), spec, progress, engine=spec.engine)
 
 
 def finish_run(out: Path, spec: TasksSpec, methods: list[str], gathered: list[Row], meta: dict[str, Any],
@@ -179,7 +183,7 @@ def _meta(sweep: Sweep, new: int, wall_s: float) -> dict[str, Any]:
         "samples": spec.samples, "seed": spec.seed, "threshold": spec.threshold, "prompt": PROMPT_VERSION,
         "sources": {t: GENERATORS[t].source for t in spec.tasks}, "trained_context": sweep.trained,
         "dtype": sweep.dtype, "dtype_choice": sweep.dtype_choice, "device": sweep.device, "world_size": world.size,
-        "engine": sweep.engine.name if sweep.engine else None, "new_trials": new, "wall_s": round(wall_s, 2),
+        "engine": engine_record(sweep.engine) if sweep.engine else None, "new_trials": new, "wall_s": round(wall_s, 2),
         "scoring": "teacher forcing with RULER's answer prefix: a reference is found when greedy decoding would give "
                    "the canonical answer up to and including it (string_match_all for one reference)",
         "intervals": "95 %: Student-t over trials; paired differences: McNemar (0/1 scores) or paired t",

@@ -38,8 +38,16 @@ class TasksSpec:
     force: bool = False
     batch_tokens: int = 8192
     replace_existing: bool = False
+    engine: str = "transformers"  # or vllm (ropectl.eval.engines); hf is transformers
+    tensor_parallel_size: int = 1  # vLLM only, like the two below
+    pipeline_parallel_size: int = 1
+    distributed_executor_backend: str | None = None
 
     def __post_init__(self) -> None:
+        from ropectl.eval.engines import check_engine_options
+
+        check_engine_options(self.engine, self.tensor_parallel_size, self.pipeline_parallel_size,
+                             self.distributed_executor_backend)
         if self.samples < 1:
             raise UsageError(f"--samples must be at least 1, got {self.samples}", "pass --samples 1 or more")
         if not 0.0 < self.threshold <= 1.0:
