@@ -175,8 +175,9 @@ def test_teacher_forced_matches_transformers(tmp_path: Path) -> None:
         assert max(abs(logprobs[t - 1] - float(ref[t - 1, ids[t]])) for t in range(1, len(ids))) <= 1e-4
         assert [tok for tok, _ in per_position] == [int(ref[t - 1].argmax()) for t in range(start, stop)]
         assert all(abs(lp - logprobs[t - 1]) <= 1e-6 for (_, lp), t in zip(per_position, range(start, stop)))
-        assert predicted == [tok for tok, _ in per_position]  # the span ends at the prompt's end
-        assert answer_nll == pytest.approx(-sum(lp for _, lp in per_position), abs=1e-9)
+        # teacher_forced's answer runs from the span's start to the prompt's end
+        assert predicted == [int(ref[t - 1].argmax()) for t in range(start, len(ids))]
+        assert answer_nll == pytest.approx(-sum(logprobs[start - 1:]), abs=1e-6)
 
 
 def _refused(*args: str, env: dict[str, str] | None = None) -> str:
