@@ -31,7 +31,7 @@ HERE = Path(__file__).parent
 CACHE = Path(os.environ.get("ROPECTL_COMPAT_CACHE", Path.home() / ".cache" / "ropectl-compat"))
 VENV = CACHE / "lmeval"
 LENGTH = 1024  # tokens, as both sides count them; SmolLM2 is trained at 8k, so nothing is extrapolated
-SAMPLES = int(os.environ.get("ROPECTL_RULER_SAMPLES", "10"))  # per task and side
+SAMPLES = int(os.environ.get("ROPECTL_RULER_SAMPLES", "5"))  # per task and side
 # ropectl's task -> lm-eval's task of the same definition
 TASKS = {"niah_single_1": "niah_single_1", "niah_multikey_2": "niah_multikey_2", "niah_multikey_3": "niah_multikey_3",
          "vt": "ruler_vt", "cwe": "ruler_cwe", "fwe": "ruler_fwe"}
