@@ -42,7 +42,7 @@ compat-engines: $(STAMP)
 	sh tests/compat/engine_venvs.sh
 	ROPECTL_LLAMA_CPP_LONG=$(LLAMA_CPP_LONG) $(BIN)/python -m pytest -q -rs -p no:cacheprovider \
 		tests/compat/test_vllm.py tests/compat/test_vllm_rope.py tests/compat/test_lm_eval.py tests/compat/test_llama_cpp.py \
-		tests/compat/test_llama_cpp_convert.py
+		tests/compat/test_llama_cpp_convert.py tests/compat/test_ruler_lm_eval.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check ropectl tests bench
