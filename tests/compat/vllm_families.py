@@ -1,7 +1,8 @@
 """Tiny config.json folders of the families vLLM builds its own way: the published RoPE settings, tiny shapes.
 
 No weights: vLLM's ``ModelConfig`` and model classes, and transformers' rotary classes, need only the config.
-Each entry: family -> (config dict, methods to patch with, extra patch flags).
+Each entry: family -> (config dict, methods to patch with, extra patch flags); ``{src}`` in a flag is the family's
+folder, where ``FILES`` puts the family's extra files (Phi-3.5's LongRoPE factors for ``--longrope-file``).
 """
 
 from __future__ import annotations
@@ -122,6 +123,55 @@ def _llama4() -> dict[str, Any]:
             "vision_config": vision, "image_token_index": 250}
 
 
+# Phi-3.5-mini-instruct's published short/long factors (tests/fixtures/configs/phi-3.5-mini-instruct.json, 48 per
+# list for head_dim 96), every third one: the 16 a 32-dim head needs, in the published order and range.
+PHI35_SHORT = [1.0, 1.03, 1.05, 1.07, 1.16, 1.29, 1.79, 1.88, 1.99, 2.02, 2.02, 2.03, 2.03, 2.03, 2.19, 2.73]
+PHI35_LONG = [1.08, 1.34, 1.62, 3.23, 7.7, 17.67, 30.42, 32.93, 50.34, 57.93, 62.61, 63.14, 63.93, 64.03, 64.12, 64.51]
+
+
+def _phi3_4k() -> dict[str, Any]:
+    # Phi-3-mini-4k-instruct's RoPE: plain, theta 10000, 4096 positions, head_dim = hidden / heads
+    return {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", **{k: v for k, v in TEXT.items() if k != "head_dim"},
+            "num_key_value_heads": 2, "max_position_embeddings": 4096, "rope_theta": 10000.0, "sliding_window": 2047}
+
+
+def _phi3() -> dict[str, Any]:
+    # Phi-3.5-mini-instruct's RoPE as shipped: longrope x32 from 4096 (top-level original_max_position_embeddings)
+    return {**_phi3_4k(), "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+            "sliding_window": 262144,
+            "rope_scaling": {"type": "longrope", "short_factor": PHI35_SHORT, "long_factor": PHI35_LONG}}
+
+
+def _qwen2_vl() -> dict[str, Any]:
+    # Qwen2-VL-7B-Instruct's hub form: text settings at the top level, "type": "mrope" (sections shrunk to the head)
+    return {"architectures": ["Qwen2VLForConditionalGeneration"], "model_type": "qwen2_vl", **TEXT,
+            "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+            "rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]},
+            "vision_config": {"depth": 1, "embed_dim": 32, "hidden_size": 64, "num_heads": 2, "mlp_ratio": 1,
+                              "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "in_chans": 3},
+            "image_token_id": 250, "video_token_id": 251, "vision_start_token_id": 252, "vision_end_token_id": 253}
+
+
+def _gemma4() -> dict[str, Any]:
+    # Gemma 4's RoPE (transformers' Gemma4TextConfig defaults, as published): sliding layers plain 10k; global layers
+    # p-RoPE ("proportional", partial_rotary_factor 0.25, theta 1e6) on a wider head. The hub configs name that head
+    # "global_head_dim"; transformers 5 saves it as per_layer_config, the form written here (ropectl reads only that
+    # one today: on the global_head_dim form its patch verification refuses, 8 vs 16 frequencies)
+    text = {"model_type": "gemma4_text", **TEXT, "head_dim": 16, "per_layer_config": {"1": {"head_dim": 32}},
+            "sliding_window": 64,
+            "layer_types": ["sliding_attention", "full_attention"], "max_position_embeddings": 131072,
+            "hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 256, "num_kv_shared_layers": 0,
+            "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                                   "rope_theta": 1000000.0}}}
+    vision = {"model_type": "gemma4_vision", "hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 1,
+              "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 16, "patch_size": 16,
+              "position_embedding_size": 64}
+    return {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": text,
+            "vision_config": vision, "audio_config": None, "image_token_id": 250, "boi_token_id": 251,
+            "eoi_token_id": 252, "video_token_id": 253}
+
+
 FAMILIES: dict[str, tuple[Any, tuple[str, ...], tuple[str, ...]]] = {
     "llama": (_llama, ("yarn:2", "linear:2", "llama3:2", "ntk:2"), ()),
     "deepseek_v3": (_deepseek_v3, ("yarn:2", "llama3:2", "linear:2"), ("--replace-existing",)),
@@ -133,11 +183,23 @@ FAMILIES: dict[str, tuple[Any, tuple[str, ...], tuple[str, ...]]] = {
     "mistral3": (_mistral3, ("yarn:2", "linear:2"), ()),
     "qwen3_5": (_qwen3_5, ("yarn:2",), ()),
     "llama4": (_llama4, ("llama3:32", "yarn:2"), ("--replace-existing",)),
+    "phi3": (_phi3, ("ntk:2",), ("--replace-existing",)),
+    "phi3_4k": (_phi3_4k, ("longrope:32",), ("--longrope-file", "{src}/factors.json")),
+    "qwen2_vl": (_qwen2_vl, ("yarn:4", "linear:2"), ()),
+    "gemma4": (_gemma4, ("proportional:2", "ntk:2"), ()),
 }
+FILES: dict[str, dict[str, Any]] = {"phi3_4k": {"factors.json": {"short_factor": PHI35_SHORT, "long_factor": PHI35_LONG}}}
 
 
 def write_family(root: Path, family: str) -> Path:
     folder = root / family
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(FAMILIES[family][0](), indent=1))
+    for name, content in FILES.get(family, {}).items():
+        (folder / name).write_text(json.dumps(content))
     return folder
+
+
+def flags(root: Path, family: str) -> list[str]:
+    """The family's extra patch flags, ``{src}`` filled in with its folder under ``root``."""
+    return [f.replace("{src}", str(root / family)) for f in FAMILIES[family][2]]

@@ -29,11 +29,14 @@ def vllm_side(job: dict, port: int) -> dict:
     from vllm.config import ModelConfig, VllmConfig, set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
     from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbeddingBase
+    from vllm.model_executor.layers.rotary_embedding.phi3_long_rope_scaled_rope import (
+        Phi3LongRoPEScaledRotaryEmbedding,
+    )
     from vllm.model_executor.model_loader.utils import get_model_architecture
 
     try:
         mc = ModelConfig(model=job["model"], skip_tokenizer_init=True, hf_overrides=job.get("hf_overrides") or {},
-                         dtype="float32", enforce_eager=True)
+                         dtype="float32", enforce_eager=True, max_model_len=job.get("max_model_len"))
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"[:1500]}
     out: dict = {"max_model_len": int(mc.max_model_len)}
@@ -56,7 +59,8 @@ def vllm_side(job: dict, port: int) -> dict:
         parallel_state.destroy_distributed_environment()
     ropes: dict = {}
     for name, module in model.named_modules():
-        if isinstance(module, RotaryEmbeddingBase) and "visual" not in name and "vision" not in name:
+        rotary = isinstance(module, (RotaryEmbeddingBase, Phi3LongRoPEScaledRotaryEmbedding))
+        if rotary and "visual" not in name and "vision" not in name:
             key = str(id(module))
             entry = ropes.setdefault(key, {"modules": [], "layer": None})
             entry["modules"].append(name)
@@ -75,11 +79,18 @@ def _layer_index(name: str) -> int | None:
 
 
 def _cache_rows(module) -> dict:  # noqa: ANN001
-    cache = module.cos_sin_cache.float()
+    """The rows its forward reads at POSITIONS. LongRoPE (phi3_long_rope_scaled_rope.py) holds a short-factor table
+    of original_max_position_embeddings rows, then a long-factor one; forward offsets every position into the long
+    one when the model's max_model_len exceeds the original length (``use_long_rope``)."""
+    long_rope = hasattr(module, "long_short_cos_sin_cache")
+    cache = (module.long_short_cos_sin_cache if long_rope else module.cos_sin_cache).float()
+    offset = module.original_max_position_embeddings if long_rope and module.use_long_rope else 0
     half = cache.shape[-1] // 2
-    positions = [p for p in POSITIONS if p < cache.shape[0]]
-    return {"positions": positions, "cache_length": int(cache.shape[0]),
-            **_rows(cache[positions, :half].tolist(), cache[positions, half:].tolist())}
+    positions = [p for p in POSITIONS if p + offset < cache.shape[0]]
+    rows = [p + offset for p in positions]
+    extra = {"long_factors": bool(module.use_long_rope)} if long_rope else {}
+    return {"positions": positions, "cache_length": int(cache.shape[0]) - offset, **extra,
+            **_rows(cache[rows, :half].tolist(), cache[rows, half:].tolist())}
 
 
 def hf_side(folder: str, positions: list[int]) -> dict:

@@ -205,3 +205,25 @@ def test_vllm_serve_line_is_unwrapped_at_a_narrow_terminal(qwen: Path, tmp_path:
     narrow = Console(width=60, file=io.StringIO())
     narrow.print(Text(warning))
     assert command not in narrow.file.getvalue()
+
+
+def test_vllm_refuses_per_layer_partial_rotary(tmp_path: Path) -> None:
+    """Gemma 4: p-RoPE (partial 0.25) on full attention only. One partial factor in every overrides section would make
+    vLLM rotate a quarter of the sliding heads, so --emit refuses and names the patched folder (the vLLM family tier
+    serves that folder and matches transformers)."""
+    from tests.helpers.cli import one_line
+
+    config = {"model_type": "gemma4_text", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "head_dim": 16, "per_layer_config": {"1": {"head_dim": 32}}, "num_hidden_layers": 2,
+              "layer_types": ["sliding_attention", "full_attention"], "max_position_embeddings": 4096,
+              "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                  "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                                     "rope_theta": 1000000.0}}}
+    model = write_config(tmp_path / "g4", config)
+    one_line(["patch", str(model), "-m", "ntk:2", "--emit", "vllm"], "per-layer partial rotary",
+             "serve the patched folder")
+    # control: a per-layer model without a partial factor still gets its overrides
+    config["rope_parameters"]["full_attention"] = {"rope_type": "default", "rope_theta": 1000000.0}
+    plain = write_config(tmp_path / "g4-full", config)
+    result = CliRunner().invoke(app, ["patch", str(plain), "-m", "ntk:2", "--emit", "vllm"])
+    assert result.exit_code == 0 and "--hf-overrides" in result.stdout, result.output
