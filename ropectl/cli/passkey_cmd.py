@@ -6,44 +6,28 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ropectl.cli import eval_options
+from ropectl.cli import eval_options as eo
 from ropectl.cli.errors import handle_errors
-from ropectl.cli.eval_options import (
-    RUN,
-    DeviceOpt,
-    DtypeOpt,
-    EngineOpt,
-    ExecutorOpt,
-    LengthsOpt,
-    MethodOpt,
-    ModelOpt,
-    OutOpt,
-    PipelineParallelOpt,
-    ReplaceOpt,
-    ResumeOpt,
-    TensorParallelOpt,
-    opt,
-)
 from ropectl.cli.options import ForceOpt, JsonOpt
 
-DepthsOpt = Annotated[Optional[str], opt("--depths", panel=RUN, help=(
+DepthsOpt = Annotated[Optional[str], eo.opt("--depths", panel=eo.RUN, help=(
     "Comma-separated depths of the key in the filler, 0 (start) to 1 (end) [default: 0.1,0.5,0.9]."))]
-TrialsOpt = Annotated[Optional[int], opt("--trials", "-n", panel=RUN,
+TrialsOpt = Annotated[Optional[int], eo.opt("--trials", "-n", panel=eo.RUN,
                                           help="Trials (random keys) per method x length x depth [default: 1].")]
-SeedOpt = Annotated[Optional[int], opt("--seed", panel=RUN, help="Seed of the keys [default: 0].")]
-DigitsOpt = Annotated[Optional[int], opt("--key-digits", panel=RUN, help="Digits of the key [default: 5].")]
-BatchOpt = Annotated[Optional[int], opt("--batch-tokens", panel=RUN, help=(
+SeedOpt = Annotated[Optional[int], eo.opt("--seed", panel=eo.RUN, help="Seed of the keys [default: 0].")]
+DigitsOpt = Annotated[Optional[int], eo.opt("--key-digits", panel=eo.RUN, help="Digits of the key [default: 5].")]
+BatchOpt = Annotated[Optional[int], eo.opt("--batch-tokens", panel=eo.RUN, help=(
     "Trials of one method and length share a forward, batch-tokens // length at a time [default: 8192]."))]
 
 
 @handle_errors
 def eval_passkey(
-    model: ModelOpt = None, method: MethodOpt = None, lengths: LengthsOpt = None, depths: DepthsOpt = None,
-    trials: TrialsOpt = None, seed: SeedOpt = None, key_digits: DigitsOpt = None, dtype: DtypeOpt = None,
-    device: DeviceOpt = None, out: OutOpt = None, resume: ResumeOpt = False, force: ForceOpt = False,
-    json_out: JsonOpt = False, batch_tokens: BatchOpt = None, replace_existing: ReplaceOpt = False,
-    engine: EngineOpt = None, tensor_parallel_size: TensorParallelOpt = None,
-    pipeline_parallel_size: PipelineParallelOpt = None, distributed_executor_backend: ExecutorOpt = None,
+    model: eo.ModelOpt = None, method: eo.MethodOpt = None, lengths: eo.LengthsOpt = None, depths: DepthsOpt = None,
+    trials: TrialsOpt = None, seed: SeedOpt = None, key_digits: DigitsOpt = None, dtype: eo.DtypeOpt = None,
+    device: eo.DeviceOpt = None, out: eo.OutOpt = None, resume: eo.ResumeOpt = False, force: ForceOpt = False,
+    json_out: JsonOpt = False, batch_tokens: BatchOpt = None, replace_existing: eo.ReplaceOpt = False,
+    engine: eo.EngineOpt = None, tensor_parallel_size: eo.TensorParallelOpt = None,
+    pipeline_parallel_size: eo.PipelineParallelOpt = None, distributed_executor_backend: eo.ExecutorOpt = None,
 ) -> None:
     """Passkey retrieval (YaRN / LongLoRA prompt) over lengths x depths x RoPE methods, in one run.
 
@@ -58,26 +42,26 @@ def eval_passkey(
                               replace_existing=replace_existing or None, engine=engine,
                               tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
                               distributed_executor_backend=distributed_executor_backend)
-    result = eval_options.run_sweep_command(lambda on_progress: run_passkey(spec, on_progress), "trials")
+    result = eo.run_sweep_command(lambda on_progress: run_passkey(spec, on_progress), "trials")
     if result is not None:
-        eval_options.echo_result(result, json_out, print_passkey_table)
+        eo.echo_result(result, json_out, print_passkey_table)
 
 
 def print_passkey_table(result: Any) -> None:
     """Accuracy per method x depth (rows) and length (columns), then every depth pooled."""
     meta = result.meta
     trained = meta.get("trained_context")
-    table = eval_options.sweep_table(meta, "passkey retrieval", meta["dtype"], f"{meta['trials']} trial(s) per cell")
+    table = eo.sweep_table(meta, "passkey retrieval", meta["dtype"], f"{meta['trials']} trial(s) per cell")
     table.add_column("depth", justify="right")
     for n in meta["lengths"]:
-        table.add_column(eval_options.length_header(n, trained), justify="right")
+        table.add_column(eo.length_header(n, trained), justify="right")
     cells = {(a.method, a.length, a.depth): a for a in (*result.table, *result.by_length)}
     for method in meta["methods"]:
         for depth in [*meta["depths"], None]:
             row = [cell_text(cells.get((method, n, depth))) for n in meta["lengths"]]
             table.add_row(method if depth == meta["depths"][0] else "", "all" if depth is None else f"{depth:g}", *row,
                           end_section=depth is None)
-    eval_options.print_sweep_table(
+    eo.print_sweep_table(
         table, trained, "Success: greedy decoding would give the key.",
         f"results: {result.out}/passkey.json, passkey.csv, passkey-summary.json, passkey.png "
         f"({meta['wall_s']:.0f} s, dtype {meta['dtype']}: {meta['dtype_choice']})")

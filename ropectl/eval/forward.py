@@ -35,3 +35,37 @@ def body_hidden_batch(model: Any, input_ids: Any) -> Any:
     body = model.get_decoder() if hasattr(model, "get_decoder") else model.model
     output = body(input_ids=input_ids, use_cache=False)
     return output.last_hidden_state
+
+
+def answers(engine: Any, trials: list[Any]) -> list[tuple[tuple[int, ...], float]]:
+    """Per trial (``ids`` of ``length`` tokens ending in ``answer_len`` answer tokens): the argmax at each answer
+    position and the answer's NLL. transformers: one batched forward here; another engine (vLLM): its own
+    ``teacher_forced(prompts, answer_starts)``, from prompt log-probs."""
+    from ropectl.eval.engines import DEFAULT_ENGINE
+
+    if engine.name != DEFAULT_ENGINE:
+        return [(tuple(p), float(nll)) for p, nll in
+                engine.teacher_forced([list(t.ids) for t in trials], [t.length - t.answer_len for t in trials])]
+    return teacher_forced(engine.model, trials, engine.input_device())
+
+
+def teacher_forced(model: Any, trials: list[Any], device: Any) -> list[tuple[tuple[int, ...], float]]:
+    """Trials of one length share a forward (equal lengths: no padding, each row is its batch-1 self); the head runs
+    only over the positions that predict each trial's answer, so no [length, vocab] logits."""
+    import torch
+    import torch.nn.functional as F
+
+    if len({t.length for t in trials}) != 1:
+        raise ValueError("a batch must hold trials of one length")
+    ids = torch.tensor([t.ids for t in trials], dtype=torch.long, device=device)
+    head = logits_fn(model)
+    out = []
+    with torch.inference_mode():
+        hidden = body_hidden_batch(model, ids)
+        for row, trial in enumerate(trials):
+            n, k = trial.length, trial.answer_len
+            logits = head(hidden[row, n - 1 - k:n - 1]).float()
+            target = ids[row, n - k:].to(logits.device)
+            nll = float(F.cross_entropy(logits, target, reduction="sum"))
+            out.append((tuple(int(x) for x in logits.argmax(-1)), nll))
+    return out

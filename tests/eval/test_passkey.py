@@ -132,7 +132,7 @@ def test_sweep_rows_outputs_and_sharing(sweep) -> None:
 
 def test_equal_signatures_share_forwards(tiny_model: Path, tmp_path: Path) -> None:
     from ropectl.eval.model import method_states
-    from ropectl.eval.tasks.passkey.runner import plan_batches
+    from ropectl.eval.trials import plan_batches
     from ropectl.rope.methods import parse_spec
 
     config = json.loads((tiny_model / "config.json").read_text())

@@ -104,7 +104,8 @@ def test_teacher_forcing_equals_greedy_generate(tiny_model: Path) -> None:
 
     from transformers import AutoTokenizer
 
-    from ropectl.eval.tasks.ruler.score import judge, teacher_forced
+    from ropectl.eval.forward import teacher_forced
+    from ropectl.eval.tasks.ruler.score import judge
 
     tok = AutoTokenizer.from_pretrained(tiny_model)
     model = load(tiny_model)
@@ -129,7 +130,8 @@ def test_smollm2_teacher_forcing_matches_greedy_string_match(smollm2: Path, smol
     reference, and never exceeds it for several (another order is credited by string match only)."""
     import torch
 
-    from ropectl.eval.tasks.ruler.score import judge, teacher_forced
+    from ropectl.eval.forward import teacher_forced
+    from ropectl.eval.tasks.ruler.score import judge
     from tests.helpers.eval_reference import gguf_model
 
     model = gguf_model(smollm2)

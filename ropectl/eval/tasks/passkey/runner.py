@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.eval import dist, identity
-from ropectl.eval.engines import DEFAULT_ENGINE, engine_record
+from ropectl.eval.engines import engine_record
 from ropectl.eval.model import MethodState
 from ropectl.eval.progress import Progress
 from ropectl.eval.sweep import Sweep, run_sweep
@@ -23,6 +23,7 @@ from ropectl.eval.tasks import Batch, register_task
 from ropectl.eval.tasks.passkey.prompt import PROMPT_VERSION, PromptBuilder, Trial
 from ropectl.eval.tasks.passkey.results import LOG, PLOT, Accuracy, Row, accuracies, append_rows, read_rows, write_outputs
 from ropectl.eval.tasks.passkey.spec import PasskeySpec
+from ropectl.eval.trials import trial_batches, with_engine
 from ropectl.io.files import atomic_write_text
 from ropectl.output import dumps
 
@@ -63,11 +64,8 @@ class PasskeyTask:
         builder = PromptBuilder(engine.tokenizer, max(spec.lengths))
         self.units = [(n, d, i) for n in spec.lengths for d in spec.depths for i in range(spec.trials)]
         self.trials = {u: builder.trial(*u, spec.seed, spec.key_digits) for u in self.units}  # bad lengths fail here
-        ident = {"model": sweep.model_label, "dtype": sweep.dtype, "seed": spec.seed, "key_digits": spec.key_digits,
-                 "prompt": PROMPT_VERSION}
-        if engine.name != DEFAULT_ENGINE:  # another engine's rows are other outcomes; transformers' stay as they were
-            ident["engine"] = engine.name
-        return ident
+        return with_engine({"model": sweep.model_label, "dtype": sweep.dtype, "seed": spec.seed,
+                            "key_digits": spec.key_digits, "prompt": PROMPT_VERSION}, engine)
 
     def write_run_file(self, sweep: Sweep, ident: dict[str, Any]) -> None:
         path = sweep.out / RUN_FILE
@@ -81,21 +79,15 @@ class PasskeyTask:
 
     def plan(self, sweep: Sweep, done: set[Any]) -> list[Batch]:
         self.done_keys = done
-        batches = plan_batches(sweep.states, sweep.world.shard(self.units), done, sweep.spec.batch_tokens)
-        return [Batch(state, todo[0][0], len(todo) * todo[0][0],
-                      f"{state.label} @ {todo[0][0]} · {len(todo)} trial{'s' * (len(todo) != 1)}", (labels, todo))
-                for state, labels, todo in batches]
+        return trial_batches(sweep, self.units, done)
 
     def score(self, sweep: Sweep, batch: Batch, on_tokens: Callable[[int], None]) -> list[Row]:
-        from ropectl.eval.tasks.passkey.score import score_trials, score_trials_forced
+        from ropectl.eval.tasks.passkey.score import score_with
 
         engine, (labels, todo) = sweep.engine, batch.items
         assert engine is not None
         trials = [self.trials[u] for u in todo]
-        if engine.name == DEFAULT_ENGINE:
-            outcomes = score_trials(engine.model, trials, engine.input_device())
-        else:  # an engine that is not a torch module scores from its prompt log-probs
-            outcomes = score_trials_forced(engine.teacher_forced, trials)
+        outcomes = score_with(engine, trials)
         params = {s.label: s.params() for s in sweep.states}
         rows = [Row(sweep.model_label, m, *u, self.trials[u].key, o.success, o.answer_nll,
                     engine.tokenizer.decode(list(o.predicted)), self.trials[u].key_at, params[m])
@@ -119,23 +111,6 @@ class PasskeyTask:
 
 def run_passkey(spec: PasskeySpec, progress: Callable[[Progress], None] | None = None) -> PasskeyResult:
     return run_sweep(PasskeyTask(), spec, progress, engine=spec.engine)
-
-
-def plan_batches(states: list[MethodState], units: list[Unit], done: set[Any], batch_tokens: int,
-                 ) -> list[tuple[MethodState, list[str], list[Unit]]]:
-    """(state that runs, labels it fills, units) per forward; equal rotary signatures share one forward."""
-    out = []
-    for length in sorted({u[0] for u in units}):
-        groups: dict[Any, list[MethodState]] = {}
-        for state in states:
-            groups.setdefault(state.signature(length), []).append(state)
-        size = max(1, batch_tokens // length)
-        for members in groups.values():
-            labels = [s.label for s in members]
-            todo = [u for u in units if u[0] == length and any((m, *u) not in done for m in labels)]
-            out += [(members[0], labels, todo[i:i + size]) for i in range(0, len(todo), size)]
-    order = {s.label: i for i, s in enumerate(states)}
-    return sorted(out, key=lambda b: (order[b[0].label], b[2][0][0]))
 
 
 def _finish(out: Path, spec: PasskeySpec, states: list[MethodState], gathered: list[Row], meta: dict[str, Any],

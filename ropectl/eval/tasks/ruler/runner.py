@@ -7,7 +7,6 @@ short for a task fails first), from the eval corpus; the same trials go to every
 
 from __future__ import annotations
 
-import json
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.eval import dist, identity
-from ropectl.eval.engines import DEFAULT_ENGINE, engine_record
+from ropectl.eval.engines import engine_record
 from ropectl.eval.progress import Progress
 from ropectl.eval.sweep import Sweep, run_sweep
 from ropectl.eval.tasks import Batch, register_task
-from ropectl.eval.tasks.passkey.runner import plan_batches
 from ropectl.eval.tasks.ruler import GENERATORS, trial_rng
 from ropectl.eval.tasks.ruler.build import Tokens, Trial, assemble
 from ropectl.eval.tasks.ruler.results import (
@@ -35,7 +33,9 @@ from ropectl.eval.tasks.ruler.results import (
     write_outputs,
 )
 from ropectl.eval.tasks.ruler.spec import TasksSpec
+from ropectl.eval.trials import trial_batches, with_engine
 from ropectl.io.files import atomic_write_text
+from ropectl.output import dumps
 
 RUN_FILE = "tasks-run.json"
 PROMPT_VERSION = "ruler-v1"  # part of a run's identity: another generator is another run
@@ -91,18 +91,15 @@ class TasksTask:
         assert engine is not None
         source = make_source(spec.dataset)
         self.trials = build_trials(engine.tokenizer, spec, (t for _, t in source.texts()))
-        ident = {"model": sweep.model_label, "dtype": sweep.dtype, "seed": spec.seed, "prompt": PROMPT_VERSION,
-                 "haystack": source.identity}
-        if engine.name != DEFAULT_ENGINE:  # another engine's rows are other outcomes; transformers' stay as they were
-            ident["engine"] = engine.name
-        return ident
+        return with_engine({"model": sweep.model_label, "dtype": sweep.dtype, "seed": spec.seed,
+                            "prompt": PROMPT_VERSION, "haystack": source.identity}, engine)
 
     def write_run_file(self, sweep: Sweep, ident: dict[str, Any]) -> None:
         path = sweep.out / RUN_FILE
         if sweep.spec.resume:
             identity.check_flat_resume(path, ident, "task results",
                                        "resume with the same model, dtype, --seed and --dataset, or use a new --out")
-        atomic_write_text(path, json.dumps(ident, indent=2) + "\n")
+        atomic_write_text(path, dumps(ident, indent=2) + "\n")
 
     def done(self, sweep: Sweep) -> set[Any]:
         return {r.ident for r in read_rows(sweep.out)}
@@ -110,11 +107,7 @@ class TasksTask:
     def plan(self, sweep: Sweep, done: set[Any]) -> list[Batch]:
         # plan_batches keys a unit's cells as (method, *unit); ours are logged as (task, method, length, trial)
         self.done_keys = {(m, n, t, i) for t, m, n, i in done}
-        units = sweep.world.shard(sorted(self.trials))
-        batches = plan_batches(sweep.states, units, self.done_keys, sweep.spec.batch_tokens)
-        return [Batch(state, todo[0][0], len(todo) * todo[0][0],
-                      f"{state.label} @ {todo[0][0]} · {len(todo)} trial{'s' * (len(todo) != 1)}", (labels, todo))
-                for state, labels, todo in batches]
+        return trial_batches(sweep, sorted(self.trials), self.done_keys)
 
     def score(self, sweep: Sweep, batch: Batch, on_tokens: Callable[[int], None]) -> list[Row]:
         from ropectl.eval.tasks.ruler.score import score_trials

@@ -33,32 +33,7 @@ def judge(trial: Trial, predicted: tuple[int, ...], answer_nll: float) -> Outcom
 
 
 def score_trials(engine: Any, trials: list[Trial]) -> list[Outcome]:
-    """Trials of one length in one forward; an engine with its own ``teacher_forced`` (vLLM) scores there."""
-    if hasattr(engine, "teacher_forced"):
-        got = engine.teacher_forced([list(t.ids) for t in trials], [t.prompt_len for t in trials])
-    else:
-        got = teacher_forced(engine.model, trials, engine.input_device())
-    return [judge(t, tuple(p), nll) for t, (p, nll) in zip(trials, got, strict=True)]
+    """Trials of one length in one forward (transformers) or from the engine's prompt log-probs (vLLM)."""
+    from ropectl.eval.forward import answers
 
-
-def teacher_forced(model: Any, trials: list[Trial], device: Any) -> list[tuple[tuple[int, ...], float]]:
-    """transformers: the decoder body over the whole batch, the head over each trial's answer positions only."""
-    import torch
-    import torch.nn.functional as F
-
-    from ropectl.eval.forward import body_hidden_batch, logits_fn
-
-    if len({t.length for t in trials}) != 1:
-        raise ValueError("a batch must hold trials of one length")
-    ids = torch.tensor([t.ids for t in trials], dtype=torch.long, device=device)
-    head = logits_fn(model)
-    out = []
-    with torch.inference_mode():
-        hidden = body_hidden_batch(model, ids)
-        for row, trial in enumerate(trials):
-            n, k = trial.length, trial.answer_len
-            logits = head(hidden[row, n - 1 - k:n - 1]).float()
-            target = ids[row, n - k:].to(logits.device)
-            nll = float(F.cross_entropy(logits, target, reduction="sum"))
-            out.append((tuple(int(x) for x in logits.argmax(-1)), nll))
-    return out
+    return [judge(t, p, nll) for t, (p, nll) in zip(trials, answers(engine, trials), strict=True)]
