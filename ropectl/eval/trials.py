@@ -44,3 +44,15 @@ def trial_batches(sweep: Sweep, units: list[Unit], done: set[Any]) -> list[Batch
 def with_engine(ident: dict[str, Any], engine: Any) -> dict[str, Any]:
     """Another engine's rows are other outcomes: its name joins the identity (transformers' stays as it was)."""
     return ident if engine.name == DEFAULT_ENGINE else {**ident, "engine": engine.name}
+
+
+def write_run_file(sweep: Sweep, name: str, ident: dict[str, Any], what: str, fix: str) -> None:
+    """Rank 0: refuse a --resume into a folder of another run (``what`` results; ``fix``), then write the identity."""
+    from ropectl.eval import identity
+    from ropectl.io.files import atomic_write_text
+    from ropectl.output import dumps
+
+    path = sweep.out / name
+    if sweep.spec.resume:
+        identity.check_flat_resume(path, ident, what, fix)
+    atomic_write_text(path, dumps(ident, indent=2) + "\n")

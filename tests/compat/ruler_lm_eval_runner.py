@@ -9,8 +9,6 @@ sample's score, references, prompt length and (cut) generation.
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 
 
@@ -36,20 +34,7 @@ def run_job(job: dict) -> dict:
             "versions": {k: v for k, v in out.get("config", {}).items() if k in ("model", "batch_size")}}
 
 
-def main() -> None:
-    jobs = json.loads(open(sys.argv[1]).read())
-    results = {}
-    for job in jobs:
-        try:
-            results[job["name"]] = run_job(job)
-        except Exception as exc:  # a refusal is a result
-            import traceback
-
-            results[job["name"]] = {"error": f"{type(exc).__name__}: {exc}"[:2000],
-                                    "traceback": traceback.format_exc()[-3000:]}
-        with open(sys.argv[2], "w") as fh:
-            json.dump(results, fh)
-
-
 if __name__ == "__main__":
-    main()
+    from job_loop import main  # beside this script, on its sys.path
+
+    main(run_job)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ropectl.eval import dist, identity
+from ropectl.eval import dist
 from ropectl.eval.engines import engine_record
 from ropectl.eval.model import MethodState
 from ropectl.eval.progress import Progress
@@ -23,9 +23,7 @@ from ropectl.eval.tasks import Batch, register_task
 from ropectl.eval.tasks.passkey.prompt import PROMPT_VERSION, PromptBuilder, Trial
 from ropectl.eval.tasks.passkey.results import LOG, PLOT, Accuracy, Row, accuracies, append_rows, read_rows, write_outputs
 from ropectl.eval.tasks.passkey.spec import PasskeySpec
-from ropectl.eval.trials import trial_batches, with_engine
-from ropectl.io.files import atomic_write_text
-from ropectl.output import dumps
+from ropectl.eval.trials import trial_batches, with_engine, write_run_file
 
 RUN_FILE = "passkey-run.json"
 Unit = tuple[int, float, int]  # (length, depth, trial)
@@ -68,11 +66,8 @@ class PasskeyTask:
                             "key_digits": spec.key_digits, "prompt": PROMPT_VERSION}, engine)
 
     def write_run_file(self, sweep: Sweep, ident: dict[str, Any]) -> None:
-        path = sweep.out / RUN_FILE
-        if sweep.spec.resume:
-            identity.check_flat_resume(path, ident, "passkey results",
-                                       "resume with the same model, dtype, --seed and --key-digits, or use a new --out")
-        atomic_write_text(path, dumps(ident, indent=2) + "\n")
+        write_run_file(sweep, RUN_FILE, ident, "passkey results",
+                       "resume with the same model, dtype, --seed and --key-digits, or use a new --out")
 
     def done(self, sweep: Sweep) -> set[Any]:
         return {r.ident for r in read_rows(sweep.out)}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ropectl.eval import dist, identity
+from ropectl.eval import dist
 from ropectl.eval.engines import engine_record
 from ropectl.eval.progress import Progress
 from ropectl.eval.sweep import Sweep, run_sweep
@@ -33,9 +33,7 @@ from ropectl.eval.tasks.ruler.results import (
     write_outputs,
 )
 from ropectl.eval.tasks.ruler.spec import TasksSpec
-from ropectl.eval.trials import trial_batches, with_engine
-from ropectl.io.files import atomic_write_text
-from ropectl.output import dumps
+from ropectl.eval.trials import trial_batches, with_engine, write_run_file
 
 RUN_FILE = "tasks-run.json"
 PROMPT_VERSION = "ruler-v1"  # part of a run's identity: another generator is another run
@@ -95,11 +93,8 @@ class TasksTask:
                             "prompt": PROMPT_VERSION, "haystack": source.identity}, engine)
 
     def write_run_file(self, sweep: Sweep, ident: dict[str, Any]) -> None:
-        path = sweep.out / RUN_FILE
-        if sweep.spec.resume:
-            identity.check_flat_resume(path, ident, "task results",
-                                       "resume with the same model, dtype, --seed and --dataset, or use a new --out")
-        atomic_write_text(path, dumps(ident, indent=2) + "\n")
+        write_run_file(sweep, RUN_FILE, ident, "task results",
+                       "resume with the same model, dtype, --seed and --dataset, or use a new --out")
 
     def done(self, sweep: Sweep) -> set[Any]:
         return {r.ident for r in read_rows(sweep.out)}
