@@ -9,7 +9,7 @@ from typing import Any
 
 from ropectl import families
 from ropectl.engines.view import engine_section, engine_warnings
-from ropectl.errors import UsageError
+from ropectl.errors import MethodError, UsageError
 from ropectl.io.resolve import resolve_model
 from ropectl.layout.detect import known_layout
 from ropectl.limits import MAX_POSITIONS
@@ -152,9 +152,12 @@ def _with_commands(views: list[Any], resolved: Any, model: ModelRope, target: in
         if view.differs and vllm.STATIC_DYNAMIC_NOTE in view.reading.notes:
             view = replace(view, fix=vllm.static_dynamic_fix(where, model.rope.factor, not model.record))
         elif view.too_short and view.reader.engine == vllm.ENGINE:
-            emitted, _ = emit_vllm(where, model.rope, model.layer_ropes, model.partial_rotary_factor, target,
-                                   model.model_type, vllm.override_path(resolved.config))
-            view = replace(view, fix=f"serve it with: {emitted['command']}")
+            try:
+                emitted, _ = emit_vllm(where, model.rope, model.layer_ropes, model.partial_rotary_factor, target,
+                                       model.model_type, vllm.override_path(resolved.config))
+                view = replace(view, fix=f"serve it with: {emitted['command']}")
+            except MethodError as exc:  # per-layer partial rotary: no override to print
+                view = replace(view, fix=f"ropectl prints no override for it: {exc.problem}")
         elif view.too_short and view.reader.engine == lm_eval.ENGINE:
             view = replace(view, fix=f"run it with: {lm_eval.command(where, target)}")
         out.append(view)

@@ -57,8 +57,12 @@ def vllm_serving(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> tup
     reading = vllm_reader.predict(reader, plan.config)
     if not reading.ok or (reading.serving_length == target and plan.rope.rope_type != "dynamic"):
         return None, []
-    emitted, notes = emit_vllm_for(str(spec.output or model.folder or spec.model), plan, target)
     served = int(reading.serving_length or 0)
+    try:
+        emitted, notes = emit_vllm_for(str(spec.output or model.folder or spec.model), plan, target)
+    except MethodError as exc:  # per-layer partial rotary: no override command to print, so say what is known
+        return reader, [f"{reader.label}: derives a max length of {served} from this config, not the target {target}; "
+                        f"ropectl prints no override for it: {exc.problem}"]
     if served > target and plan.rope.rope_type != "dynamic":  # longer is still the same RoPE: a cap, not a fix
         return None, [f"{reader.label}: accepts up to {served} tokens from this config (max_position_embeddings x "
                       f"factor), above the target {target}; to cap it there: {emitted['command']}"]
