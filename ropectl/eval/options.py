@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +91,20 @@ def check_run(dtype: str, batch_tokens: int, methods: Sequence[Any]) -> None:
     dupes = sorted({x for x in labels if labels.count(x) > 1})
     if dupes:
         raise UsageError(f"method {dupes[0]} is given twice", "pass each --method once")
+
+
+@dataclass(frozen=True)
+class TrialRunFields:
+    """How and where a trial task (passkey, the RULER-style tasks) runs: the fields their specs share."""
+
+    dtype: str = "auto"
+    device: str = "auto"
+    out: Path | None = None
+    resume: bool = False
+    force: bool = False
+    batch_tokens: int = 8192  # trials of one method and length per forward: batch_tokens // length (>= 1)
+    replace_existing: bool = False
+    engine: str = "transformers"  # or vllm (ropectl.eval.engines); hf is transformers
+    tensor_parallel_size: int = 1  # vLLM only, like the two below
+    pipeline_parallel_size: int = 1
+    distributed_executor_backend: str | None = None

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import UsageError
-from ropectl.eval.options import check_run, merge_settings, parse_lengths, parse_methods
+from ropectl.eval.options import TrialRunFields, check_run, merge_settings, parse_lengths, parse_methods
 from ropectl.rope.methods import MethodSpec
 
 # The embedded default: SmolLM2-135M (trained at 8192), unscaled against dynamic:2 (the demo's
@@ -27,7 +27,7 @@ GENERIC: dict[str, Any] = {"lengths": ["2k", "4k", "8k", "16k"], "depths": [0.0,
 
 
 @dataclass(frozen=True)
-class PasskeySpec:
+class PasskeySpec(TrialRunFields):
     """Passkey retrieval: methods x lengths x depths x trials."""
 
     model: str | None = None
@@ -37,17 +37,6 @@ class PasskeySpec:
     trials: int = 1
     seed: int = 0
     key_digits: int = 5
-    dtype: str = "auto"
-    device: str = "auto"
-    out: Path | None = None
-    resume: bool = False
-    force: bool = False
-    batch_tokens: int = 8192  # trials of one method and length per forward: batch_tokens // length (>= 1)
-    replace_existing: bool = False
-    engine: str = "transformers"  # or vllm (ropectl.eval.engines); hf is transformers
-    tensor_parallel_size: int = 1  # vLLM only, like the two below
-    pipeline_parallel_size: int = 1
-    distributed_executor_backend: str | None = None
 
     def __post_init__(self) -> None:
         validate(self)

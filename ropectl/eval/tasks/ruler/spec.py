@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import UsageError
-from ropectl.eval.options import check_run, merge_settings, parse_lengths, parse_methods
+from ropectl.eval.options import TrialRunFields, check_run, merge_settings, parse_lengths, parse_methods
 from ropectl.rope.methods import MethodSpec
 
 # RULER's effective length: the longest length whose mean score stays above Llama-2-7B's at 4k (85.6 %).
@@ -20,7 +20,7 @@ GENERIC: dict[str, Any] = {"tasks": "ruler", "lengths": ["4k", "8k", "16k"], "sa
 
 
 @dataclass(frozen=True)
-class TasksSpec:
+class TasksSpec(TrialRunFields):
     """Long-context tasks: tasks x methods x lengths x samples, paired across methods."""
 
     model: str | None = None
@@ -31,17 +31,6 @@ class TasksSpec:
     seed: int = 0
     threshold: float = RULER_THRESHOLD
     dataset: str | None = None  # the haystack text (essay tasks and word lists): the eval corpus
-    dtype: str = "auto"
-    device: str = "auto"
-    out: Path | None = None
-    resume: bool = False
-    force: bool = False
-    batch_tokens: int = 8192
-    replace_existing: bool = False
-    engine: str = "transformers"  # or vllm (ropectl.eval.engines); hf is transformers
-    tensor_parallel_size: int = 1  # vLLM only, like the two below
-    pipeline_parallel_size: int = 1
-    distributed_executor_backend: str | None = None
 
     def __post_init__(self) -> None:
         from ropectl.eval.engines import check_engine_options
