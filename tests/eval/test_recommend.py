@@ -134,3 +134,16 @@ def test_bad_input_is_one_line(tmp_path: Path, args: list[str], words: str) -> N
 def test_missing_results_folder(tmp_path: Path) -> None:
     result = runner.invoke(app, ["recommend", "-t", "16k", "--ppl", str(tmp_path / "nope")])
     assert result.exit_code == 1 and "does not exist" in result.stderr and "eval-ppl" in result.stderr
+
+
+def test_an_eval_passkey_folder_reads_as_the_task_passkey(tmp_path: Path) -> None:
+    """--passkey (kept as an alias of --tasks) reads passkey.json: each (depth, trial) is one paired trial."""
+    from ropectl.recommend import load_tasks
+
+    rows = [{"method": m, "length": 16384, "depth": d, "trial": t, "success": m == "yarn:2" or d == 0.1}
+            for m in ("none", "yarn:2") for d in (0.1, 0.9) for t in range(3)]
+    (tmp_path / "passkey.json").write_text(json.dumps({"meta": {}, "results": rows}))
+    data = load_tasks(tmp_path)
+    none = sorted((r["trial"], r["score"]) for r in data["rows"] if r["method"] == "none")
+    assert none == [(0, 1.0), (1, 1.0), (2, 1.0), (3, 0.0), (4, 0.0), (5, 0.0)]
+    assert {r["task"] for r in data["rows"]} == {"passkey"}
