@@ -182,11 +182,9 @@ def _trials(rows: list[dict[str, Any]], target: int) -> dict[str, dict[Any, floa
     for r in rows:
         if int(r["length"]) == target:
             by[r["method"]][r["task"]][int(r["trial"])] = float(r["score"])
-    out = {}
-    for method, per_task in by.items():
-        common = set.intersection(*(set(v) for v in per_task.values()))
-        out[method] = {i: sum(v[i] for v in per_task.values()) / len(per_task) for i in sorted(common)}
-    return out
+    from ropectl.eval.tasks.ruler.results import trial_average
+
+    return {method: trial_average(per_task) for method, per_task in by.items()}
 
 
 def _served(e: Evidence, serve_with: tuple[str, ...]) -> Evidence:

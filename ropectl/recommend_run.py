@@ -70,10 +70,8 @@ def run_sweeps(model: str | None, target: int, factor: float | None, out: Path |
         on_ppl(ppl)
     tasks = run_tasks(build_tasks_spec(tasks=sizes["tasks"], lengths=[target], samples=sizes["samples"],
                                        out=root / "tasks", **common), progress)
-    rows = [{"task": r.task, "method": r.method, "length": r.length, "trial": r.trial, "score": r.score}
-            for r in tasks.rows]
-    cells = [{"method": c.method, "length": c.length, "doc": c.doc, "tokens": c.tokens, "nll_sum": c.nll_sum}
-             for c in ppl.cells]
-    final = recommend({"meta": ppl.meta, "table": [a.to_dict() for a in ppl.aggregates], "cells": cells},
-                      {"meta": tasks.meta, "rows": rows}, target, max_regression, serve_with)
+    # the same dicts recommend reads from the results files (recommend_data), straight from the results
+    evidence = {"meta": ppl.meta, "table": [a.to_dict() for a in ppl.aggregates], "cells": [c.to_dict() for c in ppl.cells]}
+    final = recommend(evidence, {"meta": tasks.meta, "rows": [r.to_dict() for r in tasks.rows]}, target, max_regression,
+                      serve_with)
     return Sweeps(ppl, tasks, final, skipped)

@@ -101,9 +101,15 @@ def _cell(rows: list[Row], task: str, method: str, length: int) -> list[Row]:
 
 
 def _averaged(per_task: Mapping[str, list[Row]]) -> list[float]:
-    trials = sorted(set.intersection(*({r.trial for r in cell} for cell in per_task.values())))
-    by = {t: {r.trial: r.score for r in cell} for t, cell in per_task.items()}
-    return [sum(by[t][i] for t in by) / len(by) for i in trials]
+    return list(trial_average({t: {r.trial: r.score for r in cell} for t, cell in per_task.items()}).values())
+
+
+def trial_average(per_task: Mapping[str, Mapping[int, float]]) -> dict[int, float]:
+    """Trial index -> score averaged over the tasks, for the trials every task has (RULER averages its tasks)."""
+    if not per_task:
+        return {}
+    common = set.intersection(*(set(v) for v in per_task.values()))
+    return {i: sum(v[i] for v in per_task.values()) / len(per_task) for i in sorted(common)}
 
 
 def _score(task: str, method: str, length: int, values: list[float]) -> Score:
@@ -131,11 +137,9 @@ def comparisons(rows: list[Row], tasks: list[str], methods: list[str], lengths: 
 def _paired(rows: list[Row], tasks: list[str], task: str, m: str, ref: str | None, n: int
             ) -> tuple[list[float], list[float]]:
     names = tasks if task == "average" else [task]
-    cells = {(t, x): {r.trial: r.score for r in _cell(rows, t, x, n)} for t in names for x in (m, ref)}
-    common = sorted(set.intersection(*(set(c) for c in cells.values()))) if cells else []
-    a = [sum(cells[(t, m)][i] for t in names) / len(names) for i in common]
-    b = [sum(cells[(t, ref)][i] for t in names) / len(names) for i in common]
-    return a, b
+    a, b = (trial_average({t: {r.trial: r.score for r in _cell(rows, t, x, n)} for t in names}) for x in (m, ref))
+    common = sorted(set(a) & set(b))
+    return [a[i] for i in common], [b[i] for i in common]
 
 
 def effective_lengths(table: list[Score], methods: list[str], lengths: list[int], threshold: float,
