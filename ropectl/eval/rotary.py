@@ -3,7 +3,8 @@ against ropectl's float64 reference (a method transformers cannot build gets its
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from ropectl.errors import VerificationError
@@ -102,6 +103,21 @@ def verify_rotary(module: Any, state: MethodState, length: int | None) -> None:
                 f"(max relative error {max(errors):.2e}, {len(inv)} vs {len(want.inv_freq)} frequencies)",
                 "report this model type; results would not measure the method asked for",
             )
+
+
+@contextmanager
+def kept_rotary(model: Any) -> Iterator[None]:
+    """Restores every rotary module's buffers and scalar attributes (dynamic's grown base and cached length) on exit."""
+    saved = [(module, {k: v.clone() for k, v in module._buffers.items() if v is not None},
+              {k: v for k, v in vars(module).items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+             for _, _, module in rotary_modules(model)]
+    try:
+        yield
+    finally:
+        for module, buffers, scalars in saved:
+            module._buffers.update(buffers)  # copies: longrope updates its inv_freq in place
+            for name, value in scalars.items():
+                setattr(module, name, value)
 
 
 def verify_after_forward(loaded: LoadedModel, state: MethodState, length: int) -> None:

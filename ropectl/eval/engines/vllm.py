@@ -4,7 +4,7 @@
 
 vLLM is imported only when the weights load; every refusal (no vLLM, torchrun, a tensor-parallel size that does not
 divide the heads, a method vLLM cannot build) comes first. Tasks score through ``token_logprobs``,
-``teacher_forced`` and ``answer_logprobs`` rather than a torch module.
+``teacher_forced``, ``answer_logprobs`` and ``generate`` rather than a torch module.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ class VllmEngine:
         self.servings: dict[tuple[str, int], plan.Serving] = {}
         self.parallel = plan.Parallel()
         self.trained: int | None = None
+        self.room = 0  # generation room past a cell's length (vllm_plan.Serving.room)
         self.loads: list[dict[str, Any]] = []  # one entry per vllm.LLM built: what and how long
         self._version = ""
         self.check_launch(int(os.environ.get("WORLD_SIZE", "1") or 1))
@@ -73,9 +74,10 @@ class VllmEngine:
         self.parallel = plan.parallel_from(spec)
         plan.check_heads(self.source.config, self.parallel)
         self.trained = sweep.trained
+        self.room = int(getattr(spec, "generation_room", 0) or 0)
         lengths = tuple(getattr(spec, "lengths", ()) or ())
         if lengths:
-            self.servings = plan.plan_servings(sweep.states, self.source.config, lengths, sweep.trained)
+            self.servings = plan.plan_servings(sweep.states, self.source.config, lengths, sweep.trained, self.room)
         sweep.warnings += plan.served_notes(sweep.states, self.servings)
 
     def load_tokenizer(self) -> Any:
@@ -155,6 +157,20 @@ class VllmEngine:
         return [(tuple(token for token, _ in got), -sum(logprob for _, logprob in got))
                 for got in self.answer_logprobs(prompts, spans)]
 
+    def generate(self, prompts: Sequence[Sequence[int]], budgets: Sequence[int], length: int,
+                 ) -> list[tuple[int, ...]]:
+        """Per prompt, its greedy continuation (at most its budget, ending at end of sequence), from the engine that
+        serves cells of ``length`` tokens; the serving's room holds the budget."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        self._ensure(length)
+        assert self.serving is not None
+        params = [SamplingParams(max_tokens=max(1, min(n, self.serving.max_model_len - len(p))), temperature=0.0,
+                                 detokenize=False) for p, n in zip(prompts, budgets, strict=True)]
+        results = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
+        return [tuple(r.outputs[0].token_ids) for r in results]
+
     def _prompt_logprobs(self, prompts: Sequence[Sequence[int]], top: int) -> list[list[Any]]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
@@ -171,7 +187,7 @@ class VllmEngine:
         serving = self.servings.get((self.state.label, length))
         if serving is None:  # a length the sweep did not plan (a task's own prompt lengths)
             longest = max([n for _, n in self.servings] + [length])
-            serving = plan.serving_for(self.state, self.source.config, length, longest, self.trained)
+            serving = plan.serving_for(self.state, self.source.config, length, longest, self.trained, self.room)
             plan.check_builds(serving, self.source.config, self.state.label)
             self.servings[(self.state.label, length)] = serving
         if self.serving is not None and serving.key == self.serving.key:

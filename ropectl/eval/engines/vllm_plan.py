@@ -36,11 +36,13 @@ class Serving:
     hf_overrides: Mapping[str, Any]
     printed_max_model_len: int  # what `patch --emit vllm` prints
     served_as: str  # how the results name what vLLM ran, e.g. "dynamic (vLLM: static at 1024)"
+    room: int = 0  # positions for greedy generation past a cell's length (tasks: their largest RULER budget)
 
     @property
     def max_model_len(self) -> int:
-        """What the engine passes: one position more than printed, for the token vLLM samples after the prompt."""
-        return self.printed_max_model_len + 1
+        """What the engine passes: one position more than printed, for the token vLLM samples after the prompt,
+        and the generation room."""
+        return self.printed_max_model_len + 1 + self.room
 
     @property
     def key(self) -> str:
@@ -48,7 +50,7 @@ class Serving:
 
     def to_dict(self) -> dict[str, Any]:
         return {"hf_overrides": self.hf_overrides, "printed_max_model_len": self.printed_max_model_len,
-                "max_model_len": self.max_model_len, "served_as": self.served_as}
+                "max_model_len": self.max_model_len, "served_as": self.served_as, "room": self.room}
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ def patch_target(state: MethodState, trained: int | None) -> int | None:
 
 
 def serving_for(state: MethodState, config: Mapping[str, Any], length: int, longest: int,
-                trained: int | None) -> Serving:
+                trained: int | None, room: int = 0) -> Serving:
     """The engine that scores ``state`` at ``length`` (prompts of ``length`` tokens)."""
     from ropectl.engines import vllm as reader_mod
     from ropectl.engines.emit import emit_vllm
@@ -136,7 +138,7 @@ def serving_for(state: MethodState, config: Mapping[str, Any], length: int, long
         served_as = state.label
     emitted, _ = emit_vllm("MODEL", model.rope, model.layer_ropes, model.partial_rotary_factor, target,
                            model.model_type, reader_mod.override_path(config))
-    return Serving(emitted["hf_overrides"], int(emitted["max_model_len"]), served_as)
+    return Serving(emitted["hf_overrides"], int(emitted["max_model_len"]), served_as, room)
 
 
 def check_builds(serving: Serving, config: Mapping[str, Any], label: str) -> None:
@@ -161,13 +163,13 @@ def overridden(config: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[
 
 
 def plan_servings(states: list[MethodState], config: Mapping[str, Any], lengths: tuple[int, ...],
-                  trained: int | None) -> dict[tuple[str, int], Serving]:
+                  trained: int | None, room: int = 0) -> dict[tuple[str, int], Serving]:
     """(method label, length) -> its Serving, every one checked; raises before any weight loads."""
     longest = max(lengths)
     out: dict[tuple[str, int], Serving] = {}
     for state in states:
         for length in lengths:
-            serving = serving_for(state, config, length, longest, trained)
+            serving = serving_for(state, config, length, longest, trained, room)
             check_builds(serving, config, state.label)
             out[(state.label, length)] = serving
     return out

@@ -14,7 +14,7 @@ from ropectl.eval.stats import mean_interval, paired_difference
 
 LOG, JSON, CSV, SUMMARY, PLOT = "tasks.jsonl", "tasks.json", "tasks.csv", "tasks-summary.json", "tasks.png"
 COLUMNS = ("model", "method", "params", "task", "length", "trial", "score", "found", "references", "answer_nll",
-           "predicted", "expected")
+           "predicted", "expected", "scored_by")
 REFERENCE = ("none", "as-is")
 
 
@@ -29,9 +29,10 @@ class Row:
     found: int
     references: int
     answer_nll: float
-    predicted: str  # the decoded argmax tokens at the answer positions
+    predicted: str  # the decoded argmax tokens at the answer positions, or the greedy output
     expected: str  # the decoded answer
     params: Mapping[str, Any] = field(default_factory=dict)
+    scored_by: str = "teacher forcing"  # or "greedy" (ruler.score)
 
     @property
     def ident(self) -> tuple[str, str, int, int]:
@@ -46,7 +47,8 @@ class Row:
     def from_dict(cls, d: Mapping[str, Any]) -> Row:
         return cls(str(d["model"]), str(d["method"]), str(d["task"]), int(d["length"]), int(d["trial"]),
                    float(d["score"]), int(d["found"]), int(d["references"]), float(d["answer_nll"]),
-                   str(d["predicted"]), str(d["expected"]), dict(d.get("params") or {}))
+                   str(d["predicted"]), str(d["expected"]), dict(d.get("params") or {}),
+                   str(d.get("scored_by") or "teacher forcing"))
 
 
 def append_rows(out: Path, rows: Iterable[Row]) -> None:

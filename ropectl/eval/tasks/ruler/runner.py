@@ -36,7 +36,7 @@ from ropectl.eval.tasks.ruler.spec import TasksSpec
 from ropectl.eval.trials import trial_batches, with_engine, write_run_file
 
 RUN_FILE = "tasks-run.json"
-PROMPT_VERSION = "ruler-v1"  # part of a run's identity: another generator is another run
+PROMPT_VERSION = "ruler-v2"  # part of a run's identity: another generator or scorer (v2: greedy) is another run
 Unit = tuple[int, str, int]  # (length, task, trial): plan_batches groups by the first field
 
 
@@ -114,7 +114,7 @@ class TasksTask:
         params = {s.label: s.params() for s in sweep.states}
         decode = engine.tokenizer.decode
         rows = [Row(sweep.model_label, m, t.task, t.length, t.index, o.score, o.found, len(t.references), o.answer_nll,
-                    decode(list(o.predicted)), decode(list(t.ids[t.prompt_len:])), params[m])
+                    decode(list(o.predicted)), decode(list(t.ids[t.prompt_len:])), params[m], o.scored_by)
                 for u, t, o in zip(todo, trials, outcomes, strict=True) for m in labels
                 if (m, *u) not in self.done_keys]
         on_tokens(batch.tokens)
