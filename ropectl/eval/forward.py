@@ -72,20 +72,31 @@ def teacher_forced(model: Any, trials: list[Any], device: Any) -> list[tuple[tup
     return out
 
 
-def greedy(engine: Any, prompts: list[tuple[int, ...]], budgets: list[int], length: int,
-           done: list[Callable[[list[int]], bool]] | None = None) -> list[tuple[int, ...]]:
-    """Per prompt, its greedy continuation: at most its budget of tokens, ending at an end-of-sequence token as
-    ``generate`` and vLLM do. transformers: a KV-cached loop here (``done(tokens)`` may end it early once the rest
-    cannot change the score); another engine: its own ``generate(prompts, budgets, length)`` (``length``: the
-    cell's, which picks the engine that serves it)."""
+
+def greedy_answers(engine: Any, trials: list[Any], budgets: list[int], done: list[Callable[[list[int]], bool]],
+                   on_prefill: Callable[[int], None] | None = None) -> list[tuple[tuple[int, ...], float]]:
+    """Per trial (``ids`` ending in ``answer_len`` answer tokens): greedy decoding's output from the prompt (at most
+    its budget, ending at an end-of-sequence token as ``generate`` and vLLM do, or once ``done(tokens)``: the rest
+    cannot change the score) and the answer's teacher-forced NLL.
+
+    transformers: one KV-cached decode per trial here (``on_prefill(n)`` after each prompt's forward of n tokens:
+    the check of length-dependent RoPE). Another engine (vLLM): teacher forcing from its prompt
+    log-probs first; where every answer position's argmax is the answer token, greedy decoding reproduces the
+    answer and no generation runs; the others go to the engine's ``generate(prompts, budgets, length)``."""
     from ropectl.eval.engines import DEFAULT_ENGINE
 
-    if engine.name != DEFAULT_ENGINE:
-        return [tuple(int(t) for t in out) for out in engine.generate(prompts, budgets, length)]
-    eos = end_tokens(engine.model, engine.tokenizer)
-    stops = done or [None] * len(prompts)
-    return [continuation(engine.model, p, n, engine.input_device(), eos, stop)
-            for p, n, stop in zip(prompts, budgets, stops, strict=True)]
+    if engine.name == DEFAULT_ENGINE:
+        eos = end_tokens(engine.model, engine.tokenizer)
+        return [continuation(engine.model, t.ids[:t.prompt_len], n, engine.input_device(), eos, stop,
+                             t.ids[t.prompt_len:], on_prefill) for t, n, stop in zip(trials, budgets, done, strict=True)]
+    out = answers(engine, trials)
+    open_ = [i for i, (t, (p, _)) in enumerate(zip(trials, out)) if tuple(p) != tuple(t.ids[t.prompt_len:])]
+    if open_:
+        generated = engine.generate([trials[i].ids[:trials[i].prompt_len] for i in open_], [budgets[i] for i in open_],
+                                    trials[0].length)
+        for i, tokens in zip(open_, generated, strict=True):
+            out[i] = (tuple(int(x) for x in tokens), out[i][1])
+    return out
 
 
 def end_tokens(model: Any, tokenizer: Any) -> set[int]:
@@ -99,25 +110,58 @@ def end_tokens(model: Any, tokenizer: Any) -> set[int]:
 
 
 def continuation(model: Any, prompt: tuple[int, ...], budget: int, device: Any, eos: set[int],
-                 done: Callable[[list[int]], bool] | None = None) -> tuple[int, ...]:
-    """Greedy decoding of one prompt with the KV cache, the head only at the last position. The rotary modules are
-    restored afterwards: dynamic scaling grows its base past the cell's length, which the cell's check reads."""
+                 done: Callable[[list[int]], bool] | None = None, answer: tuple[int, ...] = (),
+                 on_prefill: Callable[[int], None] | None = None) -> tuple[tuple[int, ...], float]:
+    """Greedy decoding of one prompt with the KV cache, the head only at the last position, and the teacher-forced
+    NLL of ``answer`` along the way (its tail, once greedy leaves it, from a copy of the cache). The rotary modules
+    are restored afterwards: dynamic scaling grows its base as decoding goes on, and the next prompt must start
+    from the state the method was put in."""
+    import copy
+
     import torch
 
     from ropectl.eval.rotary import kept_rotary
 
     body = model.get_decoder() if hasattr(model, "get_decoder") else model.model
-    head = logits_fn(model)
+    head, key = logits_fn(model), cache_keyword(body)
     ids = torch.tensor([list(prompt)], dtype=torch.long, device=device)
     tokens: list[int] = []
-    past = None
+    nll, forced, past = 0.0, bool(answer), None
     with torch.inference_mode(), kept_rotary(model):
-        for _ in range(budget):
-            out = body(input_ids=ids, past_key_values=past, use_cache=True)
-            past = out.past_key_values
-            token = int(head(out.last_hidden_state[0, -1:]).float().argmax(-1)[0])
+        for step in range(budget):
+            out = body(input_ids=ids, use_cache=True, **{key: past})
+            past = getattr(out, key)
+            if step == 0 and on_prefill is not None:
+                on_prefill(len(prompt))
+            logits = head(out.last_hidden_state[0, -1:]).float()[0]
+            token = int(logits.argmax())
             tokens.append(token)
-            if token in eos or (done is not None and done(tokens)):
+            stop = token in eos or (done is not None and done(tokens))
+            if forced and step < len(answer):
+                nll -= float(torch.log_softmax(logits, -1)[answer[step]])
+                if token != answer[step] or stop:  # the rest of the answer, teacher forced, from a copy
+                    forced = False
+                    nll += _tail_nll(body, head, {key: copy.deepcopy(past)}, answer[step:], device)
+            if stop:
                 break
             ids = torch.tensor([[token]], dtype=torch.long, device=device)
-    return tuple(tokens)
+    return tuple(tokens), nll
+
+
+def cache_keyword(body: Any) -> str:
+    """The KV cache's argument and output name: ``cache`` from transformers 5.24 on, ``past_key_values`` before."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(body.forward).parameters else "past_key_values"
+
+
+def _tail_nll(body: Any, head: Any, past: dict[str, Any], chunk: tuple[int, ...], device: Any) -> float:
+    """NLL of ``chunk[1:]`` after the cached tokens and ``chunk[0]``: one forward over the chunk."""
+    import torch
+    import torch.nn.functional as F
+
+    if len(chunk) < 2:
+        return 0.0
+    ids = torch.tensor([list(chunk)], dtype=torch.long, device=device)
+    hidden = body(input_ids=ids, use_cache=True, **past).last_hidden_state[0, :-1]
+    return float(F.cross_entropy(head(hidden).float(), ids[0, 1:].to(hidden.device), reduction="sum"))

@@ -56,6 +56,8 @@ class Task(Protocol):
     run_file: str  # the run's identity, for --resume (also what a failed start may leave behind)
     log_file: str  # one line per finished cell, appended as cells finish
     unit: str  # what a logged line is, in messages ("cells", "trials")
+    # optional ``verifies_itself = True``: the task checks the RoPE its forwards used itself (tasks: at each prompt's
+    # length); otherwise the sweep calls engine.verify_after_forward(state, batch.length) after each batch
 
     def prepare(self, sweep: Sweep) -> dict[str, Any]:
         """Check every input and build the cells' inputs (tokenizer and methods are ready; no weights yet).

@@ -14,7 +14,7 @@ from ropectl.eval.stats import mean_interval, paired_difference
 
 LOG, JSON, CSV, SUMMARY, PLOT = "tasks.jsonl", "tasks.json", "tasks.csv", "tasks-summary.json", "tasks.png"
 COLUMNS = ("model", "method", "params", "task", "length", "trial", "score", "found", "references", "answer_nll",
-           "predicted", "expected", "scored_by")
+           "predicted", "expected")
 REFERENCE = ("none", "as-is")
 
 
@@ -29,10 +29,9 @@ class Row:
     found: int
     references: int
     answer_nll: float
-    predicted: str  # the decoded argmax tokens at the answer positions, or the greedy output
-    expected: str  # the decoded answer
+    predicted: str  # the decoded greedy output (ruler.score)
+    expected: str  # the decoded canonical answer
     params: Mapping[str, Any] = field(default_factory=dict)
-    scored_by: str = "teacher forcing"  # or "greedy" (ruler.score)
 
     @property
     def ident(self) -> tuple[str, str, int, int]:
@@ -47,8 +46,7 @@ class Row:
     def from_dict(cls, d: Mapping[str, Any]) -> Row:
         return cls(str(d["model"]), str(d["method"]), str(d["task"]), int(d["length"]), int(d["trial"]),
                    float(d["score"]), int(d["found"]), int(d["references"]), float(d["answer_nll"]),
-                   str(d["predicted"]), str(d["expected"]), dict(d.get("params") or {}),
-                   str(d.get("scored_by") or "teacher forcing"))
+                   str(d["predicted"]), str(d["expected"]), dict(d.get("params") or {}))
 
 
 def append_rows(out: Path, rows: Iterable[Row]) -> None:

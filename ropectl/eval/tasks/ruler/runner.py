@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.eval import dist
-from ropectl.eval.engines import engine_record
+from ropectl.eval.engines import DEFAULT_ENGINE, engine_record
 from ropectl.eval.progress import Progress
 from ropectl.eval.sweep import Sweep, run_sweep
 from ropectl.eval.tasks import Batch, register_task
@@ -76,6 +76,9 @@ def build_trials(tokenizer: Any, spec: TasksSpec, texts: Any) -> dict[Unit, Tria
 
 @register_task("tasks")
 class TasksTask:
+    # a trial's forward is its prompt (shorter than the cell), then greedy decoding past it: the check of
+    # length-dependent RoPE runs after each prompt's forward, at its length (score), not once at the cell's
+    verifies_itself = True
     name, command, run_file, log_file, unit = "tasks", "eval-tasks", RUN_FILE, LOG, "trials"
 
     def __init__(self) -> None:
@@ -110,11 +113,13 @@ class TasksTask:
         engine, (labels, todo) = sweep.engine, batch.items
         assert engine is not None
         trials = [self.trials[u] for u in todo]
-        outcomes = score_trials(engine, trials)
+        outcomes = score_trials(engine, trials, lambda n: engine.verify_after_forward(batch.state, n))
+        if engine.name != DEFAULT_ENGINE:
+            engine.verify_after_forward(batch.state, batch.length)
         params = {s.label: s.params() for s in sweep.states}
         decode = engine.tokenizer.decode
         rows = [Row(sweep.model_label, m, t.task, t.length, t.index, o.score, o.found, len(t.references), o.answer_nll,
-                    decode(list(o.predicted)), decode(list(t.ids[t.prompt_len:])), params[m], o.scored_by)
+                    decode(list(o.predicted)), decode(list(t.ids[t.prompt_len:])), params[m])
                 for u, t, o in zip(todo, trials, outcomes, strict=True) for m in labels
                 if (m, *u) not in self.done_keys]
         on_tokens(batch.tokens)
