@@ -3,7 +3,8 @@ methods and factors, every one of them an engine in ``--serve-with`` computes as
 
 The grid: each candidate method at ``target / trained`` times 1, 1.5 and 2 (1 and 2 in the embedded demo), so
 the answer is a method and a factor. A method the engines would not run as evaluated (dynamic for llama.cpp or
-vLLM) is not measured at all, and the reason is kept for the report.
+vLLM) is not measured at all, and the reason is kept for the report. A method the PPL sweep already rules out
+(its in-window regression) gets no task trials: no score could bring it back.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any
 from ropectl.recommend import DEFAULT_MAX_REGRESSION, recommend
 
 # The embedded demo (SmolLM2-135M, trained 8k, 10k target): sized to about 10 minutes of 2 CPU cores.
+# Tasks run at half the trained context and at the target (effective length needs more than one length).
 DEMO = {"candidates": ("yarn", "dynamic"), "grid": (1.0, 2.0), "inside": ["2k"], "docs": 2,
-        "tasks": "niah_single_1,vt", "samples": 2}
+        "tasks": "niah_single_1", "samples": 2}
 GENERIC = {"candidates": ("yarn", "ntk", "linear", "dynamic"), "grid": (1.0, 1.5, 2.0), "docs": 8,
            "tasks": "niah_single_1,niah_multikey_2,niah_multivalue,vt,fwe", "samples": 25}
 
@@ -68,10 +70,13 @@ def run_sweeps(model: str | None, target: int, factor: float | None, out: Path |
     ppl = run_eval(build_spec(lengths=[*inside, target], docs=sizes["docs"], out=root / "ppl", **common), progress)
     if on_ppl:
         on_ppl(ppl)
-    tasks = run_tasks(build_tasks_spec(tasks=sizes["tasks"], lengths=[target], samples=sizes["samples"],
-                                       out=root / "tasks", **common), progress)
     # the same dicts recommend reads from the results files (recommend_data), straight from the results
     evidence = {"meta": ppl.meta, "table": [a.to_dict() for a in ppl.aggregates], "cells": [c.to_dict() for c in ppl.cells]}
+    out_on_ppl = {e.method for e in recommend(evidence, None, target, max_regression, serve_with).evidence
+                  if not e.eligible}
+    common["methods"] = [m for m in methods if m not in out_on_ppl]
+    tasks = run_tasks(build_tasks_spec(tasks=sizes["tasks"], lengths=sorted({n for n in (trained // 2, target) if 0 < n <= target}),
+                                       samples=sizes["samples"], out=root / "tasks", **common), progress)
     final = recommend(evidence, {"meta": tasks.meta, "rows": [r.to_dict() for r in tasks.rows]}, target, max_regression,
                       serve_with)
     return Sweeps(ppl, tasks, final, skipped)

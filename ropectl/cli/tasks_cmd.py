@@ -40,8 +40,8 @@ def eval_tasks(
     """RULER-style tasks (needle retrieval, variable tracking, common/frequent words, passkey) over lengths x
     RoPE methods, with 95 % intervals, paired differences against none and each method's effective length.
 
-    Generated offline from the eval corpus; the same trials for every method. Scored by teacher forcing with
-    RULER's answer prefix, one forward per trial batch. With no arguments: SmolLM2-135M, none vs yarn:2.
+    Generated offline from the eval corpus; the same trials for every method. Scored as RULER: greedy decoding
+    after its answer prefix, string_match_all. With no arguments: SmolLM2-135M, none vs yarn:2.
     """
     from ropectl.eval.tasks.ruler.runner import run_tasks
     from ropectl.eval.tasks.ruler.spec import build_tasks_spec
@@ -74,7 +74,7 @@ def print_tasks_table(result: Any) -> None:
         for i, method in enumerate(meta["methods"]):
             cells = [result.score(task, method, n) for n in meta["lengths"]]
             table.add_row(method, task, *[_cell(c) for c in cells], end_section=i == len(meta["methods"]) - 1)
-    eo.print_sweep_table(table, trained, "Score: RULER string match under greedy decoding, by teacher forcing; "
+    eo.print_sweep_table(table, trained, "Score: RULER string_match_all on greedy output; "
                          "[95 % interval over trials].",
                          f"results: {result.out}/tasks.json, tasks.csv, tasks-summary.json, tasks.png "
                          f"({meta['wall_s']:.0f} s, dtype {meta['dtype']}: {meta['dtype_choice']})")
