@@ -75,8 +75,9 @@ def run_sweeps(model: str | None, target: int, factor: float | None, out: Path |
     out_on_ppl = {e.method for e in recommend(evidence, None, target, max_regression, serve_with).evidence
                   if not e.eligible}
     common["methods"] = [m for m in methods if m not in out_on_ppl]
-    tasks = run_tasks(build_tasks_spec(tasks=sizes["tasks"], lengths=sorted({n for n in (trained // 2, target) if 0 < n <= target}),
-                                       samples=sizes["samples"], out=root / "tasks", **common), progress)
+    task_lengths = sorted({n for n in (trained // 2, target) if 0 < n <= target})
+    tasks = run_tasks(build_tasks_spec(tasks=sizes["tasks"], lengths=task_lengths, samples=sizes["samples"],
+                                       out=root / "tasks", **common), progress)
     final = recommend(evidence, {"meta": tasks.meta, "rows": [r.to_dict() for r in tasks.rows]}, target, max_regression,
                       serve_with)
     return Sweeps(ppl, tasks, final, skipped)

@@ -52,8 +52,8 @@ def test_torchrun_refused_before_the_process_group(tiny_model: Path, tiny_corpus
 
 
 def test_plan_is_the_printed_command(tiny_model: Path) -> None:
-    """Static methods run exactly what `patch -m M --emit vllm` prints (--max-model-len + 1 for the sampled token);
-    dynamic runs the printed static form for each length."""
+    """Static methods run exactly what `patch -m M --emit vllm` prints; dynamic runs the printed static form for
+    each length."""
     source = model_source(str(tiny_model))
     methods = ("none", "yarn:2", "linear:2", "llama3:2", "dynamic:2")
     states = method_states(source.config, parse_methods(list(methods)))
@@ -63,13 +63,36 @@ def test_plan_is_the_printed_command(tiny_model: Path) -> None:
         for n in (64, 400, 512):
             got = servings[(method, n)]
             assert dict(got.hf_overrides) == emitted["hf_overrides"]
-            assert got.printed_max_model_len == emitted["max_model_len"] and got.max_model_len == 513
+            assert got.printed_max_model_len == emitted["max_model_len"] and got.max_model_len == 512
     dynamic = servings[("dynamic:2", 400)]
     assert dynamic.served_as == "dynamic (vLLM: static at 400)" and dynamic.printed_max_model_len == 400
+    assert dynamic.max_model_len == 400
     theta = {m: servings[(m, 64)].hf_overrides["rope_parameters"]["rope_theta"] for m in ("none", "dynamic:2")}
     assert theta["dynamic:2"] == theta["none"]  # within the trained context dynamic is the unscaled model
     notes = plan.served_notes(states, servings)
     assert len(notes) == 1 and "400 as static at 400" in notes[0]
+
+
+def test_longrope_runs_the_printed_overrides_with_the_length_that_picks_its_factors(tmp_path: Path) -> None:
+    """vLLM picks LongRoPE's factors per engine from --max-model-len and its attention scaling from
+    max_position_embeddings: short factors up to the original length, the configured scaling up to its length."""
+    from tests.compat.vllm_engine_support import tiny_phi3_longrope
+
+    source = model_source(str(tiny_phi3_longrope(tmp_path / "phi3")))  # original 128, max_position_embeddings 512
+    states = method_states(source.config, ())
+    servings = plan.plan_servings(states, source.config, (64, 128, 129, 512, 600), trained_context(source.config))
+    got = {n: servings[("as-is", n)] for n in (64, 128, 129, 512, 600)}
+    assert [got[n].max_model_len for n in got] == [128, 128, 512, 512, 600]
+    assert [_text_max_positions(got[n].hf_overrides) for n in got] == [512, 512, 512, 512, 600]
+    assert got[128].served_as == "longrope (vLLM: short factors at 128)" and got[128].printed_max_model_len == 512
+    assert got[64].key == got[128].key and got[129].key == got[512].key  # one engine each
+    notes = plan.served_notes(states, servings)
+    assert len(notes) == 2 and "128 as short factors at 128, 129 as long factors at 512" in notes[0]
+    assert "past max_position_embeddings 512" in notes[1]
+
+
+def _text_max_positions(overrides: dict) -> int:
+    return overrides.get("text_config", overrides)["max_position_embeddings"]
 
 
 def test_tensor_parallel_must_divide_the_heads(tiny_model: Path) -> None:

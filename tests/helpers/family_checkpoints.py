@@ -49,7 +49,7 @@ def tiny_gemma4_text(folder: Path, seed: int = 13, **overrides: Any) -> Path:
     return save_model(Gemma4ForCausalLM, Gemma4TextConfig(**kwargs), folder, seed)
 
 
-def tiny_qwen2_vl_text(folder: Path, seed: int = 14, **overrides: Any) -> Path:
+def tiny_qwen2_vl_text(folder: Path, seed: int = 14, vision: dict[str, Any] | None = None, **overrides: Any) -> Path:
     """Qwen2-VL's text model: multimodal RoPE sections (mrope_section) over a 16-dim head."""
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
 
@@ -57,6 +57,6 @@ def tiny_qwen2_vl_text(folder: Path, seed: int = 14, **overrides: Any) -> Path:
                 num_key_value_heads=1, max_position_embeddings=256,
                 rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]})
     text.update(overrides)
-    vision = dict(depth=1, embed_dim=16, hidden_size=32, num_heads=2, mlp_ratio=1, patch_size=2,
-                  spatial_merge_size=1, temporal_patch_size=1)
+    vision = {**dict(depth=1, embed_dim=16, hidden_size=32, num_heads=2, mlp_ratio=1, patch_size=2,
+                     spatial_merge_size=1, temporal_patch_size=1), **(vision or {})}
     return save_model(Qwen2VLForConditionalGeneration, Qwen2VLConfig(text_config=text, vision_config=vision), folder, seed)

@@ -172,13 +172,21 @@ class VllmEngine:
         return [tuple(r.outputs[0].token_ids) for r in results]
 
     def _prompt_logprobs(self, prompts: Sequence[Sequence[int]], top: int) -> list[list[Any]]:
+        """Per prompt, vLLM's log-prob entry for each token (None for the first). vLLM takes a prompt only below
+        --max-model-len (it keeps a position for the token it samples), so the last token is scored as that sampled
+        token: the rest is the prompt and the last the one token allowed (its log-probs are taken before that
+        mask). A prompt of L tokens thus runs under --max-model-len L, the printed length, with no position past it."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         self._ensure(max(len(p) for p in prompts))
-        params = SamplingParams(max_tokens=1, prompt_logprobs=top, temperature=0.0, detokenize=False)
-        results = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
-        return [r.prompt_logprobs for r in results]
+        scored = [list(p) for p in prompts if len(p) > 1]
+        params = [SamplingParams(max_tokens=1, prompt_logprobs=top, logprobs=top, temperature=0.0, detokenize=False,
+                                 allowed_token_ids=[p[-1]]) for p in scored]
+        got = self.llm.generate([TokensPrompt(prompt_token_ids=p[:-1]) for p in scored], params,
+                                use_tqdm=False) if scored else []
+        results = iter([*r.prompt_logprobs, r.outputs[0].logprobs[0]] for r in got)
+        return [next(results) if len(p) > 1 else [None] for p in prompts]  # one token: nothing to score
 
     def _ensure(self, length: int) -> None:
         """The vLLM engine for the active method at prompts of ``length`` tokens; rebuilt only when its overrides
@@ -199,12 +207,15 @@ class VllmEngine:
     def _build(self, serving: plan.Serving) -> Any:
         from vllm import LLM
 
-        os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"  # the printed length + 1: see vllm_plan
         started = time.perf_counter()
         try:
+            # language_model_only: prompts are text, so a vision-language model starts without its multimodal
+            # processor, dummy-image profiling or encoder (which need the checkpoint's preprocessor files); the
+            # text model and its RoPE are the same, and a text-only model ignores the flag
             llm = LLM(model=self.source.path, hf_overrides=dict(serving.hf_overrides),
                       max_model_len=serving.max_model_len, dtype=VLLM_DTYPES.get(self.dtype, self.dtype),
-                      enforce_eager=True, seed=0, enable_prefix_caching=False, **self.parallel.kwargs())
+                      enforce_eager=True, seed=0, enable_prefix_caching=False, language_model_only=True,
+                      logprobs_mode="raw_logprobs", **self.parallel.kwargs())
         except Exception as exc:  # noqa: BLE001  vLLM's start-up failures (memory, platform, binding) vary
             raise start_failed(serving, exc) from None
         self.loads.append({**serving.to_dict(), "seconds": round(time.perf_counter() - started, 2)})

@@ -5,14 +5,22 @@ code), the methods vLLM cannot build, and the parallel settings it cannot run.
 - A static method (none, linear, ntk, yarn, llama3) gets one override set for the whole sweep: what
   ``patch -m METHOD --emit vllm`` prints for its target (trained x factor), or for the sweep's longest length where
   that is longer (the same RoPE; only max_position_embeddings and --max-model-len grow).
-- A length-dependent method has no vLLM form (vLLM's "dynamic" is one static base): a cell of L tokens runs what the
-  printed command gives for a target of L, labelled "dynamic (vLLM: static at L)": transformers' dynamic base for
-  a forward of L tokens, so the cells equal transformers' (and within the trained context, the unscaled model's).
+- dynamic has no vLLM form (vLLM's "dynamic" is one static base): a cell of L tokens runs what the printed command
+  gives for a target of L, labelled "dynamic (vLLM: static at L)": transformers' dynamic base for a forward of L
+  tokens, so the cells equal transformers' (and within the trained context, the unscaled model's).
+- longrope: the printed overrides for its own max_position_embeddings (or the cell's length, where longer), from
+  which vLLM takes its attention scaling as transformers does; vLLM picks the short or long factors per engine from
+  --max-model-len (long above the original length), so cells up to the original length run with --max-model-len
+  at the original length (short factors, as transformers at those lengths), longer ones with the printed one.
+  Past its max_position_embeddings the printed value grows, and vLLM's scaling with it (transformers keeps the
+  configured one): a forward past it differs (in truncate mode also the shorter long-factor cells it scores), and
+  the run warns.
 
-vLLM takes a prompt only below ``--max-model-len`` (it keeps one position for the token it samples), and a cell of
-L tokens is scored from one prompt of L tokens: the engine passes the printed ``--max-model-len`` + 1, with
-VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 for that one position past the length vLLM derives. No prompt position uses it
-(the sampled token is never run), so every position scored is inside the printed command's length.
+Every engine runs its --max-model-len as planned, with no position past it: vLLM takes a prompt only below
+--max-model-len (it keeps a position for the token it samples), so the engine scores a prompt's last token as
+that sampled token (``VllmEngine._prompt_logprobs``). eval-tasks generates greedily past a trial's length (at most
+the task's RULER budget, ruler.score): its engines get that many positions more (``room``); for longrope a cell
+up to the original length then runs vLLM's long factors (a known difference, docs/vllm-engine.md).
 """
 
 from __future__ import annotations
@@ -36,13 +44,9 @@ class Serving:
     hf_overrides: Mapping[str, Any]
     printed_max_model_len: int  # what `patch --emit vllm` prints
     served_as: str  # how the results name what vLLM ran, e.g. "dynamic (vLLM: static at 1024)"
+    # what the engine passes: the printed length (longrope's short factors: the original one), plus ``room``
+    max_model_len: int
     room: int = 0  # positions for greedy generation past a cell's length (tasks: their largest RULER budget)
-
-    @property
-    def max_model_len(self) -> int:
-        """What the engine passes: one position more than printed, for the token vLLM samples after the prompt,
-        and the generation room."""
-        return self.printed_max_model_len + 1 + self.room
 
     @property
     def key(self) -> str:
@@ -129,16 +133,23 @@ def serving_for(state: MethodState, config: Mapping[str, Any], length: int, long
     from ropectl.schema.read import read_model_rope
 
     model = read_model_rope(state.config)
-    if state.length_dependent:
+    original, served_len = state.rope.original_max_position_embeddings, None
+    if state.rope.rope_type == "longrope" and original:
+        # vLLM's attention scaling comes from max_position_embeddings / original (transformers': the configured
+        # one at every length), its factors from --max-model-len: short ones up to the original length
+        target = max(state.rope.max_position_embeddings or 0, length)
+        served_len = original if length <= original else target
+        served_as = f"longrope (vLLM: {'short' if length <= original else 'long'} factors at {served_len})"
+    elif state.length_dependent:
         target = length
-        kind = "static" if state.rope.rope_type == "dynamic" else "built"
-        served_as = f"{state.rope.rope_type} (vLLM: {kind} at {target})"
+        served_as = f"{state.rope.rope_type} (vLLM: static at {target})"
     else:
         target = max(patch_target(state, trained) or 0, longest)
         served_as = state.label
     emitted, _ = emit_vllm("MODEL", model.rope, model.layer_ropes, model.partial_rotary_factor, target,
                            model.model_type, reader_mod.override_path(config))
-    return Serving(emitted["hf_overrides"], int(emitted["max_model_len"]), served_as, room)
+    printed = int(emitted["max_model_len"])
+    return Serving(emitted["hf_overrides"], printed, served_as, (served_len or printed) + room, room)
 
 
 def check_builds(serving: Serving, config: Mapping[str, Any], label: str) -> None:
@@ -188,5 +199,12 @@ def served_notes(states: list[MethodState], servings: Mapping[tuple[str, int], S
                          f"`patch --emit vllm` prints for it ({runs})")
         else:  # longrope: vLLM picks the long factors when --max-model-len exceeds the original length
             notes.append(f"{state.label}: vLLM fixes its {state.rope.rope_type} factors per engine from "
-                         f"--max-model-len; each length runs the overrides printed for it ({runs})")
+                         f"--max-model-len; each length runs the printed overrides with the --max-model-len that "
+                         f"picks transformers' factors for it ({runs})")
+            configured = int(state.rope.max_position_embeddings or 0)
+            if any(s.printed_max_model_len > configured for _, s in served):
+                notes.append(f"{state.label}: past max_position_embeddings {configured} the overrides raise it, and "
+                             "vLLM's LongRoPE attention scaling with it (sqrt(1 + ln(s) / ln(original)), s = "
+                             "max_position_embeddings / original; transformers keeps the configured one): cells "
+                             "scored in a forward past it differ from transformers'")
     return notes
