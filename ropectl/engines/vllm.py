@@ -81,6 +81,9 @@ _PROPORTIONAL = Quirk(vm.PROPORTIONAL_NO_FACTOR, vm.PROPORTIONAL_NOTE, rope_type
                       fix="none in vLLM: its proportional RoPE is never scaled (ntk, a new base, is served)")
 
 
+_MROPE_1D = Quirk(vm.MROPE_ONE_DIMENSIONAL, vm.MROPE_ONE_D_NOTE, fix="patch with yarn, or ntk (a new base)")
+
+
 def _mrope(exclude: frozenset[str] = frozenset()) -> Quirk:
     return Quirk(vm.MROPE_RANGE, vm.MROPE_NOTE, rope_types=frozenset({"yarn"}), exclude=exclude,
                  fix="none in vLLM: the served RoPE differs from transformers' for yarn on this model")
@@ -90,12 +93,13 @@ _TIMES = _times_factor(frozenset({"linear", "dynamic"}))
 # Model-file quirks come first: what they build is what the length and dynamic quirks then read.
 READERS: tuple[Reader, ...] = (
     Reader(ENGINE, VersionRange("0.0", "0.30"), _READS, (), _ORIGINAL, {}, SERVING,
-           (_MLA, _GPT_OSS, _mrope(), _PLAIN_ATTENTION, _LONG, _PROPORTIONAL, _TIMES, _YARN_ORIGINAL, _DYNAMIC, _LONGROPE),
+           (_MLA, _GPT_OSS, _MROPE_1D, _mrope(), _PLAIN_ATTENTION, _LONG, _PROPORTIONAL, _TIMES, _YARN_ORIGINAL, _DYNAMIC,
+            _LONGROPE),
            ("0.29.0",)),
     Reader(ENGINE, VersionRange("0.30", "0.32"), _READS, (), _ORIGINAL, {}, SERVING,
-           (_MLA, _GPT_OSS, _mrope(), _LONG, _PROPORTIONAL, _TIMES, _DYNAMIC, _LONGROPE)),
+           (_MLA, _GPT_OSS, _MROPE_1D, _mrope(), _LONG, _PROPORTIONAL, _TIMES, _DYNAMIC, _LONGROPE)),
     Reader(ENGINE, VersionRange("0.32"), _READS, (), _ORIGINAL, {}, SERVING,
-           (_MLA, _GPT_OSS, _mrope(vm.MROPE_FACTOR_ONE), _LONG, _PROPORTIONAL, _TIMES, _DYNAMIC, _LONGROPE),
+           (_MLA, _GPT_OSS, _MROPE_1D, _mrope(vm.MROPE_FACTOR_ONE), _LONG, _PROPORTIONAL, _TIMES, _DYNAMIC, _LONGROPE),
            ("0.32.0",)),
 )
 

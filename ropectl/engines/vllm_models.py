@@ -55,6 +55,7 @@ MROPE_RANGE = "mrope-yarn-range"
 PLAIN_YARN_ATTENTION = "yarn-ignores-attention-keys"
 LONGROPE_LONG = "longrope-long-everywhere"
 PROPORTIONAL_NO_FACTOR = "proportional-ignores-factor"
+MROPE_ONE_DIMENSIONAL = "mrope-only-default-and-yarn"
 
 MLA_NOTE = ("vLLM's DeepSeek model file (deepseek_v2.py, multi-head latent attention) turns every scaled rope type "
             "into its own YaRN ('deepseek_yarn')")
@@ -68,6 +69,9 @@ LONGROPE_NOTE = ("vLLM's LongRoPE (phi3_long_rope_scaled_rope.py) uses long_fact
                  "--max-model-len exceeds original_max_position_embeddings (transformers uses short_factor up to "
                  "that length: shorter prompts get other RoPE), else short_factor and at most the original length; "
                  "it reads long_mscale, not attention_factor")
+MROPE_ONE_D_NOTE = ("vLLM's get_rope builds multimodal RoPE (MRotaryEmbedding) for a section with mrope_section only "
+                    "when its type is default or yarn; any other type gets a one-dimensional rotary embedding that "
+                    "the model feeds three-row positions (vLLM 0.32's CPU rotary kernel crashes on it)")
 PROPORTIONAL_NOTE = ("vLLM's proportional RoPE (Gemma4RotaryEmbedding) does not read factor: the global layers keep "
                      "the unscaled frequencies")
 
@@ -115,6 +119,12 @@ def _mrope(rope: RopeParams) -> RopeParams:
                                "attention_factor": scale})
 
 
+def _mrope_one_d(rope: RopeParams) -> RopeParams | str:
+    if "mrope_section" not in rope.scaling or rope.rope_type in ("default", "yarn"):
+        return rope
+    return f"{MROPE_ONE_D_NOTE}; this section is {rope.rope_type}"
+
+
 def _plain_attention(rope: RopeParams) -> RopeParams:
     if rope.rope_type != "yarn" or not any(k in rope.scaling for k in ("attention_factor", "mscale", "mscale_all_dim")):
         return rope
@@ -141,4 +151,4 @@ def _proportional(rope: RopeParams) -> RopeParams:
 
 # quirk kind -> what the model file builds from the generic reading (or the error it raises)
 BUILDERS = {MLA_YARN: _mla, ALWAYS_YARN: _gpt_oss, MROPE_RANGE: _mrope, PLAIN_YARN_ATTENTION: _plain_attention,
-            LONGROPE_LONG: _longrope_long, PROPORTIONAL_NO_FACTOR: _proportional}
+            LONGROPE_LONG: _longrope_long, PROPORTIONAL_NO_FACTOR: _proportional, MROPE_ONE_DIMENSIONAL: _mrope_one_d}

@@ -196,7 +196,9 @@ def _model_1k(base: Path) -> Path:
 
 
 def test_tasks_rows_equal_transformers() -> None:
-    """eval-tasks (RULER-style) through the engine's teacher_forced: the same answers, scores and answer NLL."""
+    """eval-tasks (RULER-style): vLLM teacher-forces, then generates greedily (its generate, with the tasks' room
+    past the cell) where the answer is not reproduced; transformers decodes greedily and stops once every
+    reference is out. The same scores and answer NLL, and vLLM's output starts with transformers'."""
     base = _work()["base"]
     rows = {}
     for name, python, extra in (("hf", sys.executable, ()), ("vllm", VLLM_PYTHON, ("--engine", "vllm"))):
@@ -209,9 +211,11 @@ def test_tasks_rows_equal_transformers() -> None:
             rows[name] = {(r["task"], r["method"], r["length"], r["trial"]): r for r in map(json.loads, fh)}
     hf, vllm = rows["hf"], rows["vllm"]
     assert vllm.keys() == hf.keys() and len(hf) == 24
-    assert all(vllm[k]["predicted"] == hf[k]["predicted"] and vllm[k]["score"] == hf[k]["score"] for k in hf)
+    assert all(vllm[k]["predicted"].startswith(hf[k]["predicted"]) and vllm[k]["score"] == hf[k]["score"] for k in hf)
+    generated = sum(len(vllm[k]["predicted"]) > len(vllm[k]["expected"]) for k in hf)
+    assert generated > 0  # not vacuous: some trials went through vLLM's greedy generation
     worst = max(abs(vllm[k]["answer_nll"] - hf[k]["answer_nll"]) for k in hf)
-    print(f"eval-tasks: 24 trials, max |answer NLL diff| {worst:.2e}")
+    print(f"eval-tasks: 24 trials ({generated} generated past the answer), max |answer NLL diff| {worst:.2e}")
     assert worst <= 1e-4
 
 

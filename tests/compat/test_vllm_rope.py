@@ -16,6 +16,7 @@ shipped attention_factor (vLLM merges nested overrides key by key).
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,18 @@ def _max_diff(got: dict[str, Any]) -> float:
     return worst
 
 
+ONE_D = "mrope_section only when its type is default or yarn"  # ropectl's claim (engines/vllm_models.py)
+
+
+def _mrope(family: str) -> bool:
+    return "mrope_section" in json.dumps(FAMILIES[family][0]())
+
+
+def _one_dimensional(got: dict[str, Any]) -> bool:
+    """vLLM built the text model's RoPE without MRotaryEmbedding (what a non-default, non-yarn mrope section gets)."""
+    return "error" not in got and bool(got.get("ropes")) and all("MRotary" not in r["kind"] for r in got["ropes"])
+
+
 def _claims_same(view: dict[str, Any]) -> bool:
     return view["differs"] is None or view["differs"].startswith("accepts at most")
 
@@ -131,10 +144,15 @@ def _claims_same(view: dict[str, Any]) -> bool:
 def test_folder_claim_is_what_vllm_builds(family: str, method: str, measured: dict[str, Any]) -> None:
     case, got = measured["cases"][(family, method)], measured["results"][f"{family}/{method}/folder"]
     view = case["view"]
+    if view["error"] and ONE_D in view["error"]:
+        assert _one_dimensional(got), f"ropectl says vLLM builds 1-D RoPE here ({view['error']}), but it built {got}"
+        return
     if view["error"]:
         assert "error" in got, f"ropectl says vLLM cannot load it ({view['error']}), but vLLM built it"
         return
     assert "error" not in got, got["error"]
+    if _mrope(family):  # the control of the claim above: a default or yarn section is built multimodal
+        assert not _one_dimensional(got), got
     diff = _max_diff(got)
     print(f"{family} {method} folder: max |cos/sin diff| vLLM vs transformers {diff:.1e}; ropectl: {view['differs']}")
     assert (diff <= TOL) == _claims_same(view), (diff, view["differs"])
@@ -154,7 +172,11 @@ def test_emitted_overrides_are_what_vllm_builds(family: str, method: str, measur
         return
     if case["emitted"] is None:
         assert case["emit_code"] != 0 and "cannot serve" in case["emit_err"], case["emit_err"]
-        assert "error" in measured["results"][f"{family}/{method}/folder"], "refused, but vLLM builds the folder"
+        folder = measured["results"][f"{family}/{method}/folder"]
+        if ONE_D in case["emit_err"]:  # vLLM builds it, one-dimensional, and crashes on three-row positions
+            assert _one_dimensional(folder), folder
+        else:
+            assert "error" in folder, "refused, but vLLM builds the folder"
         return
     got = measured["results"][f"{family}/{method}/emit"]
     assert "error" not in got, got["error"]

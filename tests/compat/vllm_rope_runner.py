@@ -62,7 +62,7 @@ def vllm_side(job: dict, port: int) -> dict:
         rotary = isinstance(module, (RotaryEmbeddingBase, Phi3LongRoPEScaledRotaryEmbedding))
         if rotary and "visual" not in name and "vision" not in name:
             key = str(id(module))
-            entry = ropes.setdefault(key, {"modules": [], "layer": None})
+            entry = ropes.setdefault(key, {"modules": [], "layer": None, "kind": type(module).__name__})
             entry["modules"].append(name)
             if entry["layer"] is None:
                 entry.update(_cache_rows(module))

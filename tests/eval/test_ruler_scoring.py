@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.eval.test_ruler_tasks import TASKS, trials_for
 from tests.helpers.eval_reference import greedy_generate, load
+from tests.helpers.ruler_trials import TASKS, trials_for
 
 
 def generate(model, ids: tuple[int, ...], budget: int) -> tuple[int, ...]:

@@ -9,20 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.ruler_trials import TASKS, trials_for
+
 NEEDLE = re.compile(r"One of the special magic (\w+) for (\S+) is: (\S+)\.")
 QUESTION = re.compile(r"What (?:are all|is) the special magic \w+ for (.+?) mentioned in the provided text\?")
-# RULER's task names, typed from lm-eval's ruler group (plus passkey)
-TASKS = ["niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2", "niah_multikey_3",
-         "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe", "passkey"]
-
-
-def trials_for(tok, tasks: list[str], lengths: str, samples: int, seed: int = 0):
-    from ropectl.eval.tasks.ppl.data import make_source
-    from ropectl.eval.tasks.ruler.runner import build_trials
-    from ropectl.eval.tasks.ruler.spec import build_tasks_spec
-
-    spec = build_tasks_spec(model="x", tasks=",".join(tasks), lengths=lengths, samples=samples, seed=seed)
-    return build_trials(tok, spec, (t for _, t in make_source(None).texts()))
 
 
 def expected_answers(task: str, prompt: str) -> list[str]:
