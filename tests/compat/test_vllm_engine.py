@@ -161,6 +161,9 @@ def test_refusals_one_line_before_loading() -> None:
     ds = add_char_tokenizer(tiny_deepseek_v3(work["base"] / "deepseek"))
     line = refused("eval-ppl", str(ds), "-d", str(work["corpus"]), "-l", "64", "-m", "linear:2", "--engine", "vllm")
     assert "vLLM cannot run method 'linear:2'" in line
+    qvl = support.tiny_qwen2_vl(work["base"] / "qwen2-vl-refused")  # linear on mrope: vLLM's 1-D rotary crashes
+    line = refused("eval-ppl", str(qvl), "-d", str(work["corpus"]), "-l", "64", "-m", "linear:2", "--engine", "vllm")
+    assert "mrope_section only when its type is default or yarn" in line
 
 
 def _passkey_rows(python: str, out: Path, *extra: str) -> dict[tuple, dict[str, Any]]:
