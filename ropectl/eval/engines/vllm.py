@@ -207,6 +207,8 @@ class VllmEngine:
     def _build(self, serving: plan.Serving) -> Any:
         from vllm import LLM
 
+        if serving.room:  # eval-tasks' greedy generation runs past the printed length, which vLLM would refuse
+            os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
         started = time.perf_counter()
         try:
             # language_model_only: prompts are text, so a vision-language model starts without its multimodal
@@ -234,7 +236,9 @@ class VllmEngine:
 
 
 def start_failed(serving: plan.Serving, exc: BaseException) -> EngineError:
-    why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()] or [type(exc).__name__]
+    # pydantic's first line only counts the errors ("1 validation error for ModelConfig"): the next one says which
+    why = " ".join(lines[:2] if "validation error" in lines[0] else lines[:1])[:300]
     fix = "see vLLM's log above"
     if "NUMA" in why:  # vLLM's CPU backend binds each worker's threads to a NUMA node unless told which cores
         fix = ("bind each vLLM worker to its own cores, e.g. VLLM_CPU_OMP_THREADS_BIND='0|1' for two workers, "
