@@ -15,7 +15,7 @@ from tests.helpers.ruler_trials import TASKS, trials_for
 
 
 def generate(model, ids: tuple[int, ...], budget: int) -> tuple[int, ...]:
-    """transformers' greedy decoding as lm-eval runs it for RULER: up to the budget, ending at end of sequence."""
+    """transformers' greedy decoding as lm-eval runs it for RULER: up to a budget, ending at end of sequence."""
     import torch
 
     prompt = torch.tensor([ids], dtype=torch.long)
@@ -28,6 +28,13 @@ def generate(model, ids: tuple[int, ...], budget: int) -> tuple[int, ...]:
 def ruler_string_match_all(text: str, refs: tuple[str, ...]) -> float:
     # lm-eval lm_eval/tasks/ruler/common_utils.py: sum(r.lower() in pred.lower() for r in refs) / len(refs)
     return sum(1.0 if r.lower() in text.lower() else 0.0 for r in refs) / len(refs)
+
+
+def budget(t) -> int:
+    """What a trial may generate: the canonical answer's length (the trial is exactly the cell), at most RULER's."""
+    from ropectl.eval.tasks.ruler import GENERATORS
+
+    return min(GENERATORS[t.task].budget, t.answer_len)
 
 
 def hf_engine(model, tok) -> SimpleNamespace:
@@ -88,19 +95,18 @@ def test_greedy_continuation_is_generate_and_its_nll_the_forward_s(tiny) -> None
 
 
 def test_every_score_is_string_match_all_on_greedy_output(tiny) -> None:
-    """Every task on the tiny model: the score equals RULER's metric on generate's output within the task's budget;
-    a reference greedy writes after its first tokens is found, and one it never writes is not (negative control)."""
-    from ropectl.eval.tasks.ruler import GENERATORS
+    """Every task on the tiny model: the score equals RULER's metric on generate's output of the trial's budget; a
+    reference greedy writes after its first tokens is found, and one it never writes is not (negative control)."""
     from ropectl.eval.tasks.ruler.score import score_trials
 
     model, tok = tiny
     trials = list(trials_for(tok, TASKS, "1400", samples=1).values())
     outcomes = score_trials(hf_engine(model, tok), trials)
     for t, o in zip(trials, outcomes, strict=True):
-        text = tok.decode(list(generate(model, t.ids[:t.prompt_len], GENERATORS[t.task].budget)))
+        text = tok.decode(list(generate(model, t.ids[:t.prompt_len], budget(t))))
         assert o.score == ruler_string_match_all(text, t.references), (t.task, text, t.references)
     t = trials[0]
-    text = tok.decode(list(generate(model, t.ids[:t.prompt_len], GENERATORS[t.task].budget)))
+    text = tok.decode(list(generate(model, t.ids[:t.prompt_len], budget(t))))
     inside, absent = text[3:8], "\x07never\x07"
     assert inside.strip() and absent not in text
     for refs, want in (((inside,), 1.0), ((absent,), 0.0)):
@@ -125,7 +131,7 @@ def test_each_trial_starts_from_the_method_s_rope(tiny_model: Path, tmp_path: Pa
                                 samples=2, out=tmp_path / out, dtype="fp32")
 
     result = run_tasks(spec("kept"))
-    assert [r.score for r in result.rows] == [0.0, 0.0]  # a random model misses: greedy ran its budget past 500
+    assert [r.score for r in result.rows] == [0.0, 0.0]  # a random model misses: greedy decoded up to 500
     monkeypatch.setattr(rotary, "kept_rotary", lambda model: contextlib.nullcontext())
     with pytest.raises(VerificationError):
         run_tasks(spec("not-kept"))
@@ -133,9 +139,8 @@ def test_each_trial_starts_from_the_method_s_rope(tiny_model: Path, tmp_path: Pa
 
 @pytest.mark.slow
 def test_smollm2_scores_equal_string_match_all_on_generate(smollm2: Path, smol_tok) -> None:
-    """Every task on the real model at 1k: the score is RULER's string_match_all on transformers' greedy output
-    within the task's budget, whichever path settled it."""
-    from ropectl.eval.tasks.ruler import GENERATORS
+    """Every task on the real model at 1k: the score is RULER's string_match_all on transformers' greedy output of
+    the trial's budget."""
     from ropectl.eval.tasks.ruler.score import score_trials
     from tests.helpers.eval_reference import gguf_model
 
@@ -143,6 +148,6 @@ def test_smollm2_scores_equal_string_match_all_on_generate(smollm2: Path, smol_t
     trials = list(trials_for(smol_tok, TASKS, "1024", samples=1).values())
     outcomes = score_trials(hf_engine(model, smol_tok), trials)
     for t, o in zip(trials, outcomes, strict=True):
-        text = smol_tok.decode(list(generate(model, t.ids[:t.prompt_len], GENERATORS[t.task].budget)))
+        text = smol_tok.decode(list(generate(model, t.ids[:t.prompt_len], budget(t))))
         assert o.score == ruler_string_match_all(text, t.references), (t.task, text, t.references)
     assert sum(o.found for o in outcomes) > 0  # a real model retrieves something at 1k

@@ -45,7 +45,6 @@ class VllmEngine:
         self.servings: dict[tuple[str, int], plan.Serving] = {}
         self.parallel = plan.Parallel()
         self.trained: int | None = None
-        self.room = 0  # generation room past a cell's length (vllm_plan.Serving.room)
         self.loads: list[dict[str, Any]] = []  # one entry per vllm.LLM built: what and how long
         self._version = ""
         self.check_launch(int(os.environ.get("WORLD_SIZE", "1") or 1))
@@ -74,10 +73,9 @@ class VllmEngine:
         self.parallel = plan.parallel_from(spec)
         plan.check_heads(self.source.config, self.parallel)
         self.trained = sweep.trained
-        self.room = int(getattr(spec, "generation_room", 0) or 0)
         lengths = tuple(getattr(spec, "lengths", ()) or ())
         if lengths:
-            self.servings = plan.plan_servings(sweep.states, self.source.config, lengths, sweep.trained, self.room)
+            self.servings = plan.plan_servings(sweep.states, self.source.config, lengths, sweep.trained)
         sweep.warnings += plan.served_notes(sweep.states, self.servings)
 
     def load_tokenizer(self) -> Any:
@@ -160,7 +158,7 @@ class VllmEngine:
     def generate(self, prompts: Sequence[Sequence[int]], budgets: Sequence[int], length: int,
                  ) -> list[tuple[int, ...]]:
         """Per prompt, its greedy continuation (at most its budget, ending at end of sequence), from the engine that
-        serves cells of ``length`` tokens; the serving's room holds the budget."""
+        serves cells of ``length`` tokens (never past its --max-model-len)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -195,7 +193,7 @@ class VllmEngine:
         serving = self.servings.get((self.state.label, length))
         if serving is None:  # a length the sweep did not plan (a task's own prompt lengths)
             longest = max([n for _, n in self.servings] + [length])
-            serving = plan.serving_for(self.state, self.source.config, length, longest, self.trained, self.room)
+            serving = plan.serving_for(self.state, self.source.config, length, longest, self.trained)
             plan.check_builds(serving, self.source.config, self.state.label)
             self.servings[(self.state.label, length)] = serving
         if self.serving is not None and serving.key == self.serving.key:
@@ -207,8 +205,6 @@ class VllmEngine:
     def _build(self, serving: plan.Serving) -> Any:
         from vllm import LLM
 
-        if serving.room:  # eval-tasks' greedy generation runs past the printed length, which vLLM would refuse
-            os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
         started = time.perf_counter()
         try:
             # language_model_only: prompts are text, so a vision-language model starts without its multimodal

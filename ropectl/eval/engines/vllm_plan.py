@@ -18,9 +18,8 @@ code), the methods vLLM cannot build, and the parallel settings it cannot run.
 
 Every engine runs its --max-model-len as planned, with no position past it: vLLM takes a prompt only below
 --max-model-len (it keeps a position for the token it samples), so the engine scores a prompt's last token as
-that sampled token (``VllmEngine._prompt_logprobs``). eval-tasks generates greedily past a trial's length (at most
-the task's RULER budget, ruler.score): its engines get that many positions more (``room``); for longrope a cell
-up to the original length then runs vLLM's long factors (a known difference, docs/vllm-engine.md).
+that sampled token (``VllmEngine._prompt_logprobs``). eval-tasks' greedy generation stays within a trial's length
+(ruler.score).
 """
 
 from __future__ import annotations
@@ -44,9 +43,7 @@ class Serving:
     hf_overrides: Mapping[str, Any]
     printed_max_model_len: int  # what `patch --emit vllm` prints
     served_as: str  # how the results name what vLLM ran, e.g. "dynamic (vLLM: static at 1024)"
-    # what the engine passes: the printed length (longrope's short factors: the original one), plus ``room``
-    max_model_len: int
-    room: int = 0  # positions for greedy generation past a cell's length (tasks: their largest RULER budget)
+    max_model_len: int  # what the engine passes: the printed length (longrope's short factors: the original one)
 
     @property
     def key(self) -> str:
@@ -54,7 +51,7 @@ class Serving:
 
     def to_dict(self) -> dict[str, Any]:
         return {"hf_overrides": self.hf_overrides, "printed_max_model_len": self.printed_max_model_len,
-                "max_model_len": self.max_model_len, "served_as": self.served_as, "room": self.room}
+                "max_model_len": self.max_model_len, "served_as": self.served_as}
 
 
 @dataclass(frozen=True)
@@ -126,7 +123,7 @@ def patch_target(state: MethodState, trained: int | None) -> int | None:
 
 
 def serving_for(state: MethodState, config: Mapping[str, Any], length: int, longest: int,
-                trained: int | None, room: int = 0) -> Serving:
+                trained: int | None) -> Serving:
     """The engine that scores ``state`` at ``length`` (prompts of ``length`` tokens)."""
     from ropectl.engines import vllm as reader_mod
     from ropectl.engines.emit import emit_vllm
@@ -149,7 +146,7 @@ def serving_for(state: MethodState, config: Mapping[str, Any], length: int, long
     emitted, _ = emit_vllm("MODEL", model.rope, model.layer_ropes, model.partial_rotary_factor, target,
                            model.model_type, reader_mod.override_path(config))
     printed = int(emitted["max_model_len"])
-    return Serving(emitted["hf_overrides"], printed, served_as, (served_len or printed) + room, room)
+    return Serving(emitted["hf_overrides"], printed, served_as, served_len or printed)
 
 
 def check_builds(serving: Serving, config: Mapping[str, Any], label: str) -> None:
@@ -174,13 +171,13 @@ def overridden(config: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[
 
 
 def plan_servings(states: list[MethodState], config: Mapping[str, Any], lengths: tuple[int, ...],
-                  trained: int | None, room: int = 0) -> dict[tuple[str, int], Serving]:
+                  trained: int | None) -> dict[tuple[str, int], Serving]:
     """(method label, length) -> its Serving, every one checked; raises before any weight loads."""
     longest = max(lengths)
     out: dict[tuple[str, int], Serving] = {}
     for state in states:
         for length in lengths:
-            serving = serving_for(state, config, length, longest, trained, room)
+            serving = serving_for(state, config, length, longest, trained)
             check_builds(serving, config, state.label)
             out[(state.label, length)] = serving
     return out

@@ -1,6 +1,11 @@
-"""Scoring RULER-style trials as RULER does: greedy generation from the prompt (RULER's answer prefix ends it), at
-most the task's RULER budget of tokens, scored with ``string_match_all`` on the decoded output, which credits a
-reference anywhere in it (":7024420", another order of several).
+"""Scoring RULER-style trials as RULER does: greedy generation from the prompt (RULER's answer prefix ends it),
+scored with ``string_match_all`` on the decoded output, which credits a reference anywhere in it (":7024420",
+another order of several).
+
+A trial is exactly its cell's length with the canonical answer, so greedy decoding gets the answer's length (at most
+the task's RULER budget): nothing runs past the cell's length, where vLLM's RoPE table for the served length ends.
+RULER generates up to its whole budget (128 tokens for NIAH), so an answer that needs more tokens than the canonical
+one (a sentence around the number) is found by RULER and not here: within that, the score is RULER's.
 
 transformers decodes each trial with the KV cache and stops as soon as every reference is in the output (more
 tokens cannot lose one) or at end of sequence; the same pass gives the answer's teacher-forced NLL. vLLM first
@@ -41,8 +46,8 @@ def score_trials(engine: Any, trials: list[Trial], on_prefill: Callable[[int], N
     def all_found(trial: Trial) -> Callable[[list[int]], bool]:
         return lambda tokens: string_match_all(decode(tokens), trial.references) == len(trial.references)
 
-    got = greedy_answers(engine, trials, [GENERATORS[t.task].budget for t in trials], [all_found(t) for t in trials],
-                         on_prefill)
+    budgets = [min(GENERATORS[t.task].budget, t.answer_len) for t in trials]
+    got = greedy_answers(engine, trials, budgets, [all_found(t) for t in trials], on_prefill)
     out = []
     for trial, (tokens, nll) in zip(trials, got, strict=True):
         found = string_match_all(decode(list(tokens)), trial.references)

@@ -43,14 +43,6 @@ class TasksSpec(TrialRunFields):
             raise UsageError(f"--threshold must be in (0, 1], got {self.threshold}", "pass e.g. --threshold 0.856")
         check_run(self.dtype, self.batch_tokens, self.methods)
 
-    @property
-    def generation_room(self) -> int:
-        """Tokens a trial may generate past its prompt: the largest RULER budget among the tasks (ruler.score)."""
-        from ropectl.eval.tasks.ruler import GENERATORS, generator_names
-
-        generator_names()  # registers the generators
-        return max(GENERATORS[t].budget for t in self.tasks)
-
     def with_(self, **changes: Any) -> TasksSpec:
         return replace(self, **changes)
 
