@@ -46,7 +46,7 @@ def answers(engine: Any, trials: list[Any]) -> list[tuple[tuple[int, ...], float
 
     if engine.name != DEFAULT_ENGINE:
         return [(tuple(p), float(nll)) for p, nll in
-                engine.teacher_forced([list(t.ids) for t in trials], [t.length - t.answer_len for t in trials])]
+                engine.teacher_forced([list(t.ids) for t in trials], [len(t.ids) - t.answer_len for t in trials])]
     return teacher_forced(engine.model, trials, engine.input_device())
 
 
@@ -56,7 +56,7 @@ def teacher_forced(model: Any, trials: list[Any], device: Any) -> list[tuple[tup
     import torch
     import torch.nn.functional as F
 
-    if len({t.length for t in trials}) != 1:
+    if len({len(t.ids) for t in trials}) != 1:
         raise ValueError("a batch must hold trials of one length")
     ids = torch.tensor([t.ids for t in trials], dtype=torch.long, device=device)
     head = logits_fn(model)
@@ -64,7 +64,7 @@ def teacher_forced(model: Any, trials: list[Any], device: Any) -> list[tuple[tup
     with torch.inference_mode():
         hidden = body_hidden_batch(model, ids)
         for row, trial in enumerate(trials):
-            n, k = trial.length, trial.answer_len
+            n, k = len(trial.ids), trial.answer_len
             logits = head(hidden[row, n - 1 - k:n - 1]).float()
             target = ids[row, n - k:].to(logits.device)
             nll = float(F.cross_entropy(logits, target, reduction="sum"))

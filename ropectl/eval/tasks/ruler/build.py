@@ -1,10 +1,11 @@
 """Token-exact prompts for the RULER-style tasks: a generator describes a sample (instruction, haystack units,
 needles at depths, question with RULER's answer prefix, the references); ``assemble`` turns it into exactly
-``length`` token ids, answer included, and records where each reference sits in the answer.
+``length - SLACK`` token ids, answer included, and records where each reference sits in the answer; greedy decoding
+has the answer's tokens and the ``SLACK`` after them, so nothing runs past ``length``.
 
-RULER sizes a prompt by whole haystack units and stops below the length; ropectl fills to the exact length
-instead (the last unit may be cut), so every trial of a cell has the same length for every method and a
-batch needs no padding. Needles go in at unit boundaries, at the depth nearest the one drawn.
+RULER sizes a prompt by whole haystack units and stops below the length minus its generation budget; ropectl fills
+to the exact length instead (the last unit may be cut), so every trial of a cell has the same length for every
+method and a batch needs no padding. Needles go in at unit boundaries, at the depth nearest the one drawn.
 """
 
 from __future__ import annotations
@@ -49,9 +50,14 @@ class Layout:
     pieces: Callable[[tuple[str, ...]], Pieces] = comma_pieces
 
 
+# Positions a trial leaves free at the end of its length, for greedy decoding to write a few more tokens than the
+# canonical answer (RULER's models often open with ":" or a newline) without running past the cell's length.
+SLACK = 8
+
+
 @dataclass(frozen=True)
 class Trial:
-    """``ids`` has exactly ``length`` tokens and ends with the answer (``answer_len`` tokens); ``spans`` are
+    """``ids`` has exactly ``length - SLACK`` tokens and ends with the answer (``answer_len`` tokens); ``spans`` are
     each reference's [start, end) inside the answer, in the canonical order teacher forcing uses."""
 
     task: str
@@ -65,7 +71,7 @@ class Trial:
 
     @property
     def prompt_len(self) -> int:
-        return self.length - self.answer_len
+        return len(self.ids) - self.answer_len
 
 
 @dataclass
@@ -109,20 +115,20 @@ def assemble(tok: Tokens, layout: Layout, task: str, length: int, index: int) ->
         if layout.answer_from is not None:
             refs = layout.answer_from(_visible(units, n_fill))
         answer, spans = answer_ids(tok, layout.pieces(refs))
-        wanted = length - fixed - len(answer)
+        wanted = length - SLACK - fixed - len(answer)
         if wanted == n_fill:
             break
         n_fill = wanted
     else:
         raise RuntimeError(f"{task}: the answer does not settle at length {length}")
     if n_fill < 8:
-        need = fixed + len(answer) + 8
+        need = fixed + len(answer) + 8 + SLACK
         raise UsageError(f"length {length} is too short for task {task} (its prompt without haystack needs "
                          f"{need - 8} tokens)", f"pass lengths of at least {need}, or leave {task} out")
     filler, bounds = _fill(units, n_fill)
     ids, needles_at = _insert(head, filler, bounds, needles, layout.depths)
     ids += tail + answer
-    assert len(ids) == length, (task, len(ids), length)
+    assert len(ids) == length - SLACK, (task, len(ids), length)
     return Trial(task, length, index, tuple(ids), len(answer), tuple(refs), tuple(map(tuple, spans)),
                  tuple(needles_at))
 

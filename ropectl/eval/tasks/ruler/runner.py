@@ -36,7 +36,7 @@ from ropectl.eval.tasks.ruler.spec import TasksSpec
 from ropectl.eval.trials import trial_batches, with_engine, write_run_file
 
 RUN_FILE = "tasks-run.json"
-PROMPT_VERSION = "ruler-v2"  # part of a run's identity: another generator or scorer (v2: greedy) is another run
+PROMPT_VERSION = "ruler-v3"  # a run's identity: another generator or scorer (v3: greedy, SLACK) is another run
 Unit = tuple[int, str, int]  # (length, task, trial): plan_batches groups by the first field
 
 

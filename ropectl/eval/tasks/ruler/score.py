@@ -2,10 +2,11 @@
 scored with ``string_match_all`` on the decoded output, which credits a reference anywhere in it (":7024420",
 another order of several).
 
-A trial is exactly its cell's length with the canonical answer, so greedy decoding gets the answer's length (at most
-the task's RULER budget): nothing runs past the cell's length, where vLLM's RoPE table for the served length ends.
-RULER generates up to its whole budget (128 tokens for NIAH), so an answer that needs more tokens than the canonical
-one (a sentence around the number) is found by RULER and not here: within that, the score is RULER's.
+A trial ends ``SLACK`` tokens before its cell's length, so greedy decoding gets the canonical answer's length plus
+``SLACK`` (at most the task's RULER budget): ": 8284194" fits, and nothing runs past the cell's length, where
+vLLM's RoPE table for the served length ends. RULER generates up to its whole budget (128 tokens for NIAH), so an
+answer that needs still more tokens (a sentence around the number) is found by RULER and not here: within that
+budget, the score is RULER's.
 
 transformers decodes each trial with the KV cache and stops as soon as every reference is in the output (more
 tokens cannot lose one) or at end of sequence; the same pass gives the answer's teacher-forced NLL. vLLM first
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ropectl.eval.tasks.ruler.build import Trial
+from ropectl.eval.tasks.ruler.build import SLACK, Trial
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ def score_trials(engine: Any, trials: list[Trial], on_prefill: Callable[[int], N
     def all_found(trial: Trial) -> Callable[[list[int]], bool]:
         return lambda tokens: string_match_all(decode(tokens), trial.references) == len(trial.references)
 
-    budgets = [min(GENERATORS[t.task].budget, t.answer_len) for t in trials]
+    budgets = [min(GENERATORS[t.task].budget, t.answer_len + SLACK) for t in trials]
     got = greedy_answers(engine, trials, budgets, [all_found(t) for t in trials], on_prefill)
     out = []
     for trial, (tokens, nll) in zip(trials, got, strict=True):
