@@ -30,7 +30,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
 # Real engines in cached venvs (~/.cache/ropectl-compat): each tier skips with a message when its engine is missing.
-compat: compat-transformers compat-engines
+compat: compat-transformers compat-engines compat-ruler
 
 compat-transformers: $(STAMP)
 	sh tests/compat/tf_venvs.sh
@@ -45,9 +45,9 @@ compat-engines: $(STAMP)
 		tests/compat/test_vllm.py tests/compat/test_vllm_rope.py tests/compat/test_lm_eval.py tests/compat/test_llama_cpp.py \
 		tests/compat/test_llama_cpp_convert.py tests/compat/test_vllm_engine.py
 
-# eval-tasks against lm-evaluation-harness's own RULER tasks on SmolLM2 (lm-eval generates greedily, 128 tokens
-# per NIAH sample: several minutes on a quiet 2-core machine). Not in CI nor in `make compat` until a full run is
-# measured: see docs/compatibility.md.
+# eval-tasks against lm-evaluation-harness's own RULER tasks on SmolLM2 at 1k, 16 samples per task and side
+# (ROPECTL_RULER_SAMPLES). Measured 17 min 9 s on the 2-core machine under load 1.3-5 from other jobs (1,066 CPU-s:
+# about 9 minutes quiet); see docs/compatibility.md.
 compat-ruler: $(STAMP)
 	sh tests/compat/engine_venvs.sh lmeval
 	$(BIN)/python -m pytest -q -s -rs -p no:cacheprovider tests/compat/test_ruler_lm_eval.py
