@@ -216,13 +216,14 @@ def test_tasks_rows_equal_transformers() -> None:
     assert vllm.keys() == hf.keys() and len(hf) == 24
     assert all(vllm[k]["score"] == hf[k]["score"] for k in hf)
     # dynamic: transformers' decoding grows the base token by token past the prompt (as its generate does), vLLM
-    # keeps the static base at the cell's length, so only the static methods' outputs are compared
+    # keeps the static base at the cell's length, so only the static methods' outputs and answer NLL are compared
     static = [k for k in hf if k[1] != "dynamic:2"]
     assert all(vllm[k]["predicted"].startswith(hf[k]["predicted"]) for k in static)
     generated = sum(len(vllm[k]["predicted"]) > len(vllm[k]["expected"]) for k in hf)
     assert generated > 0  # not vacuous: some trials went through vLLM's greedy generation
-    worst = max(abs(vllm[k]["answer_nll"] - hf[k]["answer_nll"]) for k in hf)
-    print(f"eval-tasks: 24 trials ({generated} generated past the answer), max |answer NLL diff| {worst:.2e}")
+    worst = max(abs(vllm[k]["answer_nll"] - hf[k]["answer_nll"]) for k in static)  # dynamic: as above
+    print(f"eval-tasks: 24 trials ({generated} generated past the answer), max |answer NLL diff| {worst:.2e} "
+          "(static methods)")
     assert worst <= 1e-4
 
 
