@@ -31,9 +31,14 @@ def logits_fn(model: Any) -> Callable[[Any], Any]:
     return apply
 
 
+def decoder(model: Any) -> Any:
+    """The decoder body (no lm_head) of a causal LM or a vision-language model's language model."""
+    return model.get_decoder() if hasattr(model, "get_decoder") else model.model
+
+
 def body_hidden_batch(model: Any, input_ids: Any) -> Any:
     """The last hidden state [B, T, H] of equal-length sequences (no padding, no mask), no lm_head."""
-    body = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    body = decoder(model)
     output = body(input_ids=input_ids, use_cache=False)
     return output.last_hidden_state
 
@@ -70,7 +75,6 @@ def teacher_forced(model: Any, trials: list[Any], device: Any) -> list[tuple[tup
             nll = float(F.cross_entropy(logits, target, reduction="sum"))
             out.append((tuple(int(x) for x in logits.argmax(-1)), nll))
     return out
-
 
 
 def greedy_answers(engine: Any, trials: list[Any], budgets: list[int], done: list[Callable[[list[int]], bool]],
@@ -122,7 +126,7 @@ def continuation(model: Any, prompt: tuple[int, ...], budget: int, device: Any, 
 
     from ropectl.eval.rotary import kept_rotary
 
-    body = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    body = decoder(model)
     head, key = logits_fn(model), cache_keyword(body)
     ids = torch.tensor([list(prompt)], dtype=torch.long, device=device)
     tokens: list[int] = []
