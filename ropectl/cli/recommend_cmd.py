@@ -29,9 +29,9 @@ PplOpt = Annotated[Optional[Path], opt("--ppl", panel=IN, help="An eval-ppl --ou
 TasksOpt = Annotated[Optional[Path], opt("--tasks", "--passkey", panel=IN, help=(
     "An eval-tasks (or eval-passkey) --out folder to read (with --ppl): per-trial scores at the target."))]
 FactorOpt = Annotated[Optional[float], opt("--factor", "-f", panel=RULE, help=(
-    "Candidates' factor when running the sweeps [default: target / trained context; the embedded demo: 2]."))]
+    "One factor for every candidate, instead of the grid target / trained x 1, 1.5, 2 (the embedded demo: x 1, 2)."))]
 OutOpt = Annotated[Optional[Path], opt("--out", "-o", panel=IN, help=(
-    "Where the sweeps write when they run: OUT/ppl and OUT/passkey [default: runs/recommend-<timestamp>]."))]
+    "Where the sweeps write when they run: OUT/ppl and OUT/tasks [default: runs/recommend-<timestamp>]."))]
 RegressionOpt = Annotated[Optional[float], opt("--max-regression", panel=RULE, help=(
     "Largest PPL increase over `none` allowed at lengths up to the trained context [default: 0.05]."))]
 

@@ -275,24 +275,31 @@ def _power_z(power: float) -> float:
 
 
 def samples_to_separate(diff: float, sd: float, confidence: float = 0.95, power: float = 0.8) -> int | None:
-    """Pairs needed to separate a paired mean difference `diff` with per-pair spread `sd` (normal approx.).
+    """Pairs needed for the paired t-test to separate a mean difference `diff` with per-pair spread `sd`.
 
-    n = ceil(((z_{1-alpha/2} + z_power) * sd / diff)^2), at least 2 (a paired interval needs two pairs);
-    None when diff == 0 (no sample size separates no difference).
+    The smallest n >= 2 with n >= ((t_{1-alpha/2, n-1} + t_{power, n-1}) * sd / diff)^2: Student's t, not the
+    normal, because the interval it must separate is a t interval, and at a few documents the normal's answer
+    can be no more than the n that just failed (1 df: t = 12.7, not 1.96). None when diff == 0.
     """
     if sd < 0:
         raise ValueError(f"sd must be non-negative, got {sd}")
+    _power_z(power)  # validates power
     if diff == 0:
         return None
-    return _ceil_count(((_two_sided_z(confidence) + _power_z(power)) * sd / diff) ** 2)
+    alpha, ratio = _alpha(confidence), sd / diff
+    # t quantiles exceed the normal's, so the normal approximation's n is where the search starts
+    n = _ceil_count(((_two_sided_z(confidence) + _power_z(power)) * ratio) ** 2)
+    while n < ((t_quantile(1.0 - alpha / 2.0, n - 1) + t_quantile(power, n - 1)) * ratio) ** 2 - 1e-9:
+        n += 1
+    return n
 
 
 def trials_to_separate_binary(p10: float, p01: float, confidence: float = 0.95, power: float = 0.8) -> int | None:
     """Paired binary trials for McNemar to separate discordance rates p10 (a right, b wrong) and p01.
 
     Connor (1987): n = (z_{1-alpha/2} sqrt(pd) + z_power sqrt(pd - delta^2))^2 / delta^2, pd = p10 + p01,
-    delta = p10 - p01; at least 2. None when delta == 0. A normal approximation: for tiny n the exact
-    McNemar test can still fall short (4 all-discordant trials give p = 0.125).
+    delta = p10 - p01; at least 2, and at least the trials that hold the 6 discordant pairs the exact test
+    needs at 95 % (5 all one way give p = 0.0625). None when delta == 0.
     """
     if p10 < 0 or p01 < 0 or p10 + p01 > 1:
         raise ValueError(f"need p10, p01 >= 0 and p10 + p01 <= 1, got {p10}, {p01}")
@@ -300,4 +307,7 @@ def trials_to_separate_binary(p10: float, p01: float, confidence: float = 0.95, 
     if delta == 0:
         return None
     root = _two_sided_z(confidence) * math.sqrt(pd) + _power_z(power) * math.sqrt(max(0.0, pd - delta * delta))
-    return _ceil_count(root * root / (delta * delta))
+    # The exact test cannot reject on fewer than k discordant pairs even if all go one way (2 * 0.5^k < alpha:
+    # k = 6 at 95 %), so at least k / pd trials are needed where Connor's normal approximation asks fewer.
+    least_discordant = math.floor(math.log2(2.0 / _alpha(confidence))) + 1
+    return max(_ceil_count(root * root / (delta * delta)), _ceil_count(least_discordant / pd))

@@ -216,11 +216,17 @@ def test_paired_log_ratio_degenerate_cases():
 
 
 def test_samples_to_separate_hand_computed():
-    # ceil(((1.959964 + 0.841621) * 0.5 / 0.1)^2) = ceil(7.848879 * 25) = ceil(196.22) = 197.
-    assert samples_to_separate(0.1, 0.5) == 197
-    assert samples_to_separate(-0.1, 0.5) == 197
-    # ceil(((2.575829 + 0.841621) * 0.3 / 0.05)^2) = ceil(11.679 * 36) = ceil(420.44) = 421.
-    assert samples_to_separate(0.05, 0.3, confidence=0.99) == 421
+    # Student-t table values (two-sided 95 %, power 80 %): the smallest n with n >= ((t_.975 + t_.80) * sd / diff)^2.
+    # sd/diff = 0.18: n = 2 (1 df): (12.706 + 1.376)^2 * 0.0324 = 6.42 > 2; n = 3 (2 df): (4.303 + 1.061)^2 * 0.0324
+    # = 0.93 <= 3. The normal approximation said 2, the n of a run that had just failed to separate.
+    assert samples_to_separate(1.0, 0.18) == 3
+    # sd/diff = 1: n = 9 (8 df): (2.306 + 0.889)^2 = 10.21 > 9; n = 10 (9 df): (2.262 + 0.883)^2 = 9.89 <= 10.
+    assert samples_to_separate(1.0, 1.0) == 10
+    assert samples_to_separate(-1.0, 1.0) == 10
+    # Large n: at least the normal approximation's ceil(((1.959964 + 0.841621) * 5)^2) = ceil(196.22) = 197, and
+    # within a few pairs of it (t_.975 + t_.80 at 196 df is about 2.8156: 2.8156^2 * 25 = 198.2 -> 199).
+    assert samples_to_separate(0.1, 0.5) == 199
+    assert 421 <= samples_to_separate(0.05, 0.3, confidence=0.99) <= 425  # normal approximation: 420.44
     assert samples_to_separate(0.0, 0.5) is None
     assert samples_to_separate(0.2, 0.0) == 2  # floor of two pairs
 
@@ -232,5 +238,9 @@ def test_trials_to_separate_binary_connor():
     expected = math.ceil((Z975 * math.sqrt(0.25) + Z80 * math.sqrt(0.25 - 0.15**2)) ** 2 / 0.15**2)
     assert trials_to_separate_binary(0.05, 0.2) == expected
     assert trials_to_separate_binary(0.1, 0.1) is None
+    # The exact McNemar test needs 6 discordant pairs all one way at 95 % (2 * 0.5^5 = 0.0625, 2 * 0.5^6 = 0.031):
+    # Connor's 4 for p10 = 1 would be a run that cannot separate.
+    assert trials_to_separate_binary(1.0, 0.0) == 6
+    assert mcnemar_exact(5, 0) > 0.05 and mcnemar_exact(6, 0) < 0.05
     with pytest.raises(ValueError):
         trials_to_separate_binary(0.7, 0.6)
