@@ -35,7 +35,7 @@ DEFAULT_MAX_REGRESSION = 0.05
 @dataclass(frozen=True)
 class Evidence:
     method: str
-    ppl_target: float
+    ppl_target: float | None  # None: screened out in-window, never run at the target
     vs_none_target: float | None  # PPL / PPL(none) at the target
     regression: float | None  # max over lengths <= trained of PPL / PPL(none) - 1
     regression_at: int | None
@@ -111,8 +111,9 @@ def recommend(ppl: dict[str, Any], tasks: dict[str, Any] | None, target: int,
     reference = next((m for m in REFERENCE if (m, target) in table), None)
     docs = _docs(ppl.get("cells", []), target)
     trials = _trials(tasks["rows"] if tasks else [], target)
-    found = [_served(_evidence(m, table, lengths, trained, target, reference, trials.get(m), max_regression),
-                     serve_with) for m in meta["methods"] if (m, target) in table]
+    screened = set(meta.get("screened_out", ()))
+    found = [_served(_evidence(m, table, trained, target, reference, trials.get(m), max_regression),
+                     serve_with) for m in meta["methods"] if (m, target) in table or m in screened]
     ranked = sorted(found, key=_order)
     leader = ranked[0]
     rivals = tuple(compare(leader.method, e.method, trials, docs) for e in ranked[1:] if e.eligible)
@@ -126,7 +127,7 @@ def recommend(ppl: dict[str, Any], tasks: dict[str, Any] | None, target: int,
 def _simplest(tied: list[Evidence]) -> Evidence:
     """``none`` if it is among the tied, else the smallest in-window regression (then the lower PPL)."""
     ref = next((e for e in tied if e.method in REFERENCE), None)
-    return ref or min(tied, key=lambda e: (e.regression if e.regression is not None else math.inf, e.ppl_target))
+    return ref or min(tied, key=lambda e: (e.regression if e.regression is not None else math.inf, _ppl(e)))
 
 
 def compare(leader: str, rival: str, trials: dict[str, dict[Any, float]], docs: dict[str, dict[str, Any]]) -> Rival:
@@ -198,22 +199,48 @@ def _served(e: Evidence, serve_with: tuple[str, ...]) -> Evidence:
 
 
 def _order(e: Evidence) -> tuple[Any, ...]:
-    return (not e.eligible, -(e.score if e.score is not None else -1.0), e.ppl_target,
+    return (not e.eligible, -(e.score if e.score is not None else -1.0), _ppl(e),
             e.regression if e.regression is not None else math.inf, e.method not in REFERENCE, e.method)
 
 
-def _evidence(method: str, table: dict[tuple[str, int], float], lengths: list[int], trained: int, target: int,
+def _ppl(e: Evidence) -> float:
+    return e.ppl_target if e.ppl_target is not None else math.inf
+
+
+def in_window(method: str, table: dict[tuple[str, int], float], trained: int, reference: str | None
+              ) -> tuple[float | None, int | None]:
+    """The largest PPL(method) / PPL(reference) - 1 over the lengths <= ``trained`` both have, and where."""
+    window = [(ppl / table[(reference, n)] - 1, n) for (m, n), ppl in sorted(table.items())
+              if m == method and n <= trained and reference and (reference, n) in table]
+    return max(window) if window else (None, None)
+
+
+def screen(ppl: dict[str, Any], max_regression: float = DEFAULT_MAX_REGRESSION) -> tuple[str, ...]:
+    """The methods an in-window PPL sweep already rules out (any length up to the trained context more than
+    ``max_regression`` worse than ``none``): no longer length and no task score can bring them back."""
+    trained = ppl["meta"].get("trained_context") or 0
+    table = {(r["method"], int(r["length"])): float(r["ppl"]) for r in ppl["table"]}
+    reference = next((m for m in REFERENCE if any(k[0] == m for k in table)), None)
+    out = []
+    for method in ppl["meta"]["methods"]:
+        regression, _ = in_window(method, table, trained, reference)
+        if regression is not None and regression > max_regression:
+            out.append(method)
+    return tuple(out)
+
+
+def _evidence(method: str, table: dict[tuple[str, int], float], trained: int, target: int,
               reference: str | None, trials: dict[Any, float] | None, max_regression: float) -> Evidence:
-    ppl = table[(method, target)]
-    vs = ppl / table[(reference, target)] if reference else None
-    window = [(table[(method, n)] / table[(reference, n)] - 1, n) for n in lengths
-              if n <= trained and reference and (method, n) in table and (reference, n) in table]
-    regression, at = max(window) if window else (None, None)
+    ppl = table.get((method, target))
+    vs = ppl / table[(reference, target)] if reference and ppl is not None else None
+    regression, at = in_window(method, table, trained, reference)
     eligible = regression is None or regression <= max_regression
-    if not math.isfinite(ppl):
+    if ppl is not None and not math.isfinite(ppl):
         eligible, note = False, "PPL at the target is not finite"
     elif not eligible:
         note = f"in-window regression {regression:+.1%} at {at} > {max_regression:.0%}"
+    elif ppl is None:
+        eligible, note = False, "screened out in-window, not run at the target"
     else:
         note = "" if regression is not None else "no in-window reference (no `none` at those lengths)"
     score = sum(trials.values()) / len(trials) if trials else None

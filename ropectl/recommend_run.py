@@ -4,7 +4,8 @@ methods and factors, every one of them an engine in ``--serve-with`` computes as
 The grid: each candidate method at ``target / trained`` times 1, 1.5 and 2 (1 and 2 in the embedded demo), so
 the answer is a method and a factor. A method the engines would not run as evaluated (dynamic for llama.cpp or
 vLLM) is not measured at all, and the reason is kept for the report. A method the PPL sweep already rules out
-(its in-window regression) gets no task trials: no score could bring it back.
+(its in-window regression) gets no task trials, and one that regresses at the shortest in-window length
+no forward at the longer lengths either: no score could bring it back.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ropectl.recommend import DEFAULT_MAX_REGRESSION, recommend
+from ropectl.recommend import DEFAULT_MAX_REGRESSION, recommend, screen
 
 # The embedded demo (SmolLM2-135M, trained 8k, 10k target): sized to about 10 minutes of 2 CPU cores.
 # Tasks run at the target; the demo also at half the trained context ("task_at" x trained), so its effective
@@ -68,11 +69,15 @@ def run_sweeps(model: str | None, target: int, factor: float | None, out: Path |
     root = out or Path("runs") / f"recommend-{datetime.now():%Y%m%d-%H%M%S}"
     common = {"model": model, "methods": methods, "dtype": dtype, "device": device,
               **(engine_options or {})}  # --engine vllm and its parallel sizes, for both sweeps
-    ppl = run_eval(build_spec(lengths=[*inside, target], docs=sizes["docs"], out=root / "ppl", **common), progress)
+    # The screen: every method at the shortest in-window length first (cheap); one that regresses there is out
+    # whatever the longer lengths say, so the second pass (resuming the same folder) skips its long forwards.
+    first = run_eval(build_spec(lengths=[min(inside)], docs=sizes["docs"], out=root / "ppl", **common), progress)
+    screened = screen(_evidence(first), max_regression)
+    ppl = run_eval(build_spec(lengths=[*inside, target], docs=sizes["docs"], out=root / "ppl", resume=True,
+                              screened_out=screened, **common), progress)
     if on_ppl:
         on_ppl(ppl)
-    # the same dicts recommend reads from the results files (recommend_data), straight from the results
-    evidence = {"meta": ppl.meta, "table": [a.to_dict() for a in ppl.aggregates], "cells": [c.to_dict() for c in ppl.cells]}
+    evidence = _evidence(ppl)
     out_on_ppl = {e.method for e in recommend(evidence, None, target, max_regression, serve_with).evidence
                   if not e.eligible}
     common["methods"] = [m for m in methods if m not in out_on_ppl]
@@ -83,3 +88,8 @@ def run_sweeps(model: str | None, target: int, factor: float | None, out: Path |
     final = recommend(evidence, {"meta": tasks.meta, "rows": [r.to_dict() for r in tasks.rows]}, target, max_regression,
                       serve_with)
     return Sweeps(ppl, tasks, final, skipped)
+
+
+def _evidence(ppl: Any) -> dict[str, Any]:
+    """The same dicts recommend reads from the results files (recommend_data), straight from the result."""
+    return {"meta": ppl.meta, "table": [a.to_dict() for a in ppl.aggregates], "cells": [c.to_dict() for c in ppl.cells]}

@@ -148,7 +148,8 @@ def print_recommendation(result: Any, model: str, skipped: dict[str, str] | None
         score = "-" if e.score is None else f"{e.score:.0%} (n={e.trials})"
         vs = "-" if e.vs_none_target is None else f"{e.vs_none_target:.3f}"
         note = "not served as evaluated (below)" if e.note.startswith("not served") else e.note
-        table.add_row(str(e.rank), e.method, f"{e.ppl_target:.2f}", vs, reg, score, note or ("ok" if e.eligible else ""))
+        ppl = "-" if e.ppl_target is None else f"{e.ppl_target:.2f}"  # screened out: never run at the target
+        table.add_row(str(e.rank), e.method, ppl, vs, reg, score, note or ("ok" if e.eligible else ""))
     console = Console()
     console.print(table)
     for e in result.evidence:  # the reasons in full: a table cell wraps them out of sight

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ropectl.errors import UsageError
 from ropectl.eval.tasks.ppl import build_spec, run_eval
 from ropectl.eval.tasks.ppl.results import Cell, aggregate_cells
 from tests.helpers import eval_data as fx
@@ -104,6 +105,27 @@ def test_resume_skips_finished_cells(sweep, tmp_path) -> None:
     assert again.meta["new_cells"] == 6  # the 200-token cells of both methods (3 documents each)
     assert sorted(c.key for c in again.cells) == sorted(
         c.key for c in result.cells if c.length in (64, 200) and c.method in ("none", "yarn:2"))
+
+
+def test_screened_out_methods_run_at_the_shortest_length_only(sweep, tmp_path) -> None:
+    """recommend's screen: a screened method gets no forward past the shortest length, its shortest cells equal the
+    full sweep's, and the others are untouched. Control: the same spec unscreened fills every cell."""
+    spec, result = sweep
+    seen: list[str] = []
+    screened = run_eval(spec.with_(out=tmp_path / "screened", screened_out=("linear:2", "yarn:2")),
+                        progress=lambda p: seen.append(p.current))
+    assert screened.meta["screened_out"] == ["linear:2", "yarn:2"]
+    assert {(c.method, c.length) for c in screened.cells if c.method in ("linear:2", "yarn:2")} == {
+        ("linear:2", 64), ("yarn:2", 64)}
+    assert not any(s.startswith(("linear:2 @ 400", "yarn:2 @ 400")) for s in seen)
+    full = {c.key: c.nll_sum for c in result.cells}
+    assert all(c.nll_sum == pytest.approx(full[c.key], rel=1e-5) for c in screened.cells)
+    assert {c.key for c in screened.cells} == {c.key for c in result.cells
+                                               if c.method not in ("linear:2", "yarn:2") or c.length == 64}
+    assert screened.cell("yarn:2", 400) is None and screened.cell("none", 400) is not None
+    assert len(result.cells) > len(screened.cells)  # control: unscreened, the long cells exist
+    with pytest.raises(UsageError, match="screened-out method ntk:4 is not among the methods"):
+        spec.with_(screened_out=("ntk:4",))
 
 
 def test_interrupt_keeps_finished_cells(sweep, tmp_path) -> None:

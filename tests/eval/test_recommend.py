@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
-from ropectl.recommend import load_ppl, load_tasks, recommend
-from tests.helpers.checkpoints import RECOMMEND_TARGET, RECOMMEND_TRAINED, write_recommend_results
+from ropectl.recommend import load_ppl, load_tasks, recommend, screen
+from tests.helpers.checkpoints import RECOMMEND_PPL, RECOMMEND_TARGET, RECOMMEND_TRAINED, write_recommend_results
 
 runner = CliRunner()
 TRAINED, TARGET = RECOMMEND_TRAINED, RECOMMEND_TARGET
@@ -147,3 +147,34 @@ def test_an_eval_passkey_folder_reads_as_the_task_passkey(tmp_path: Path) -> Non
     none = sorted((r["trial"], r["score"]) for r in data["rows"] if r["method"] == "none")
     assert none == [(0, 1.0), (1, 1.0), (2, 1.0), (3, 0.0), (4, 0.0), (5, 0.0)]
     assert {r["task"] for r in data["rows"]} == {"passkey"}
+
+
+def test_a_screened_method_is_reported_out_without_a_target_cell(tmp_path: Path) -> None:
+    """recommend's own sweep skips the long forwards of a method its in-window screen ruled out: the results say so
+    in meta["screened_out"], and the method is listed as out, with no PPL at the target. Control: a method missing
+    its target cell for another reason (no such meta) is not invented."""
+    ppl, tasks = write(tmp_path)
+    data = load_ppl(ppl)
+    data["table"] = [r for r in data["table"] if not (r["method"] == "linear:2" and r["length"] > 1024)]
+    data["cells"] = [c for c in data["cells"] if not (c["method"] == "linear:2" and c["length"] > 1024)]
+    unscreened = recommend(data, load_tasks(tasks), TARGET)
+    assert "linear:2" not in [e.method for e in unscreened.evidence]
+    data["meta"] = {**data["meta"], "screened_out": ["linear:2"]}
+    result = recommend(data, load_tasks(tasks), TARGET)
+    linear = result.evidence[-1]
+    assert linear.method == "linear:2" and not linear.eligible and linear.ppl_target is None
+    # RECOMMEND_PPL's 1k column, by hand: linear:2 / none - 1
+    assert linear.regression == pytest.approx(RECOMMEND_PPL["linear:2"][0] / RECOMMEND_PPL["none"][0] - 1)
+    assert linear.note.startswith("in-window regression") and linear.regression_at == 1024
+    assert [e.method for e in result.evidence][:4] == [e.method for e in unscreened.evidence][:4]
+
+
+def test_screen_by_hand() -> None:
+    """The in-window screen on a hand-made table: 6 % worse is out, 4 % is not, none never, target cells ignored."""
+    table = [{"method": m, "length": n, "ppl": v} for m, n, v in (
+        ("none", 1024, 10.0), ("yarn:2", 1024, 10.4), ("linear:2", 1024, 10.6), ("ntk:2", 1024, 9.0),
+        ("ntk:2", 16384, 99.0), ("none", 16384, 20.0))]
+    ppl = {"meta": {"methods": ["none", "yarn:2", "linear:2", "ntk:2"], "trained_context": 8192}, "table": table}
+    assert screen(ppl) == ("linear:2",)
+    assert screen(ppl, max_regression=0.03) == ("yarn:2", "linear:2")
+    assert screen(ppl, max_regression=0.10) == ()

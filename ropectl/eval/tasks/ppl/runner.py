@@ -65,7 +65,9 @@ class PplTask:
         spec = sweep.spec
         assert self.corpus is not None
         docs = sweep.world.shard(list(self.corpus.documents))
-        jobs = plan_jobs(sweep.states, list(spec.lengths), docs, spec.mode, done)
+        shortest = min(spec.lengths)
+        screened = {(m, n, d.doc_id) for m in spec.screened_out for n in spec.lengths if n > shortest for d in docs}
+        jobs = plan_jobs(sweep.states, list(spec.lengths), docs, spec.mode, done | screened)
         batched = batch_jobs(jobs, spec.mode, spec.batch_tokens)
         if sweep.engine is not None and sweep.engine.name != DEFAULT_ENGINE:
             batched = by_serving(batched, sweep.states)  # a method switch there reloads the weights

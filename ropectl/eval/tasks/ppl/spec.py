@@ -62,9 +62,13 @@ class EvalSpec:
     tensor_parallel_size: int = 1  # vLLM only, like the two below
     pipeline_parallel_size: int = 1
     distributed_executor_backend: str | None = None
+    # Methods scored at the shortest length only: recommend's in-window screen ruled them out there, and no
+    # longer length can bring them back, so their long forwards are skipped.
+    screened_out: tuple[str, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "screened_out", tuple(self.screened_out))
         validate(self)
 
     @property
@@ -109,6 +113,9 @@ def validate(spec: EvalSpec) -> None:
     dupes = sorted({x for x in labels if labels.count(x) > 1})
     if dupes:
         raise UsageError(f"method {dupes[0]} is given twice", "pass each --method once")
+    unknown = [m for m in spec.screened_out if m not in labels]
+    if unknown:
+        raise UsageError(f"screened-out method {unknown[0]} is not among the methods", "screen only methods it runs")
 
 
 def _validate_engine(spec: EvalSpec) -> None:

@@ -94,6 +94,7 @@ def _meta(spec: EvalSpec, model_label: str, states: list[MethodState], corpus: C
         "methods": [s.label for s in states],
         "method_params": {s.label: s.params() for s in states},
         "lengths": list(spec.lengths),
+        "screened_out": list(spec.screened_out),  # scored at the shortest length only
         "trained_context": trained,
         "docs_total": len(corpus.documents),
         "docs_used": {str(n): len(corpus.usable(n)) for n in spec.lengths},
