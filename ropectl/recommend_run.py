@@ -56,6 +56,16 @@ def run_sweeps(model: str | None, target: int, factor: float | None, out: Path |
                max_regression: float = DEFAULT_MAX_REGRESSION,
                progress: Callable[[Any], None] | None = None, on_ppl: Callable[[Any], None] | None = None,
                serve_with: tuple[str, ...] = (), engine_options: dict[str, Any] | None = None) -> Sweeps:
+    from ropectl.eval.reuse import reusing
+
+    with reusing():  # the screen, the PPL sweep and the task sweep share one load of the model
+        return _run(model, target, factor, out, dtype, device, max_regression, progress, on_ppl, serve_with,
+                    engine_options)
+
+
+def _run(model: str | None, target: int, factor: float | None, out: Path | None, dtype: str, device: str,
+         max_regression: float, progress: Callable[[Any], None] | None, on_ppl: Callable[[Any], None] | None,
+         serve_with: tuple[str, ...], engine_options: dict[str, Any] | None) -> Sweeps:
     from ropectl.eval.model import model_source, trained_context
     from ropectl.eval.tasks.ppl import build_spec, run_eval
     from ropectl.eval.tasks.ruler.runner import run_tasks

@@ -16,6 +16,7 @@ from typing import Any
 
 from ropectl.errors import DeviceError, ModelNotFoundError
 from ropectl.eval.packages import INSTALL_HINT, package_dir
+from ropectl.eval.reuse import freeze, shared
 from ropectl.rope.frequencies import compute_frequencies
 from ropectl.rope.methods import MethodSpec, rope_types_where
 from ropectl.rope.params import RopeParams
@@ -145,6 +146,10 @@ class ModelSource:
 
 def model_source(model: str | None) -> ModelSource:
     """from_pretrained arguments, a label for results, and the config transformers will build (no weights)."""
+    return shared(("source", model), lambda: _model_source(model))
+
+
+def _model_source(model: str | None) -> ModelSource:
     from transformers import AutoConfig
 
     from ropectl.io.resolve import resolve_model
@@ -189,7 +194,7 @@ def load_tokenizer(path: str, kwargs: Mapping[str, Any]) -> Any:
     from transformers import AutoTokenizer
 
     quiet_transformers()
-    return AutoTokenizer.from_pretrained(path, **kwargs)
+    return shared(("tokenizer", path, freeze(kwargs)), lambda: AutoTokenizer.from_pretrained(path, **kwargs))
 
 
 @contextlib.contextmanager
@@ -211,6 +216,12 @@ def _no_gguf_bar() -> Iterator[None]:
 def load_model(path: str, kwargs: Mapping[str, Any], tokenizer: Any, device: str, dtype: str,
                device_map: str | None = None) -> LoadedModel:
     """Weights loaded once, in ``dtype``, with SDPA attention (eager only where a model has no SDPA)."""
+    key = ("model", path, freeze(kwargs), device, dtype, device_map)
+    return shared(key, lambda: _load_model(path, kwargs, tokenizer, device, dtype, device_map))
+
+
+def _load_model(path: str, kwargs: Mapping[str, Any], tokenizer: Any, device: str, dtype: str,
+                device_map: str | None) -> LoadedModel:
     import torch
 
     quiet_transformers()
