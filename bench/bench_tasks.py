@@ -30,12 +30,13 @@ def timed(run: Any, spec: Any) -> float:
 
 
 def measure(length: int, dtype: str, rounds: int, tasks: tuple[str, ...]) -> dict[str, float]:
+    from ropectl.eval.reuse import reusing
     from ropectl.eval.tasks.ppl import build_spec, run_eval
     from ropectl.eval.tasks.ruler.runner import run_tasks
     from ropectl.eval.tasks.ruler.spec import build_tasks_spec
 
     best: dict[str, float] = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, reusing():  # one load of the model for every sweep
         for r in range(rounds):
             out = Path(tmp) / f"ppl-{r}"
             ppl = build_spec(methods=["none"], lengths=[length], docs=1, dtype=dtype, out=out)
