@@ -27,7 +27,7 @@ from ropectl.eval.stats import paired_difference, paired_log_ratio, samples_to_s
 from ropectl.recommend_data import load_ppl, load_tasks
 
 __all__ = ["DEFAULT_MAX_REGRESSION", "Evidence", "Recommendation", "Rival", "load_ppl", "load_tasks",
-           "patch_commands", "recommend"]
+           "in_window", "patch_commands", "recommend", "screen"]
 REFERENCE = ("none", "as-is")
 DEFAULT_MAX_REGRESSION = 0.05
 
@@ -164,8 +164,8 @@ def _trials_needed(xs: list[float], ys: list[float]) -> int | None:
 def _needed(diffs: list[float]) -> int | None:
     if len(diffs) < 2:
         return None
-    mean = sum(diffs) / len(diffs)
-    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1))
+    mean = math.fsum(diffs) / len(diffs)
+    sd = math.sqrt(math.fsum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1))
     return samples_to_separate(mean, sd) if sd > 0 else None
 
 
@@ -240,7 +240,7 @@ def _evidence(method: str, table: dict[tuple[str, int], float], trained: int, ta
     elif not eligible:
         note = f"in-window regression {regression:+.1%} at {at} > {max_regression:.0%}"
     elif ppl is None:
-        eligible, note = False, "screened out in-window, not run at the target"
+        eligible, note = False, "screened out in-window, not run at the target (rerun eval-ppl with it there)"
     else:
         note = "" if regression is not None else "no in-window reference (no `none` at those lengths)"
     score = sum(trials.values()) / len(trials) if trials else None

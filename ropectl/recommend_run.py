@@ -66,7 +66,9 @@ def run_sweeps(model: str | None, target: int, factor: float | None, out: Path |
 def _run(model: str | None, target: int, factor: float | None, out: Path | None, dtype: str, device: str,
          max_regression: float, progress: Callable[[Any], None] | None, on_ppl: Callable[[Any], None] | None,
          serve_with: tuple[str, ...], engine_options: dict[str, Any] | None) -> Sweeps:
+    from ropectl.eval.engines import DEFAULT_ENGINE
     from ropectl.eval.model import model_source, trained_context
+    from ropectl.eval.options import parse_lengths
     from ropectl.eval.tasks.ppl import build_spec, run_eval
     from ropectl.eval.tasks.ruler.runner import run_tasks
     from ropectl.eval.tasks.ruler.spec import build_tasks_spec
@@ -75,19 +77,23 @@ def _run(model: str | None, target: int, factor: float | None, out: Path | None,
     trained = trained_context(model_source(model).config) or target
     grid = (1.0,) if factor else sizes["grid"]
     methods, skipped = candidates(sizes["candidates"], factor or target / trained, grid, serve_with)
-    inside = sizes.get("inside") or sorted({max(2, trained // 4), trained})
+    inside = parse_lengths(sizes.get("inside") or sorted({max(2, trained // 4), trained}))
     root = out or Path("runs") / f"recommend-{datetime.now():%Y%m%d-%H%M%S}"
     common = {"model": model, "methods": methods, "dtype": dtype, "device": device,
               **(engine_options or {})}  # --engine vllm and its parallel sizes, for both sweeps
     # The screen: every method at the shortest in-window length first (cheap); one that regresses there is out
     # whatever the longer lengths say, so the second pass (resuming the same folder) skips its long forwards.
-    first = run_eval(build_spec(lengths=[min(inside)], docs=sizes["docs"], out=root / "ppl", **common), progress)
-    screened = screen(_evidence(first), max_regression)
-    ppl = run_eval(build_spec(lengths=[*inside, target], docs=sizes["docs"], out=root / "ppl", resume=True,
+    # vLLM starts an engine per method and length, which costs more than the forwards the screen saves.
+    screened: tuple[str, ...] = ()
+    resume = common.get("engine", DEFAULT_ENGINE) in (DEFAULT_ENGINE, "hf") or None  # fills the screen's folder
+    if resume:
+        first = run_eval(build_spec(lengths=[min(inside)], docs=sizes["docs"], out=root / "ppl", **common), progress)
+        screened = screen(_as_evidence(first), max_regression)
+    ppl = run_eval(build_spec(lengths=[*inside, target], docs=sizes["docs"], out=root / "ppl", resume=resume,
                               screened_out=screened, **common), progress)
     if on_ppl:
         on_ppl(ppl)
-    evidence = _evidence(ppl)
+    evidence = _as_evidence(ppl)
     out_on_ppl = {e.method for e in recommend(evidence, None, target, max_regression, serve_with).evidence
                   if not e.eligible}
     common["methods"] = [m for m in methods if m not in out_on_ppl]
@@ -100,6 +106,6 @@ def _run(model: str | None, target: int, factor: float | None, out: Path | None,
     return Sweeps(ppl, tasks, final, skipped)
 
 
-def _evidence(ppl: Any) -> dict[str, Any]:
+def _as_evidence(ppl: Any) -> dict[str, Any]:
     """The same dicts recommend reads from the results files (recommend_data), straight from the result."""
     return {"meta": ppl.meta, "table": [a.to_dict() for a in ppl.aggregates], "cells": [c.to_dict() for c in ppl.cells]}

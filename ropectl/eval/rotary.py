@@ -32,6 +32,7 @@ def rotary_modules(model: Any) -> list[tuple[Any, str, Any]]:
 
 def activate(loaded: LoadedModel, state: MethodState) -> None:
     """Rebuild the rotary embedding(s) for ``state`` on the same device/dtype, then verify them."""
+    loaded.active = None  # until every module is rebuilt and verified: a failure must not leave a stale label
     modules = rotary_modules(loaded.model)
     if not modules:
         raise VerificationError("found no rotary embedding module in the loaded model",

@@ -274,6 +274,9 @@ def _power_z(power: float) -> float:
     return normal_quantile(power)
 
 
+T_SEARCH_MAX = 10_000  # above this many pairs the sample size uses the normal approximation plus 2
+
+
 def samples_to_separate(diff: float, sd: float, confidence: float = 0.95, power: float = 0.8) -> int | None:
     """Pairs needed for the paired t-test to separate a mean difference `diff` with per-pair spread `sd`.
 
@@ -284,11 +287,13 @@ def samples_to_separate(diff: float, sd: float, confidence: float = 0.95, power:
     if sd < 0:
         raise ValueError(f"sd must be non-negative, got {sd}")
     _power_z(power)  # validates power
-    if diff == 0:
+    if abs(diff) <= 1e-12 * sd or diff == 0:  # rounding noise of a zero mean: no sample size separates it
         return None
     alpha, ratio = _alpha(confidence), sd / diff
     # t quantiles exceed the normal's, so the normal approximation's n is where the search starts
     n = _ceil_count(((_two_sided_z(confidence) + _power_z(power)) * ratio) ** 2)
+    if n > T_SEARCH_MAX:  # t and normal differ by under 2 pairs here, and df this large is slow to invert
+        return n + 2
     while n < ((t_quantile(1.0 - alpha / 2.0, n - 1) + t_quantile(power, n - 1)) * ratio) ** 2 - 1e-9:
         n += 1
     return n

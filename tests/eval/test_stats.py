@@ -231,6 +231,18 @@ def test_samples_to_separate_hand_computed():
     assert samples_to_separate(0.2, 0.0) == 2  # floor of two pairs
 
 
+def test_samples_to_separate_near_zero_and_huge_counts_return_at_once():
+    """Averaged task scores on a 0.2 grid can cancel to a rounding-noise mean (0.2 + (0.8 - 1.0) = 2.8e-17): that
+    is no difference, not a sample size of 1e34. A small real difference gets the normal approximation plus 2 pairs
+    (t and normal differ by under 2 pairs past 10,000), at once."""
+    diffs = [0.2, 0.8 - 1.0, 0.0, 0.0]
+    mean = math.fsum(diffs) / 4
+    sd = math.sqrt(math.fsum((d - mean) ** 2 for d in diffs) / 3)
+    assert mean != 0 and samples_to_separate(mean, sd) is None
+    assert samples_to_separate(0.01, 1.0) == math.ceil(((Z975 + Z80) * 100) ** 2) + 2 == 78491  # 78488.8 -> 78489
+    assert samples_to_separate(1e-9, 1.0) == pytest.approx(((Z975 + Z80) * 1e9) ** 2, rel=1e-6)
+
+
 def test_trials_to_separate_binary_connor():
     # pd = 0.25, delta = 0.15: (1.959964 * 0.5 + 0.841621 * sqrt(0.2275))^2 / 0.0225
     # = (0.979982 + 0.401428)^2 / 0.0225 = 1.908294 / 0.0225 = 84.81 -> 85.

@@ -68,7 +68,8 @@ class EvalSpec:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "screened_out", tuple(self.screened_out))
+        screened = self.screened_out
+        object.__setattr__(self, "screened_out", (screened,) if isinstance(screened, str) else tuple(screened))
         validate(self)
 
     @property
