@@ -37,6 +37,8 @@ def measure(length: int, dtype: str, rounds: int, tasks: tuple[str, ...]) -> dic
 
     best: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp, reusing():  # one load of the model for every sweep
+        # untimed: the load, and the first forward's one-off kernel set-up, fall on no measurement
+        run_eval(build_spec(methods=["none"], lengths=[length], docs=1, dtype=dtype, out=Path(tmp) / "warm-up"))
         for r in range(rounds):
             out = Path(tmp) / f"ppl-{r}"
             ppl = build_spec(methods=["none"], lengths=[length], docs=1, dtype=dtype, out=out)
