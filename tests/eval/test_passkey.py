@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from ropectl.cli.app import app
 from ropectl.eval.tasks.passkey import build_passkey_spec, run_passkey
 from tests.helpers.eval_reference import greedy_generate, load
-from tests.helpers.sweeps import assert_busy, paused_run, resume_argv, strict, terminate
+from tests.helpers.sweeps import assert_busy, default_sigint, paused_run, resume_argv, strict, terminate
 
 runner = CliRunner()
 # The YaRN / LongLoRA passkey wording, typed here from their scripts (not imported from ropectl).
@@ -192,7 +192,8 @@ def test_the_printed_resume_line_runs(tiny_model: Path, tmp_path: Path) -> None:
            "ROPECTL_TEST_PAUSE_AFTER_CELLS": "1"}
     args = [sys.executable, "-m", "ropectl", "eval-passkey", str(tiny_model), "-m", "none", "-m", "ntk:2",
             "-l", "300,400", "-n", "2", "-o", str(out)]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=default_sigint)
     log = out / "passkey.jsonl"
     while proc.poll() is None and not (log.is_file() and log.read_bytes().endswith(b"\n")):
         time.sleep(0.05)

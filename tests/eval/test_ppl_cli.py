@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
+from tests.helpers.sweeps import default_sigint
 
 runner = CliRunner()
 
@@ -58,7 +59,7 @@ def test_ctrl_c_keeps_finished_cells_and_says_how_to_resume(tiny_model, tiny_cor
             "sliding", "--stride", "24", "-l", "32", "-n", "2", "-m", "none", "-m", "yarn:2", "-m", "ntk:2", "-o", str(out)]
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**env, "ROPECTL_TEST_PAUSE_AFTER_CELLS": "1"})
+                            env={**env, "ROPECTL_TEST_PAUSE_AFTER_CELLS": "1"}, preexec_fn=default_sigint)
     log = out / "results.jsonl"
     while proc.poll() is None and not (log.is_file() and log.read_bytes().endswith(b"\n")):
         time.sleep(0.05)

@@ -21,10 +21,16 @@ def strict(text: str) -> Any:
     return json.loads(text, parse_constant=refuse)
 
 
+def default_sigint() -> None:
+    """Popen preexec_fn: Ctrl-C as a terminal delivers it. A job started in the background (`cmd &` in a script, as a
+    CI runner may start the suite) inherits SIGINT ignored, and a Python started so never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def paused_run(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[str]:
     """``python -m ropectl *args``, stopped after its first logged cells until a signal arrives (no timing races)."""
     proc = subprocess.Popen([sys.executable, "-m", "ropectl", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**env, "ROPECTL_TEST_PAUSE_AFTER_CELLS": "1"})
+                            text=True, env={**env, "ROPECTL_TEST_PAUSE_AFTER_CELLS": "1"}, preexec_fn=default_sigint)
     while proc.poll() is None and not (log.is_file() and log.read_bytes().endswith(b"\n")):
         time.sleep(0.05)
     assert proc.poll() is None, proc.communicate()  # paused mid-sweep, not finished or crashed
