@@ -102,7 +102,7 @@ def recommend(ppl: dict[str, Any], tasks: dict[str, Any] | None, target: int,
     trained = meta.get("trained_context")
     if not trained:
         raise DataError("the PPL results do not say the model's trained context", "rerun eval-ppl with this ropectl")
-    table = {(r["method"], int(r["length"])): float(r["ppl"]) for r in ppl["table"]}
+    table = _ppl_table(ppl)
     lengths = sorted({n for _, n in table})
     if target not in lengths:
         raise UsageError(f"the PPL results have no cell at --target-length {target} (measured: "
@@ -203,6 +203,10 @@ def _order(e: Evidence) -> tuple[Any, ...]:
             e.regression if e.regression is not None else math.inf, e.method not in REFERENCE, e.method)
 
 
+def _ppl_table(ppl: dict[str, Any]) -> dict[tuple[str, int], float]:
+    return {(r["method"], int(r["length"])): float(r["ppl"]) for r in ppl["table"]}
+
+
 def _ppl(e: Evidence) -> float:
     return e.ppl_target if e.ppl_target is not None else math.inf
 
@@ -219,7 +223,7 @@ def screen(ppl: dict[str, Any], max_regression: float = DEFAULT_MAX_REGRESSION) 
     """The methods an in-window PPL sweep already rules out (any length up to the trained context more than
     ``max_regression`` worse than ``none``): no longer length and no task score can bring them back."""
     trained = ppl["meta"].get("trained_context") or 0
-    table = {(r["method"], int(r["length"])): float(r["ppl"]) for r in ppl["table"]}
+    table = _ppl_table(ppl)
     reference = next((m for m in REFERENCE if any(k[0] == m for k in table)), None)
     out = []
     for method in ppl["meta"]["methods"]:

@@ -66,7 +66,7 @@ def run_sweeps(model: str | None, target: int, factor: float | None, out: Path |
 def _run(model: str | None, target: int, factor: float | None, out: Path | None, dtype: str, device: str,
          max_regression: float, progress: Callable[[Any], None] | None, on_ppl: Callable[[Any], None] | None,
          serve_with: tuple[str, ...], engine_options: dict[str, Any] | None) -> Sweeps:
-    from ropectl.eval.engines import DEFAULT_ENGINE
+    from ropectl.eval.engines import DEFAULT_ENGINE, engine_name
     from ropectl.eval.model import model_source, trained_context
     from ropectl.eval.options import parse_lengths
     from ropectl.eval.tasks.ppl import build_spec, run_eval
@@ -84,13 +84,13 @@ def _run(model: str | None, target: int, factor: float | None, out: Path | None,
     # The screen: every method at the shortest in-window length first (cheap); one that regresses there is out
     # whatever the longer lengths say, so the second pass (resuming the same folder) skips its long forwards.
     # vLLM starts an engine per method and length, which costs more than the forwards the screen saves.
+    screens = engine_name(common.get("engine", DEFAULT_ENGINE)) == DEFAULT_ENGINE
     screened: tuple[str, ...] = ()
-    resume = common.get("engine", DEFAULT_ENGINE) in (DEFAULT_ENGINE, "hf") or None  # fills the screen's folder
-    if resume:
+    if screens:
         first = run_eval(build_spec(lengths=[min(inside)], docs=sizes["docs"], out=root / "ppl", **common), progress)
         screened = screen(_as_evidence(first), max_regression)
-    ppl = run_eval(build_spec(lengths=[*inside, target], docs=sizes["docs"], out=root / "ppl", resume=resume,
-                              screened_out=screened, **common), progress)
+    ppl = run_eval(build_spec(lengths=[*inside, target], docs=sizes["docs"], out=root / "ppl",
+                              resume=screens or None, screened_out=screened, **common), progress)  # the same folder
     if on_ppl:
         on_ppl(ppl)
     evidence = _as_evidence(ppl)

@@ -287,7 +287,7 @@ def samples_to_separate(diff: float, sd: float, confidence: float = 0.95, power:
     if sd < 0:
         raise ValueError(f"sd must be non-negative, got {sd}")
     _power_z(power)  # validates power
-    if abs(diff) <= 1e-12 * sd or diff == 0:  # rounding noise of a zero mean: no sample size separates it
+    if abs(diff) <= 1e-12 * sd:  # zero, or rounding noise of a zero mean: no sample size separates it
         return None
     alpha, ratio = _alpha(confidence), sd / diff
     # t quantiles exceed the normal's, so the normal approximation's n is where the search starts
