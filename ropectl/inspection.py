@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl import families
+from ropectl.families import cards
 from ropectl.engines.view import engine_section, engine_warnings
 from ropectl.errors import MethodError, UsageError
 from ropectl.io.resolve import resolve_model
@@ -79,6 +80,9 @@ class InspectReport:
             "original_max_position_embeddings": rope.original_max_position_embeddings,
             "max_position_embeddings": rope.max_position_embeddings,
             "trained_context": self.trained_context,
+            "trained_context_source": _context_source(m),
+            "model_card": card_summary(m.card),
+            "notes": [m.card_note] if m.card_note else [],
             "target_context": self.target_context,
             "scaling": dict(rope.scaling),
             "seq_len": self.seq_len,
@@ -101,17 +105,39 @@ class InspectReport:
         }
 
 
+def _context_source(model: ModelRope) -> str:
+    """Where the trained context comes from, in words (inspect prints it beside the number)."""
+    if Record.from_json(model.record).base:
+        return "ropectl's record of the unscaled base"
+    card = cards.by_name(model.card) if model.native_context and model.card else None
+    if card is not None:
+        return f"model card: {card.native_context:,}; {card.native_note}"
+    if model.rope.original_max_position_embeddings:
+        return "config: original_max_position_embeddings"
+    return "config: max_position_embeddings"
+
+
+def card_summary(name: str | None) -> dict[str, Any] | None:
+    """The recognised model card: its source, recipes (as presets) and caveat."""
+    card = cards.by_name(name) if name else None
+    if card is None:
+        return None
+    return {"name": card.name, "title": card.title, "source": card.source, "native_context": card.native_context,
+            "presets": [r.preset for r in card.recipes], "caveat": card.caveat.text if card.caveat else None}
+
+
 def _base_theta(model: ModelRope) -> float:
     """The unscaled base: what ropectl recorded before patching, else the current theta."""
     base = Record.from_json(model.record).base
     return float(base.rope_theta if base else model.rope.rope_theta)
 
 
-def _contexts(rope: RopeParams, record: Record, model_type: str = "") -> tuple[int | None, int | None]:
+def _contexts(rope: RopeParams, record: Record, model_type: str = "",
+              native: int | None = None) -> tuple[int | None, int | None]:
     shipped = families.shipped_original(model_type, rope.rope_type, rope.factor, rope.max_position_embeddings)
     if shipped and not record.base:  # Gemma 3's linear x8: max_position_embeddings is the scaled length already
         return shipped, rope.max_position_embeddings
-    trained = (record.base.context if record.base else None) or rope.trained_context
+    trained = (record.base.context if record.base else None) or native or rope.trained_context
     if rope.rope_type in ("dynamic", "linear", "yarn") and rope.factor and (trained or rope.max_position_embeddings):
         # The target is factor x the trained length: recorded by patch, named by the config (yarn), or, for a
         # linear or dynamic config without either, max_position_embeddings (vLLM reads those so too).
@@ -169,7 +195,7 @@ def inspect_model(spec: InspectSpec) -> InspectReport:
     model = read_model_rope(resolved.config)
     rope = model.rope
     freqs = _model_frequencies(model, spec.seq_len)
-    trained, target = _contexts(rope, Record.from_json(model.record), model.model_type)
+    trained, target = _contexts(rope, Record.from_json(model.record), model.model_type, model.native_context)
     base_inv = base_inv_freq(_base_theta(model), model.rotary_dim)
     pairs = tuple(pair_reports(base_inv, freqs.inv_freq, trained or rope.max_position_embeddings or 1))
     layout, reason = known_layout(resolved.config)

@@ -49,6 +49,7 @@ def _render(result: dict[str, Any]) -> None:
         typer.echo(result["emit"]["command"])
         for warning in result["warnings"]:
             typer.echo(f"warning: {warning}", err=True)
+        _render_notes(result)
         return
     if result["diff"] is not None:
         typer.echo(result["diff"] or "(no change)")
@@ -70,6 +71,13 @@ def _render(result: dict[str, Any]) -> None:
     _render_files(result, console)
     for warning in result["warnings"]:
         print_warning(console, warning)
+    _render_notes(result)
+
+
+def _render_notes(result: dict[str, Any]) -> None:
+    """A model card's lines go to stderr: stdout stays the pasteable command, diff or summary."""
+    for note in result["notes"]:
+        typer.echo(f"note: {note}", err=True)
 
 
 def _render_files(result: dict[str, Any], console: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ropectl.output import number
@@ -40,8 +41,10 @@ def print_inspect(d: dict[str, Any], console: Console | None = None) -> None:
         ("attention factor", number(d["attention_factor"]) + (
             f"  (cos/sin); softmax scale x{d['softmax_scale']:.4g} = mscale(factor, mscale_all_dim)²"
             if d.get("softmax_scale", 1.0) != 1.0 else "")),
-        ("trained context", number(d["trained_context"])),
+        ("trained context", number(d["trained_context"]) + (
+            f"  [dim]({escape(d['trained_context_source'])})[/dim]" if d.get("trained_context_source") else "")),
         ("max positions", number(d["max_position_embeddings"])),
+        *_card_rows(d.get("model_card")),
         ("layout", f"{d['layout']}  [dim]({d['layout_reason']})[/dim]"),
     ]
     for key, value in rows:
@@ -52,8 +55,19 @@ def print_inspect(d: dict[str, Any], console: Console | None = None) -> None:
         console.print(f"  [dim]{label}: {layer['rope_type']}, θ={number(layer['rope_theta'])}[/dim]")
     for warning in d["warnings"]:
         print_warning(console, warning)
+    if d.get("model_card") and d["model_card"].get("caveat"):
+        console.print(f"[dim]card: {escape(d['model_card']['caveat'])}[/dim]")
+    for note in d.get("notes", ()):
+        console.print(f"note: {escape(note)}", soft_wrap=True)
     if d.get("plot"):
         console.print(f"plot written to {d['plot']}")
+
+
+def _card_rows(card: dict[str, Any] | None) -> list[tuple[str, str]]:
+    if not card:
+        return []
+    presets = f"  [dim](presets: {', '.join(card['presets'])})[/dim]" if card["presets"] else ""
+    return [("model card", f"{escape(card['title'])}  {card['source']}{presets}")]
 
 
 def _print_pairs(d: dict[str, Any], console: Console) -> None:

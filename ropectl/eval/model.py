@@ -162,12 +162,13 @@ def _model_source(model: str | None) -> ModelSource:
 
 
 def trained_context(config: Mapping[str, Any]) -> int | None:
-    """The pretraining context: ropectl's record of the unscaled base if patched, else what the config says."""
+    """The pretraining context: ropectl's record of the unscaled base if patched, else a model card's native context
+    where the config names none (``ropectl.families.cards``), else what the config says."""
     from ropectl.schema.record import Record
 
     model = read_model_rope(config)
     base = Record.from_json(model.record).base
-    return (base.trained_context if base else None) or model.rope.trained_context
+    return (base.trained_context if base else None) or model.native_context or model.rope.trained_context
 
 
 @dataclass

@@ -94,7 +94,9 @@ def _base_rope(model: ModelRope, replace_existing: bool) -> tuple[RopeParams, bo
         trained = families.shipped_original(model.model_type, rope.rope_type, rope.factor,
                                             rope.max_position_embeddings) or rope.trained_context
         return RopeParams("default", rope.rope_theta, model.rotary_dim, trained, {}), False
-    return RopeParams("default", rope.rope_theta, model.rotary_dim, rope.max_position_embeddings, {}), False
+    native = model.native_context  # a model card's pretraining length under a longer max_position_embeddings
+    scaling = {"original_max_position_embeddings": native} if native and native != rope.max_position_embeddings else {}
+    return RopeParams("default", rope.rope_theta, model.rotary_dim, rope.max_position_embeddings, scaling), False
 
 
 def _check_model(model: ModelRope, rope: RopeParams, transformers: bool) -> None:

@@ -33,6 +33,7 @@ from ropectl.patch.config import ConfigPlan, plan_config
 from ropectl.patch.spec import PatchSpec
 from ropectl.patch.summary import PatchResult, pair_counts, rope_state
 from ropectl.patch.verify import expected_ropes, verify_config, verify_folder
+from ropectl.patch.cards import card_lines
 from ropectl.rope.frequencies import softmax_mscale
 from ropectl.schema.record import BaseRope, Record
 
@@ -257,4 +258,5 @@ def patch_checkpoint(spec: PatchSpec) -> PatchResult:
     done, emit_warnings = _execute(spec, model, plan)
     engine_lines = serving.serving_warnings(spec, plan, model, views)
     result = _result(spec, model, plan, done, _warnings(spec, plan, model) + engine_lines + emit_warnings)
-    return replace(result, readers=tuple(v.to_json() for v in views))
+    card, notes = card_lines(spec.model, plan)
+    return replace(result, readers=tuple(v.to_json() for v in views), card=card, notes=notes)

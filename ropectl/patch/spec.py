@@ -15,6 +15,7 @@ from typing import Any
 
 from ropectl import presets
 from ropectl.errors import UsageError
+from ropectl.families import cards
 from ropectl.rope.choice import MethodChoice, layer, merge, to_method_spec
 from ropectl.rope.methods import MethodSpec, get_method
 from ropectl.schema.write import check_max_positions, check_schema
@@ -64,10 +65,15 @@ class PatchSpec:
 
 
 def list_presets() -> list[str]:
-    return presets.list_presets(PRESET_PREFIX)
+    """The TOML presets in configs/ and one per model-card recipe (``ropectl.families.cards``)."""
+    return sorted({*presets.list_presets(PRESET_PREFIX), *cards.recipe_presets()})
 
 
 def load_preset(name: str) -> dict[str, Any]:
+    recipe = cards.recipe_presets().get(name.removeprefix(PRESET_PREFIX).removesuffix(".toml"))
+    if recipe is not None:
+        card, entry = recipe
+        return entry.preset_table(card)
     path = presets.preset_path(name, PRESET_PREFIX)
     if not path.is_file():
         known = ", ".join(list_presets()) or "none installed"

@@ -78,6 +78,8 @@ class PatchResult:
     emit: Mapping[str, Any] | None = None
     warnings: tuple[str, ...] = ()
     readers: tuple[Mapping[str, Any], ...] = ()  # each known reader's view of the written config
+    card: Mapping[str, Any] | None = None  # the model card recognised (ropectl.families.cards) and its caveat
+    notes: tuple[str, ...] = ()  # printed on stderr beside the result (stdout stays pasteable)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -90,4 +92,5 @@ class PatchResult:
             "verification": dict(self.verification) if self.verification else None,
             "diff": self.diff, "emit": dict(self.emit) if self.emit else None, "warnings": list(self.warnings),
             "readers": [dict(r) for r in self.readers],
+            "card": dict(self.card) if self.card else None, "notes": list(self.notes),
         }

@@ -15,6 +15,7 @@ from typing import Any
 
 from ropectl import families
 from ropectl.errors import ConfigError, NoRopeError
+from ropectl.families import cards
 from ropectl.rope.methods import rope_types, rope_types_where
 from ropectl.rope.params import RopeParams
 from ropectl.schema import validate
@@ -46,6 +47,11 @@ class ModelRope:
     warnings: tuple[str, ...] = ()
     main_layer: str | None = None  # per-layer models: the label of the global-attention rope (``rope``)
     layer_partials: Mapping[str, float] = field(default_factory=dict)  # per-layer partial rotary factors
+    # A model card's pretraining length where the config names none (Qwen3: 32,768 under max positions 40,960),
+    # the card's name, and a note when a card is only partly matched (``ropectl.families.cards``).
+    native_context: int | None = None
+    card: str | None = None
+    card_note: str | None = None
 
 
 def text_config(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -269,6 +275,8 @@ def read_model_rope(raw: Mapping[str, Any]) -> ModelRope:
             local = validate.theta_or_default(cfg.get("rope_local_base_freq"), GEMMA_LOCAL_THETA, "rope_local_base_freq")
             layer_ropes["sliding_attention"] = RopeParams("default", local, full.rotary_dim, full.max_position_embeddings)
     main = layer_ropes[main_name] if main_name else _params(section, theta, _rotary_dim(head_dim, partial), cfg)
+    found = cards.match_card(raw)
+    native = cards.native_context(raw) if found.card else None
     return ModelRope(
         model_type=model_type,
         architectures=tuple(cfg.get("architectures") or raw.get("architectures") or ()),  # a wrapper's, if composite
@@ -286,6 +294,9 @@ def read_model_rope(raw: Mapping[str, Any]) -> ModelRope:
         warnings=tuple(_warnings(cfg, section, schema, main) + validate.warnings_for(cfg, main.factor)),
         main_layer=main_name,
         layer_partials=partials,
+        native_context=native[0] if native else None,
+        card=found.card.name if found.card else None,
+        card_note=found.note,
     )
 
 

@@ -1,0 +1,38 @@
+"""What a recognised model card adds to a patch: where the trained context came from, and the card's caveat with the
+command that measures it on the user's own model (``ropectl.families.cards`` holds the cards)."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from ropectl.families import cards
+from ropectl.patch.config import ConfigPlan
+
+# The lengths that show a static scaling's cost on short inputs: well inside any trained context ropectl extends.
+MEASURE_LENGTHS = "2k,8k"
+
+
+def measure_command(model: str, label: str) -> str:
+    """The eval-ppl run that compares the unscaled model with ``label`` on short texts."""
+    return f"ropectl eval-ppl {shlex.quote(model)} -m none -m {shlex.quote(label)} -l {MEASURE_LENGTHS}"
+
+
+def card_lines(model: str, plan: ConfigPlan) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
+    """The card recognised for the patched config, and the notes patch prints on stderr."""
+    notes = [plan.before.card_note] if plan.before.card_note else []
+    card = cards.by_name(plan.before.card) if plan.before.card else None
+    if card is None:
+        return None, tuple(notes)
+    name = plan.method.name if plan.method else plan.rope.rope_type
+    label = plan.method.label if plan.method else name
+    caveat = card.caveat_for(name)
+    out: dict[str, Any] = {"name": card.name, "title": card.title, "source": card.source,
+                           "native_context": card.native_context, "caveat": None, "measure": None}
+    if plan.before.native_context:
+        notes.append(f"trained context {plan.before.native_context:,} from the {card.title} model card "
+                     f"({card.native_note}; {card.source})")
+    if caveat is not None:
+        out["caveat"], out["measure"] = caveat.text, measure_command(model, label)
+        notes.append(f"{card.title}: {caveat.text}; measure it on this model: {out['measure']}")
+    return out, tuple(notes)

@@ -1,0 +1,166 @@
+"""The publishers' long-context recipes, as their model cards print them, against what ropectl writes and prints.
+
+The oracle is each card's own text, transcribed here by hand (not read from ropectl's card files), and transformers
+(>= 4.56, which keeps an explicit yarn factor) building the card's block on the published config.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ropectl.cli.app import app
+from tests.helpers.model_sweep import transformers_ropes
+
+runner = CliRunner()
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "configs"
+REL_TOL = 1e-6
+
+# Transcribed from the cards' "Processing Long Texts" sections: the JSON block a user adds to config.json, and the
+# values in the card's vLLM and llama.cpp lines (vllm serve ... --max-model-len N; llama-server ... --rope-scale F
+# --yarn-orig-ctx L). https://huggingface.co/Qwen/Qwen3-8B
+CARDS = {
+    "qwen3-8b": {"block": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+                 "max_model_len": 131072, "rope_scale": "4", "yarn_orig_ctx": "32768", "native": 32768,
+                 "preset": "qwen3-128k"},
+}
+
+
+def _folder(tmp_path: Path, name: str, **changes: object) -> Path:
+    folder = tmp_path / name
+    folder.mkdir(parents=True)
+    config = {**json.loads((FIXTURES / f"{name}.json").read_text()), **changes}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def _card_folder(tmp_path: Path, name: str) -> Path:
+    """The published config with the card's block pasted in, as the card tells users to do."""
+    return _folder(tmp_path / "card", name, rope_scaling=CARDS[name]["block"])
+
+
+def _patch(*args: str) -> tuple[dict, str]:
+    result = runner.invoke(app, ["patch", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout), result.stderr
+
+
+def _assert_same_rope(ours: Path, card: Path) -> None:
+    theirs, mine = transformers_ropes(card), transformers_ropes(ours)
+    assert set(theirs) == set(mine)
+    for label, (inv, attention) in theirs.items():
+        got_inv, got_attention = mine[label]
+        assert max(abs(a - b) / abs(b) for a, b in zip(got_inv, inv)) <= REL_TOL, label
+        assert got_attention == pytest.approx(attention, rel=REL_TOL), label
+
+
+@pytest.mark.parametrize("how", [["-m", "yarn", "-f", "4"], ["-m", "yarn", "-t", "131072"], ["-m", "yarn", "-t", "128k"],
+                                 ["--preset", "qwen3-128k"], ["-m", "yarn:4"]])
+def test_patch_writes_the_cards_rope(tmp_path: Path, how: list[str]) -> None:
+    name = "qwen3-8b"
+    out = tmp_path / "out"
+    data, err = _patch(str(_folder(tmp_path, name)), *how, "-o", str(out))
+    written = json.loads((out / "config.json").read_text())
+    assert written["max_position_embeddings"] == CARDS[name]["max_model_len"]
+    section = written["rope_scaling"]
+    block = CARDS[name]["block"]
+    assert section["factor"] == block["factor"]
+    assert section.get("original_max_position_embeddings", written.get("original_max_position_embeddings")) == \
+        block["original_max_position_embeddings"]
+    _assert_same_rope(out, _card_folder(tmp_path, name))
+    assert data["trained_context"] == CARDS[name]["native"] and data["target_context"] == CARDS[name]["max_model_len"]
+    assert "differs from the model's trained context" not in err
+
+
+def test_the_cards_own_original_length_passes_without_a_warning(tmp_path: Path) -> None:
+    _, err = _patch(str(_folder(tmp_path, "qwen3-8b")), "-m", "yarn", "-f", "4", "--set",
+                    "original_max_position_embeddings=32768", "--dry-run")
+    assert "differs from the model's trained context" not in err
+
+
+def test_an_explicit_original_length_wins_over_the_card(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    _patch(str(_folder(tmp_path, "qwen3-8b")), "-m", "yarn", "-f", "4", "--set",
+           "original_max_position_embeddings=40960", "-o", str(out))
+    written = json.loads((out / "config.json").read_text())
+    assert written["max_position_embeddings"] == 163840
+    assert written["rope_scaling"].get("original_max_position_embeddings", written.get(
+        "original_max_position_embeddings")) == 40960
+
+
+def test_emit_lines_hold_the_cards_values(tmp_path: Path) -> None:
+    name, card = "qwen3-8b", CARDS["qwen3-8b"]
+    folder = str(_folder(tmp_path, name))
+    vllm = runner.invoke(app, ["patch", folder, "-m", "yarn", "-f", "4", "--emit", "vllm"])
+    assert vllm.exit_code == 0, vllm.output
+    argv = shlex.split(vllm.stdout.strip())
+    assert len(vllm.stdout.strip().splitlines()) == 1  # stdout stays one pasteable line; the card's note is stderr
+    assert argv[argv.index("--max-model-len") + 1] == str(card["max_model_len"])
+    section = json.loads(argv[argv.index("--hf-overrides") + 1])["rope_parameters"]
+    assert section["factor"] == card["block"]["factor"]
+    assert section["original_max_position_embeddings"] == card["block"]["original_max_position_embeddings"]
+    llama = runner.invoke(app, ["patch", folder, "-m", "yarn", "-t", "128k", "--emit", "llama.cpp"])
+    argv = shlex.split(llama.stdout.strip())
+    assert argv[argv.index("--rope-scaling") + 1] == "yarn"
+    assert argv[argv.index("--rope-scale") + 1] == card["rope_scale"]
+    assert argv[argv.index("--yarn-orig-ctx") + 1] == card["yarn_orig_ctx"]
+    assert argv[argv.index("-c") + 1] == str(card["max_model_len"])
+    assert "static YaRN" in vllm.stderr and "ropectl eval-ppl" in vllm.stderr
+
+
+def test_inspect_names_the_native_context_and_its_source(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["inspect", str(_folder(tmp_path, "qwen3-8b")), "--json"])
+    data = json.loads(result.stdout)
+    assert data["trained_context"] == 32768 and data["max_position_embeddings"] == 40960
+    assert "model card" in data["trained_context_source"] and "40,960" in data["trained_context_source"]
+    assert data["model_card"]["source"] == "https://huggingface.co/Qwen/Qwen3-8B"
+
+
+def test_another_qwen3_config_keeps_its_own_lengths(tmp_path: Path) -> None:
+    """Negative control: the 2507 releases (native 262,144, theta 5e6 or 1e7) are qwen3 too, but not this card's."""
+    folder = _folder(tmp_path, "qwen3-8b", max_position_embeddings=262144, rope_theta=5000000)
+    data = json.loads(runner.invoke(app, ["inspect", str(folder), "--json"]).stdout)
+    assert data["trained_context"] == 262144 and data["model_card"] is None and data["notes"] == []
+    out = tmp_path / "out"
+    _patch(str(folder), "-m", "yarn", "-f", "2", "-o", str(out))
+    assert json.loads((out / "config.json").read_text())["max_position_embeddings"] == 524288
+
+
+def test_a_partial_match_keeps_its_own_lengths_and_says_so(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, "qwen3-8b", rope_theta=10000000)  # the card's model type and length, not its base
+    data = json.loads(runner.invoke(app, ["inspect", str(folder), "--json"]).stdout)
+    assert data["trained_context"] == 40960 and data["model_card"] is None
+    assert any("resembles the Qwen3 card" in n and "rope_theta" in n for n in data["notes"])
+    out = tmp_path / "out"
+    data, _ = _patch(str(folder), "-m", "yarn", "-f", "2", "-o", str(out))
+    assert json.loads((out / "config.json").read_text())["max_position_embeddings"] == 81920
+    assert any("resembles the Qwen3 card" in n for n in data["notes"]) and data["card"] is None
+
+
+def test_a_card_the_user_adds_is_read_the_same_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    (cards / "mine.toml").write_text(
+        'name = "mine"\ntitle = "My model"\nsource = "https://example.org/card"\n'
+        '[match]\nmodel_type = "qwen2"\nmax_position_embeddings = 32768\nhidden_size = 3584\n'
+        '[native]\ncontext = 16384\nnote = "the last 16k are for generation"\n'
+        '[[recipe]]\npreset = "mine-64k"\nmethod = "yarn"\nfactor = 4.0\noriginal = 16384\nserve_length = 65536\n'
+        'block = { rope_type = "yarn", factor = 4.0, original_max_position_embeddings = 16384 }\n')
+    monkeypatch.setenv("ROPECTL_CARDS_DIR", str(cards))
+    folder = _folder(tmp_path, "qwen2.5-7b-instruct")
+    data = json.loads(runner.invoke(app, ["inspect", str(folder), "--json"]).stdout)
+    assert data["trained_context"] == 16384 and data["model_card"]["name"] == "mine"
+    patched, _ = _patch(str(folder), "--preset", "mine-64k", "--dry-run")
+    assert patched["target_context"] == 65536
+
+
+def test_a_malformed_user_card_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.helpers.cli import one_line
+
+    (tmp_path / "bad.toml").write_text('name = "bad"\ntitle = "x"\nsource = "y"\n[match]\nmax_position_embeddings = 1\n')
+    monkeypatch.setenv("ROPECTL_CARDS_DIR", str(tmp_path))
+    one_line(["inspect", str(_folder(tmp_path, "qwen3-8b"))], "bad.toml", "docs/model-cards.md")
