@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from ropectl import families
-from ropectl.families import cards
 from ropectl.engines.view import engine_section, engine_warnings
 from ropectl.errors import MethodError, UsageError
+from ropectl.families import cards
 from ropectl.io.resolve import resolve_model
 from ropectl.layout.detect import known_layout
 from ropectl.limits import MAX_POSITIONS

@@ -29,11 +29,11 @@ from ropectl.layout.weights import WEIGHT_SUFFIXES
 from ropectl.output import dumps
 from ropectl.patch import gguf as gguf_out
 from ropectl.patch import serving
+from ropectl.patch.cards import card_lines
 from ropectl.patch.config import ConfigPlan, plan_config
 from ropectl.patch.spec import PatchSpec
 from ropectl.patch.summary import PatchResult, pair_counts, rope_state
 from ropectl.patch.verify import expected_ropes, verify_config, verify_folder
-from ropectl.patch.cards import card_lines
 from ropectl.rope.frequencies import softmax_mscale
 from ropectl.schema.record import BaseRope, Record
 
