@@ -79,9 +79,11 @@ class CardMatch:
 def _lookup(config: Mapping[str, Any], key: str) -> Any:
     holders = [config, config.get("text_config")]
     holders += [h.get(s) for h in list(holders) if isinstance(h, Mapping) for s in _ROPE_SECTIONS]
+    keys = (key, "type") if key == "rope_type" else (key,)  # transformers 4's rope_scaling spells it "type"
     for holder in holders:
-        if isinstance(holder, Mapping) and holder.get(key) is not None:
-            return holder[key]
+        for name in keys:
+            if isinstance(holder, Mapping) and holder.get(name) is not None:
+                return holder[name]
     return None
 
 
@@ -108,6 +110,8 @@ def match_card(config: Mapping[str, Any], cards: tuple[Card, ...] | None = None)
             full.append(card)
         elif hits.get("model_type") and sum(hits.values()) > 1:
             partial.append((card, [k for k, ok in hits.items() if not ok]))
+    own = [c for c in full if Path(c.path).parent != SHIPPED]
+    full = own or full  # a card the user added wins over a shipped one that the same config matches
     if len(full) == 1:
         return CardMatch(full[0])
     if full:

@@ -20,14 +20,32 @@ runner = CliRunner()
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "configs"
 REL_TOL = 1e-6
 
-# Transcribed from the cards' "Processing Long Texts" sections: the JSON block a user adds to config.json, and the
-# values in the card's vLLM and llama.cpp lines (vllm serve ... --max-model-len N; llama-server ... --rope-scale F
-# --yarn-orig-ctx L). https://huggingface.co/Qwen/Qwen3-8B
+# Transcribed from the cards' "Processing Long Texts" sections: the JSON block a user adds to config.json (where it
+# goes), the length the card serves (vllm serve ... --max-model-len N), and llama-server's --rope-scale F
+# --yarn-orig-ctx L where the card prints that line.
+QWEN_BLOCK = {"factor": 4.0, "original_max_position_embeddings": 32768, "type": "yarn"}
 CARDS = {
+    # https://huggingface.co/Qwen/Qwen3-8B (Qwen3-30B-A3B publishes the same config shape, qwen3_moe)
     "qwen3-8b": {"block": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
                  "max_model_len": 131072, "rope_scale": "4", "yarn_orig_ctx": "32768", "native": 32768,
                  "preset": "qwen3-128k"},
+    "qwen3-30b-a3b": {"block": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+                      "max_model_len": 131072, "rope_scale": "4", "yarn_orig_ctx": "32768", "native": 32768,
+                      "preset": "qwen3-128k"},
+    # https://huggingface.co/Qwen/QwQ-32B ("Full 131,072 tokens")
+    "qwq-32b": {"block": QWEN_BLOCK, "max_model_len": 131072, "native": 32768, "preset": "qwq-128k"},
+    # https://huggingface.co/Qwen/Qwen2.5-7B-Instruct ("Full 131,072 tokens")
+    "qwen2.5-7b-instruct": {"block": QWEN_BLOCK, "max_model_len": 131072, "native": 32768,
+                            "preset": "qwen2.5-128k"},
+    # https://huggingface.co/Qwen/Qwen2.5-VL-7B-Instruct: the block is the rope_scaling section itself
+    "qwen2.5-vl-7b-instruct": {"block": {"type": "yarn", "mrope_section": [16, 24, 24], "factor": 4,
+                                         "original_max_position_embeddings": 32768},
+                               "max_model_len": 131072, "native": 32768, "preset": "qwen2.5-vl-128k"},
 }
+# https://huggingface.co/Qwen/Qwen3-VL-8B-Instruct (the README's "expandable to 1M"): factor 3 from 262,144, served at
+# 1,000,000; ropectl serves original x factor, 786,432 (docs/model-cards.md says why).
+QWEN3_VL = {"block": {"rope_type": "yarn", "mrope_section": [24, 20, 20], "mrope_interleaved": True, "factor": 3.0,
+                      "original_max_position_embeddings": 262144}, "card_length": 1000000, "ours": 786432}
 
 
 def _folder(tmp_path: Path, name: str, **changes: object) -> Path:
@@ -38,9 +56,20 @@ def _folder(tmp_path: Path, name: str, **changes: object) -> Path:
     return folder
 
 
-def _card_folder(tmp_path: Path, name: str) -> Path:
-    """The published config with the card's block pasted in, as the card tells users to do."""
-    return _folder(tmp_path / "card", name, rope_scaling=CARDS[name]["block"])
+def _card_folder(tmp_path: Path, name: str, block: dict, **changes: object) -> Path:
+    """The published config with the card's block pasted in where the card says (text_config for Qwen3-VL)."""
+    config = json.loads((FIXTURES / f"{name}.json").read_text())
+    holder = config["text_config"] if "text_config" in config else config
+    holder.update(rope_scaling=block, **changes)
+    folder = tmp_path / "card" / name
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def _section(config: dict) -> dict:
+    holder = config.get("text_config", config)
+    return {**holder, **holder["rope_scaling"]}
 
 
 def _patch(*args: str) -> tuple[dict, str]:
@@ -59,21 +88,32 @@ def _assert_same_rope(ours: Path, card: Path) -> None:
 
 
 @pytest.mark.parametrize("how", [["-m", "yarn", "-f", "4"], ["-m", "yarn", "-t", "131072"], ["-m", "yarn", "-t", "128k"],
-                                 ["--preset", "qwen3-128k"], ["-m", "yarn:4"]])
-def test_patch_writes_the_cards_rope(tmp_path: Path, how: list[str]) -> None:
-    name = "qwen3-8b"
+                                 ["-m", "yarn:4"], ["--preset"]])
+@pytest.mark.parametrize("name", sorted(CARDS))
+def test_patch_writes_the_cards_rope(tmp_path: Path, name: str, how: list[str]) -> None:
+    card = CARDS[name]
+    how = how + [card["preset"]] if how == ["--preset"] else how
     out = tmp_path / "out"
     data, err = _patch(str(_folder(tmp_path, name)), *how, "-o", str(out))
     written = json.loads((out / "config.json").read_text())
-    assert written["max_position_embeddings"] == CARDS[name]["max_model_len"]
-    section = written["rope_scaling"]
-    block = CARDS[name]["block"]
-    assert section["factor"] == block["factor"]
-    assert section.get("original_max_position_embeddings", written.get("original_max_position_embeddings")) == \
-        block["original_max_position_embeddings"]
-    _assert_same_rope(out, _card_folder(tmp_path, name))
-    assert data["trained_context"] == CARDS[name]["native"] and data["target_context"] == CARDS[name]["max_model_len"]
+    section = _section(written)
+    assert section["max_position_embeddings"] == card["max_model_len"]
+    assert section["factor"] == card["block"]["factor"]
+    assert section["original_max_position_embeddings"] == card["block"]["original_max_position_embeddings"]
+    _assert_same_rope(out, _card_folder(tmp_path, name, card["block"]))
+    assert data["trained_context"] == card["native"] and data["target_context"] == card["max_model_len"]
     assert "differs from the model's trained context" not in err
+
+
+def test_qwen3_vl_takes_the_cards_factor_and_serves_original_times_factor(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    data, _ = _patch(str(_folder(tmp_path, "qwen3-vl-8b-instruct")), "--preset", "qwen3-vl-768k", "-o", str(out))
+    section = _section(json.loads((out / "config.json").read_text()))
+    assert section["factor"] == 3.0 and section["original_max_position_embeddings"] == 262144
+    assert section["mrope_section"] == [24, 20, 20] and section["mrope_interleaved"] is True
+    assert section["max_position_embeddings"] == QWEN3_VL["ours"] == 262144 * 3 and data["target_context"] == 786432
+    _assert_same_rope(out, _card_folder(tmp_path, "qwen3-vl-8b-instruct", QWEN3_VL["block"],
+                                        max_position_embeddings=QWEN3_VL["card_length"]))
 
 
 def test_the_cards_own_original_length_passes_without_a_warning(tmp_path: Path) -> None:

@@ -315,7 +315,7 @@ def test_v5_schema_drops_legacy_keys(ckpts: dict[str, Path], tmp_path: Path) -> 
 
 
 def test_presets_and_config_file(ckpts: dict[str, Path], tmp_path: Path) -> None:
-    code, data, err = invoke(ckpts["qwen2"], "--preset", "qwen2.5-32k-128k-yarn",
+    code, data, err = invoke(ckpts["qwen2"], "--preset", "qwen2.5-128k",
                              "--original-max-position-embeddings", "512", "--dry-run", "--json")
     assert code == 0, err
     assert data["method"].startswith("yarn:4") and data["target_context"] == 2048

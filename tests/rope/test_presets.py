@@ -26,18 +26,32 @@ def names(prefix: str) -> list[str]:
     return sorted(p.stem.removeprefix(prefix) for p in (REPO / "configs").glob(f"{prefix}*.toml"))
 
 
+def card_presets() -> list[str]:
+    """The presets the model-card files define, read here with tomllib (ropectl.families.cards generates them)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    files = (REPO / "ropectl" / "families" / "cards").glob("*.toml")
+    return [r["preset"] for f in files for r in tomllib.loads(f.read_text()).get("recipe", [])]
+
+
+def patch_presets() -> list[str]:
+    return sorted([*names("patch-"), *card_presets()])
+
+
 def test_presets_live_in_configs() -> None:
     """configs/ is the package ropectl.configs; the editable install maps it onto the repository's folder."""
     import ropectl.configs
 
     assert presets_dir() == REPO / "configs" == Path(ropectl.configs.__file__).parent
-    assert list_presets() == names("patch-")
+    assert list_presets() == patch_presets() and "qwen3-128k" in card_presets()
 
 
 def test_config_dir_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "patch-mine.toml").write_text('[patch]\nmethod = "linear"\nfactor = 2\n')
     monkeypatch.setenv("ROPECTL_CONFIG_DIR", str(tmp_path))
-    assert presets_dir() == tmp_path and list_presets() == ["mine"]
+    assert presets_dir() == tmp_path and list_presets() == sorted(["mine", *card_presets()])
     assert method_spec(build_choice(preset="mine")).name == "linear"
 
 
@@ -50,12 +64,12 @@ def test_package_list_covers_the_tree() -> None:
     setuptools = pytest.importorskip("setuptools")
     table = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert table["package-dir"] == {"ropectl.configs": "configs"}
-    assert table["package-data"] == {"ropectl.configs": ["*.toml"]}
+    assert table["package-data"] == {"ropectl.configs": ["*.toml"], "ropectl.families": ["cards/*.toml"]}
     found = setuptools.find_packages(str(REPO), include=["ropectl", "ropectl.*"])
     assert sorted(table["packages"]) == sorted([*found, "ropectl.configs"])
 
 
-@pytest.mark.parametrize("name", names("patch-"))
+@pytest.mark.parametrize("name", patch_presets())
 def test_every_patch_preset_builds_a_method(name: str) -> None:
     spec = method_spec(build_choice(preset=name))
     assert spec.name in {"linear", "ntk", "dynamic", "yarn", "llama3", "longrope"}
@@ -169,7 +183,7 @@ def test_presets_work_from_a_wheel(tmp_path: Path) -> None:
         for name in ("default", "sliding"):  # the preset resolves; the missing model is the one-line error then
             result = run("eval-ppl", "no-model", "--preset", name)
             assert result.returncode == 1 and "model 'no-model' not found" in result.stderr, result
-        assert f"use one of: {', '.join(names('patch-'))};" in unknown("patch model", "no-such")
+        assert f"use one of: {', '.join(patch_presets())};" in unknown("patch model", "no-such")
         assert f"use one of: {', '.join(names('eval-'))}, or" in unknown("eval-ppl", "no-such")
 
     checks()
@@ -179,7 +193,8 @@ def test_presets_work_from_a_wheel(tmp_path: Path) -> None:
         (shipped / name).unlink()
     unknown("patch model --dry-run", "llama3-8k-32k")
     unknown("eval-ppl no-model", "sliding")
-    assert "use one of: none installed;" in unknown("patch model", "no-such")
+    # the model-card presets came with the wheel (ropectl/families/cards/*.toml), not with configs/
+    assert f"use one of: {', '.join(sorted(card_presets()))};" in unknown("patch model", "no-such")
     assert "use one of: default, or" in unknown("eval-ppl", "no-such")
     default = run("eval-ppl", "no-model", "--preset", "default")  # embedded: still resolves without the file
     assert default.returncode == 1 and "model 'no-model' not found" in default.stderr, default

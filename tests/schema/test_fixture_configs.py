@@ -20,9 +20,9 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "configs"
 NAMES = sorted(p.stem for p in FIXTURES.glob("*.json"))
 REL_TOL = 1e-5
 # A method each model takes: its own (re-extension) where it ships scaled, else yarn.
-PATCH = {"phi-3.5-mini-instruct": "ntk:2", "phi-4": "ntk:2", "gemma-3-4b-it": "yarn:2"}
+PATCH = {"phi-3.5-mini-instruct": "ntk:2", "phi-4": "ntk:2", "phi-4-mini-instruct": "ntk:2", "gemma-3-4b-it": "yarn:2"}
 # Models that ship with a scaling ropectl replaces only on --replace-existing (not yarn or llama3).
-REPLACES = {"gemma-3-4b-it", "phi-3.5-mini-instruct"}
+REPLACES = {"gemma-3-4b-it", "phi-3.5-mini-instruct", "phi-4-mini-instruct"}
 
 
 def _folder(name: str, tmp_path: Path) -> Path:
