@@ -204,3 +204,89 @@ def test_a_malformed_user_card_is_one_line(tmp_path: Path, monkeypatch: pytest.M
     (tmp_path / "bad.toml").write_text('name = "bad"\ntitle = "x"\nsource = "y"\n[match]\nmax_position_embeddings = 1\n')
     monkeypatch.setenv("ROPECTL_CARDS_DIR", str(tmp_path))
     one_line(["inspect", str(_folder(tmp_path, "qwen3-8b"))], "bad.toml", "docs/model-cards.md")
+
+
+def test_two_matching_cards_keep_the_configs_lengths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    for name in ("one", "two"):
+        (cards / f"{name}.toml").write_text(f'name = "{name}"\ntitle = "{name}"\nsource = "s"\n[match]\n'
+                                            'model_type = "qwen3"\nmax_position_embeddings = 40960\n'
+                                            '[native]\ncontext = 1024\n')
+    monkeypatch.setenv("ROPECTL_CARDS_DIR", str(cards))
+    data = json.loads(runner.invoke(app, ["inspect", str(_folder(tmp_path, "qwen3-8b")), "--json"]).stdout)
+    assert data["trained_context"] == 40960 and data["model_card"] is None
+    assert any("several model cards (one, two)" in n for n in data["notes"])
+
+
+@pytest.mark.slow
+def test_the_printed_measure_command_runs_and_counts_from_the_native_context(
+        tmp_path: Path, isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tiny Qwen3 with the card's config shape: patch names the eval-ppl run that measures the caveat; that line
+    runs as printed (embedded corpus), and eval-ppl counts the trained context from the card (32,768), not 40,960."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from tests.helpers.checkpoints import VOCAB, save_model
+    from tests.helpers.eval_data import add_char_tokenizer
+
+    model = tmp_path / "qwen3-tiny"
+    config = Qwen3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=40960,
+                         rope_theta=1e6)
+    add_char_tokenizer(save_model(Qwen3ForCausalLM, config, model, seed=7))
+    result = runner.invoke(app, ["patch", str(model), "-m", "yarn", "-f", "4", "--emit", "vllm"])
+    line = next(n for n in result.stderr.splitlines() if "measure it on this model:" in n).split(
+        "measure it on this model: ")[1]
+    argv = shlex.split(line)
+    assert argv[:2] == ["ropectl", "eval-ppl"] and argv[2] == str(model)
+    run = runner.invoke(app, [*argv[1:], "--json"])
+    assert run.exit_code == 0, run.output
+    data = json.loads(run.stdout)
+    assert data["meta"]["trained_context"] == 32768
+
+
+def test_the_docs_table_lists_every_card_and_preset() -> None:
+    """docs/model-cards.md is derived from the card files: a card or preset added without its row fails here."""
+    tomllib = pytest.importorskip("tomllib")
+    doc = (Path(__file__).parents[2] / "docs" / "model-cards.md").read_text()
+    for path in (Path(__file__).parents[2] / "ropectl" / "families" / "cards").glob("*.toml"):
+        data = tomllib.loads(path.read_text())
+        assert f"| `{data['name']}` [" in doc, path.name
+        for recipe in data.get("recipe", []):
+            assert f"`{recipe['preset']}`" in doc, recipe["preset"]
+
+
+def _qwen3_gguf(path: Path) -> Path:
+    """A metadata-only Qwen3 GGUF with the card's config shape (llama.cpp's qwen3 keys, one small tensor)."""
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(str(path), "qwen3")
+    writer.add_context_length(40960)
+    writer.add_embedding_length(4096)
+    writer.add_head_count(32)
+    writer.add_head_count_kv(8)
+    writer.add_key_length(128)
+    writer.add_value_length(128)
+    writer.add_rope_freq_base(1000000.0)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_gguf_is_recognised_from_its_metadata(tmp_path: Path) -> None:
+    import gguf
+
+    source = _qwen3_gguf(tmp_path / "qwen3.gguf")
+    data = json.loads(runner.invoke(app, ["inspect", str(source), "--json"]).stdout)
+    assert data["trained_context"] == 32768 and data["model_card"]["name"] == "qwen3"
+    out = tmp_path / "qwen3-128k.gguf"
+    _patch(str(source), "-m", "yarn", "-f", "4", "-o", str(out))
+    fields = gguf.GGUFReader(str(out)).fields
+    value = lambda key: fields[key].parts[fields[key].data[0]][0]  # noqa: E731
+    assert value("qwen3.rope.scaling.original_context_length") == 32768
+    assert value("qwen3.rope.scaling.factor") == 4.0
+    assert value("qwen3.context_length") == 131072
