@@ -8,9 +8,11 @@ measured method (``none`` included, so "do not scale" can win):
 2. The measured leader: the highest mean task score at the target (RULER-style tasks averaged per trial), then
    the lowest PPL at the target, then the smaller regression, then ``none``, then the name.
 3. The leader is crowned only if it separates from every other eligible method: its paired task difference
-   excludes 0 (McNemar for 0/1 trials, else paired t), or the tasks tie and its paired PPL ratio at the target
-   excludes 1 in its favour. Otherwise the methods it cannot be told from tie with it, and the simplest of them
-   ships: ``none`` if it is among them, else the one with the smallest in-window regression.
+   excludes 0 (Newcombe's interval, with the exact sign test: McNemar for 0/1 trials), or the tasks tie and its
+   paired PPL ratio at the target excludes 1 in its favour on at least ``MIN_DOCS`` documents (fewer give no
+   exact test a chance to reject and a t interval on 1 to 4 degrees of freedom). Otherwise the methods it cannot
+   be told from tie with it, and the simplest of them ships: ``none`` if it is among them, else the one with the
+   smallest in-window regression. Each rival records which evidence separated it (``separated_by``).
 Pure functions over the results files: the same files always give the same answer.
 """
 
@@ -23,13 +25,20 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import DataError, UsageError
-from ropectl.eval.stats import paired_difference, paired_log_ratio, samples_to_separate, trials_to_separate_binary
+from ropectl.eval.stats import (
+    min_pairs,
+    paired_difference,
+    paired_log_ratio,
+    samples_to_separate,
+    trials_to_separate_binary,
+)
 from ropectl.recommend_data import load_ppl, load_tasks
 
-__all__ = ["DEFAULT_MAX_REGRESSION", "Evidence", "Recommendation", "Rival", "load_ppl", "load_tasks",
+__all__ = ["DEFAULT_MAX_REGRESSION", "MIN_DOCS", "Evidence", "Recommendation", "Rival", "load_ppl", "load_tasks",
            "in_window", "patch_commands", "recommend", "screen"]
 REFERENCE = ("none", "as-is")
 DEFAULT_MAX_REGRESSION = 0.05
+MIN_DOCS = min_pairs(0.95)  # 6: the fewest documents on which the PPL ratio alone may separate two methods
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,8 @@ class Rival:
     ppl_hi: float | None = None
     docs: int = 0
     docs_needed: int | None = None
+    ppl_p: float | None = None
+    separated_by: tuple[str, ...] = ()  # "tasks", "ppl": the evidence that separated them (empty: not separated)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -146,12 +157,13 @@ def compare(leader: str, rival: str, trials: dict[str, dict[Any, float]], docs: 
     ppl_sep = False
     if common:
         nll_a, nll_b, tokens = [da[k][0] for k in common], [db[k][0] for k in common], [da[k][1] for k in common]
-        r = paired_log_ratio(nll_a, nll_b, tokens)
+        r = paired_log_ratio(nll_a, nll_b, tokens)  # separable only from MIN_DOCS documents
         ppl_sep = r.separable and r.ratio < 1
         per_doc = [(x - y) / t for x, y, t in zip(nll_a, nll_b, tokens)]
-        out.update(ppl_ratio=r.ratio, ppl_lo=r.lo, ppl_hi=r.hi, docs=r.n,
-                   docs_needed=None if r.separable else _needed(per_doc))
-    return Rival(rival, task_sep or (ppl_sep and not task_worse), **out)
+        out.update(ppl_ratio=r.ratio, ppl_lo=r.lo, ppl_hi=r.hi, ppl_p=r.p_value, docs=r.n,
+                   docs_needed=None if r.separable else _docs_needed(per_doc))
+    by = tuple(name for name, sep in (("tasks", task_sep), ("ppl", ppl_sep and not task_worse)) if sep)
+    return Rival(rival, bool(by), separated_by=by, **out)
 
 
 def _trials_needed(xs: list[float], ys: list[float]) -> int | None:
@@ -159,6 +171,13 @@ def _trials_needed(xs: list[float], ys: list[float]) -> int | None:
         n = len(xs)
         return trials_to_separate_binary(sum(x > y for x, y in zip(xs, ys)) / n, sum(x < y for x, y in zip(xs, ys)) / n)
     return _needed([x - y for x, y in zip(xs, ys)])
+
+
+def _docs_needed(per_doc: list[float]) -> int | None:
+    """Documents for the PPL ratio to separate: the paired-t sample size, and never fewer than MIN_DOCS."""
+    if not any(per_doc):
+        return None
+    return max(MIN_DOCS, _needed(per_doc) or MIN_DOCS)
 
 
 def _needed(diffs: list[float]) -> int | None:

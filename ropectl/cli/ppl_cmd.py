@@ -97,12 +97,20 @@ def print_table(result: Any) -> None:
         row = []
         for n in result.lengths:
             agg = result.cell(method, n)
-            row.append("-" if agg is None else f"{agg.ppl:.2f}" + (f"±{agg.ppl_se:.2f}" if agg.ppl_se else ""))
+            row.append("-" if agg is None else f"{agg.ppl:.2f}" + se_text(agg.ppl_se))
         table.add_row(method, *row)
     eval_options.print_sweep_table(
         table, trained, "PPL = exp(sum NLL / sum tokens); ± is the standard error across documents.",
         f"results: {result.out}/results.json, results.csv, summary.json, ppl.png, loss-by-position.png "
         f"({meta['wall_s']:.0f} s; dtype {meta['dtype']}: {meta.get('dtype_choice', '')})")
+
+
+def se_text(se: float | None) -> str:
+    """±s.e. with two decimals, or two significant digits where two decimals would round a real spread to ±0.00;
+    nothing for one document or no spread (a standard error of 0 from a handful of documents claims too much)."""
+    if not se:
+        return ""
+    return f"±{se:.2f}" if se >= 0.005 else f"±{se:.2g}"
 
 
 def register(app: typer.Typer) -> None:

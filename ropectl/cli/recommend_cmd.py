@@ -66,8 +66,9 @@ def recommend_cmd(
     """Rank RoPE methods and factors for --target-length, and say how sure: paired task scores and PPL.
 
     Reads eval-ppl / eval-tasks results (--ppl, --tasks) or runs both on none and a grid of factors. A leader
-    that does not separate from the others is not crowned: the simplest of the tied ships. Prints the
-    evidence, the decision and the `ropectl patch` commands that ship it.
+    that does not separate from the others is not crowned: the simplest of the tied ships. The PPL ratio alone
+    separates only on 6 documents or more (fewer leave no exact test able to reject). Prints the evidence,
+    which of it separated (tasks, PPL ratio), the decision and the `ropectl patch` commands that ship it.
     """
     from ropectl.errors import UsageError
     from ropectl.eval.options import parse_length
@@ -173,7 +174,10 @@ def print_recommendation(result: Any, model: str, skipped: dict[str, str] | None
 
 
 def decision_lines(result: Any) -> list[str]:
-    """How sure: each rival of the measured leader, with the paired intervals and what would separate them."""
+    """How sure: each rival of the measured leader, with the paired intervals, which evidence separated them
+    (tasks, PPL ratio or both) and what would separate them."""
+    from ropectl.recommend import MIN_DOCS
+
     lines = []
     for r in result.rivals:
         parts = []
@@ -181,9 +185,11 @@ def decision_lines(result: Any) -> list[str]:
             parts.append(f"tasks {r.score_diff:+.0%} [{r.score_lo:+.0%}, {r.score_hi:+.0%}], p={r.score_p:.2g}, "
                          f"n={r.trials}" + (f" (about {r.trials_needed} trials to separate)" if r.trials_needed else ""))
         if r.ppl_ratio is not None:
-            parts.append(f"PPL ratio {r.ppl_ratio:.4f} [{r.ppl_lo:.4f}, {r.ppl_hi:.4f}], {r.docs} docs"
+            few = f", fewer than {MIN_DOCS}: not separated on PPL" if r.docs < MIN_DOCS else ""
+            parts.append(f"PPL ratio {r.ppl_ratio:.4f} [{r.ppl_lo:.4f}, {r.ppl_hi:.4f}], {r.docs} docs{few}"
                          + (f" (about {r.docs_needed} docs to separate)" if r.docs_needed else ""))
-        verdict = "separated" if r.separated else "not separable"
+        names = {"tasks": "tasks", "ppl": "PPL ratio"}
+        verdict = f"separated by {' and '.join(names[b] for b in r.separated_by)}" if r.separated else "not separable"
         lines.append(f"{result.leader} vs {r.method}: {verdict}: " + ("; ".join(parts) or "no paired data"))
     if result.confident:
         lines.append(f"confidence: {result.leader} separates from every other eligible method (paired, 95 %).")

@@ -4,9 +4,19 @@ Every method sees the same documents and the same generated trials, so compariso
 per-item differences cancel the item-to-item variance that dwarfs the method effect. Pure stdlib
 (math, statistics) so `recommend` can use it without numpy/scipy.
 
-Conservative by design: a comparison is `separable` only when its interval excludes "no difference"
-AND its p-value is below 1 - confidence, so an interval that is narrow by accident (few items, zero
-spread) never crowns a winner on its own.
+Intervals that never claim more than was run: a handful of trials that all agree (2/2, or two methods
+tied on every trial) still leaves a wide interval, never a zero-width one.
+- One score (a cell's mean over trials, each in [0, 1]): the Wilson score interval on the summed scores.
+  For 0/1 trials it is Wilson's interval; for fractional scores (RULER's string_match_all) it is still
+  valid because a variable in [0, 1] with mean p has variance at most p(1 - p), the binomial variance that
+  Wilson's interval assumes, so the interval can only be conservative.
+- A paired difference: Newcombe's square-and-add interval (Newcombe 1998, method 10; Fagerland, Lydersen
+  and Laake 2014), which combines the two Wilson intervals with the paired correlation, and the exact sign
+  test (on 0/1 trials: the exact McNemar test). The sign test is exact for any score distribution and
+  closed-form at any n; a paired permutation (sign-flip) test would need symmetric differences, and
+  inverting it gives a zero-width interval whenever every difference is equal.
+- A comparison is `separable` only when its interval excludes "no difference" AND its exact p-value is
+  below 1 - confidence, so an interval that is narrow by accident never crowns a winner on its own.
 """
 
 from __future__ import annotations
@@ -14,11 +24,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 
-_CF_EPS = 1e-15
-_CF_TINY = 1e-300
-_CF_MAX_ITER = 100_000  # the continued fraction needs O(sqrt(df)) terms: ample for any df in practice
+from ropectl.eval.distributions import normal_quantile, t_quantile, t_sf
 
 
 @dataclass(frozen=True)
@@ -39,7 +46,7 @@ class PairedDiff:
     hi: float
     p_value: float
     separable: bool
-    test: str  # "mcnemar" (binary trials), "t" (paired t), "sign" (zero spread) or "none"
+    test: str  # "mcnemar" (0/1 trials: exact McNemar), "sign" (exact sign test on fractional scores)
 
 
 @dataclass(frozen=True)
@@ -52,85 +59,6 @@ class PairedRatio:
     p_value: float
 
 
-def normal_quantile(p: float) -> float:
-    """Standard normal quantile."""
-    return NormalDist().inv_cdf(p)
-
-
-def _beta_cf(x: float, a: float, b: float) -> float:
-    """Continued fraction of the incomplete beta (modified Lentz), valid for x < (a+1)/(a+b+2)."""
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > _CF_TINY else _CF_TINY)
-    h = d
-    for m in range(1, _CF_MAX_ITER + 1):
-        m2 = 2 * m
-        for num in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
-            d = 1.0 + num * d
-            d = 1.0 / (d if abs(d) > _CF_TINY else _CF_TINY)
-            c = 1.0 + num / c
-            c = c if abs(c) > _CF_TINY else _CF_TINY
-            delta = c * d
-            h *= delta
-        if abs(delta - 1.0) < _CF_EPS:
-            return h
-    raise ArithmeticError(f"incomplete beta continued fraction did not converge (x={x}, a={a}, b={b})")
-
-
-def reg_inc_beta(x: float, a: float, b: float) -> float:
-    """Regularized incomplete beta I_x(a, b) for a, b > 0 and 0 <= x <= 1."""
-    if not 0.0 <= x <= 1.0:
-        raise ValueError(f"x must lie in [0, 1], got {x}")
-    if x in (0.0, 1.0):
-        return x
-    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    # The fraction converges fast only below the mode; above it, the symmetry I_x(a,b) = 1 - I_{1-x}(b,a) applies.
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(log_front) * _beta_cf(x, a, b) / a
-    return 1.0 - math.exp(log_front) * _beta_cf(1.0 - x, b, a) / b
-
-
-def t_sf(t: float, df: float) -> float:
-    """Upper tail P(T > t) of Student's t with df degrees of freedom."""
-    if df <= 0:
-        raise ValueError(f"df must be positive, got {df}")
-    if math.isinf(t):
-        return 0.0 if t > 0 else 1.0
-    tail = 0.5 * reg_inc_beta(df / (df + t * t), df / 2.0, 0.5)
-    return tail if t >= 0 else 1.0 - tail
-
-
-def t_cdf(t: float, df: float) -> float:
-    """P(T <= t) of Student's t with df degrees of freedom."""
-    return 1.0 - t_sf(t, df)
-
-
-def t_quantile(p: float, df: float) -> float:
-    """Student-t quantile: the t with P(T <= t) = p (bracketing, then bisection to float precision)."""
-    if not 0.0 < p < 1.0:
-        raise ValueError(f"p must lie in (0, 1), got {p}")
-    if df <= 0:
-        raise ValueError(f"df must be positive, got {df}")
-    if p == 0.5:
-        return 0.0
-    # Solve on the upper tail (symmetry): a tail probability keeps full relative precision near p = 1.
-    tail = min(p, 1.0 - p)
-    lo, hi = 0.0, 1.0
-    while t_sf(hi, df) > tail:
-        lo, hi = hi, hi * 2.0
-    # Bisection is robust where Newton overshoots (df = 1 tails); ~60 steps reach float resolution.
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if mid in (lo, hi):
-            break
-        if t_sf(mid, df) > tail:
-            lo = mid
-        else:
-            hi = mid
-    t = 0.5 * (lo + hi)
-    return t if p > 0.5 else -t
-
-
 def _alpha(confidence: float) -> float:
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
@@ -141,8 +69,18 @@ def _two_sided_z(confidence: float) -> float:
     return normal_quantile(1.0 - _alpha(confidence) / 2.0)
 
 
-def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval for one accuracy successes/n; (0, 1) when n == 0."""
+def min_pairs(confidence: float = 0.95) -> int:
+    """The fewest pairs on which an exact sign test can reject at all: all k one way, 2 * 0.5^k < 1 - confidence
+    (6 at 95 %: 5 pairs give p = 0.0625). Below it no distribution-free paired test separates two methods."""
+    return math.floor(math.log2(2.0 / _alpha(confidence))) + 1
+
+
+def wilson_interval(successes: float, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for the proportion successes / n; (0, 1) when n == 0.
+
+    `successes` may be a sum of scores in [0, 1] (see the module's note). The end at 0/n or n/n is exactly 0
+    or 1 (the closed forms z^2 / (n + z^2) and n / (n + z^2) give the other end).
+    """
     if n < 0 or not 0 <= successes <= n:
         raise ValueError(f"need 0 <= successes <= n, got {successes}/{n}")
     z = _two_sided_z(confidence)
@@ -152,34 +90,36 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
     denom = 1.0 + z2 / n
     center = (p + z2 / (2 * n)) / denom
     half = z * math.sqrt(p * (1.0 - p) / n + z2 / (4 * n * n)) / denom
-    return max(0.0, center - half), min(1.0, center + half)
+    # At p = 0 or 1 the formula's end is 0 or 1 up to rounding: pin it, so the interval always holds p.
+    lo = 0.0 if successes == 0 else min(p, max(0.0, center - half))
+    hi = 1.0 if successes == n else max(p, min(1.0, center + half))
+    return lo, hi
 
 
-def _mean_sd(xs: Sequence[float]) -> tuple[float, float]:
-    n = len(xs)
-    mean = math.fsum(xs) / n
-    var = math.fsum((x - mean) ** 2 for x in xs) / (n - 1) if n > 1 else 0.0
-    return mean, math.sqrt(var)
+def _unit_scores(scores: Sequence[float], what: str) -> None:
+    if any(not -1e-9 <= s <= 1.0 + 1e-9 for s in scores):  # slack: a mean of fractions may round past 1
+        raise ValueError(f"{what} must lie in [0, 1]")
 
 
 def mean_interval(scores: Sequence[float], confidence: float = 0.95) -> MeanInterval:
-    """Mean of per-trial scores in [0, 1] with a Student-t interval clipped to [0, 1].
+    """Mean of per-trial scores in [0, 1] with the Wilson interval on their sum (never zero-width).
 
-    n == 1: (0, 1), the whole score range (one trial says nothing about spread). Zero spread
-    (n >= 2, all scores equal): the degenerate interval (mean, mean). Empty input raises ValueError.
+    Empty input raises ValueError.
     """
-    n, alpha = len(scores), _alpha(confidence)
+    n = len(scores)
     if n == 0:
         raise ValueError("mean_interval needs at least one score")
-    mean, sd = _mean_sd(scores)
-    if n < 2:
-        return MeanInterval(n, mean, 0.0, 1.0)
-    half = t_quantile(1.0 - alpha / 2.0, n - 1) * sd / math.sqrt(n)
-    return MeanInterval(n, mean, max(0.0, mean - half), min(1.0, mean + half))
+    _unit_scores(scores, "scores")
+    total = math.fsum(scores)
+    lo, hi = wilson_interval(min(float(n), max(0.0, total)), n, confidence)
+    return MeanInterval(n, total / n, lo, hi)
 
 
 def mcnemar_exact(n10: int, n01: int) -> float:
-    """Exact two-sided McNemar p-value from discordant counts: min(1, 2 * Binom(n10 + n01, 1/2).cdf(min))."""
+    """Exact two-sided McNemar p-value from discordant counts: min(1, 2 * Binom(n10 + n01, 1/2).cdf(min)).
+
+    The same number is the exact sign test with n10 positive and n01 negative differences (ties dropped).
+    """
     if n10 < 0 or n01 < 0:
         raise ValueError(f"discordant counts must be non-negative, got {n10}, {n01}")
     m, k = n10 + n01, min(n10, n01)
@@ -197,32 +137,44 @@ def _check_paired(a: Sequence[float], b: Sequence[float]) -> int:
     return len(a)
 
 
-def paired_difference(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> PairedDiff:
-    """Mean paired difference a - b of per-trial scores in [0, 1], interval clipped to [-1, 1].
+def _newcombe_psi(a: Sequence[float], b: Sequence[float], mean_a: float, mean_b: float) -> float:
+    """Newcombe's corrected correlation of the pairs. On 0/1 trials with table counts n11, n12, n21, n22:
+    A = n11 n22 - n12 n21; (A - N/2) / sqrt(row and column totals' product) when A > N/2, 0 when 0 <= A <= N/2,
+    A / sqrt(...) when A < 0; 0 when a margin is 0. A = N^2 cov and the product is N^4 var_a var_b (population
+    moments), which is the form used here, so fractional scores get the same rule."""
+    n = len(a)
+    cov = math.fsum((x - mean_a) * (y - mean_b) for x, y in zip(a, b)) / n
+    var = math.fsum((x - mean_a) ** 2 for x in a) / n * math.fsum((y - mean_b) ** 2 for y in b) / n
+    if var <= 0.0:
+        return 0.0
+    # The N/2 correction keeps psi < 1: identical sequences would otherwise give a zero-width interval.
+    shrunk = cov - 1.0 / (2 * n) if cov > 1.0 / (2 * n) else min(cov, 0.0)
+    return shrunk / math.sqrt(var)
 
-    Interval: Student-t on d_i = a_i - b_i. p-value: exact McNemar when every d_i is 0 or +-1 (binary
-    trials), else the paired t-test. Degenerate cases: every d_i == 0 -> interval (0, 0), p = 1; n == 1
-    with d != 0 -> interval (-1, 1), p = 1; all d_i equal and nonzero (zero spread) -> interval (d, d)
-    and the exact sign test on n same-signed pairs decides. separable = interval excludes 0 and
-    p < 1 - confidence.
+
+def paired_difference(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> PairedDiff:
+    """Mean paired difference a - b of per-trial scores in [0, 1]: Newcombe's square-and-add interval and the
+    exact sign test.
+
+    With (la, ua), (lb, ub) the Wilson intervals of the two means and psi the corrected correlation:
+    lo = diff - sqrt((ma - la)^2 + (ub - mb)^2 - 2 psi (ma - la)(ub - mb)),
+    hi = diff + sqrt((mb - lb)^2 + (ua - ma)^2 - 2 psi (mb - lb)(ua - ma)), clipped to [-1, 1]. Never zero-width
+    (psi < 1). p: the exact two-sided sign test on the nonzero differences (ties dropped; every difference 0 ->
+    p = 1); on 0/1 trials it is exact McNemar. separable = interval excludes 0 and p < 1 - confidence.
     """
     n, alpha = _check_paired(a, b), _alpha(confidence)
-    d = [x - y for x, y in zip(a, b)]
+    _unit_scores([*a, *b], "paired scores")
     mean_a, mean_b = math.fsum(a) / n, math.fsum(b) / n
-    diff, sd = _mean_sd(d)
-    if all(x == 0 for x in d):
-        return PairedDiff(n, mean_a, mean_b, 0.0, 0.0, 0.0, 1.0, False, "none")
-    if n < 2:
-        return PairedDiff(n, mean_a, mean_b, diff, -1.0, 1.0, 1.0, False, "none")
-    if sd == 0.0:
-        p = mcnemar_exact(n, 0)  # n pairs all on one side: the sign test
-        return PairedDiff(n, mean_a, mean_b, diff, diff, diff, p, p < alpha, "sign")
-    half = t_quantile(1.0 - alpha / 2.0, n - 1) * sd / math.sqrt(n)
-    lo, hi = max(-1.0, diff - half), min(1.0, diff + half)
-    if all(x in (-1.0, 0.0, 1.0) for x in d):
-        p, test = mcnemar_exact(sum(x == 1.0 for x in d), sum(x == -1.0 for x in d)), "mcnemar"
-    else:
-        p, test = 2.0 * t_sf(abs(diff) / (sd / math.sqrt(n)), n - 1), "t"
+    diff = mean_a - mean_b
+    (la, ua), (lb, ub) = (wilson_interval(min(float(n), max(0.0, math.fsum(x))), n, confidence) for x in (a, b))
+    psi = _newcombe_psi(a, b, mean_a, mean_b)
+    below, above = (mean_a - la, ub - mean_b), (mean_b - lb, ua - mean_a)
+    lo = diff - math.sqrt(max(0.0, below[0] ** 2 + below[1] ** 2 - 2 * psi * below[0] * below[1]))
+    hi = diff + math.sqrt(max(0.0, above[0] ** 2 + above[1] ** 2 - 2 * psi * above[0] * above[1]))
+    lo, hi = max(-1.0, lo), min(1.0, hi)
+    pos, neg = sum(x > y for x, y in zip(a, b)), sum(x < y for x, y in zip(a, b))
+    p = mcnemar_exact(pos, neg)
+    test = "mcnemar" if all(v in (0.0, 1.0) for v in (*a, *b)) else "sign"
     return PairedDiff(n, mean_a, mean_b, diff, lo, hi, p, (lo > 0 or hi < 0) and p < alpha, test)
 
 
@@ -235,9 +187,11 @@ def paired_log_ratio(
     Its log is the token-weighted mean of d_i = (nll_a_i - nll_b_i) / tokens_i; the interval is Student-t
     (df = n - 1) with the ratio-estimator standard error se^2 = n / (n - 1) * sum(e_i^2) / (sum tokens)^2,
     e_i = nll_a_i - nll_b_i - log_ratio * tokens_i, which is the plain paired-t s / sqrt(n) when all token
-    counts are equal. n == 1 -> interval (0, inf), not separable. Zero spread: every difference 0 ->
-    (1, 1), p = 1; otherwise (ratio, ratio) with the sign test deciding, as in paired_difference.
-    separable = interval excludes 1 and p < 1 - confidence.
+    counts are equal. p: the paired t-test; the exact sign test's p where there is no spread.
+    separable = at least min_pairs(confidence) documents (6 at 95 %: the t interval at 1 to 4 df rests on a
+    normality that so few documents cannot show, and no exact test can reject on fewer), the interval
+    excludes 1 and p < 1 - confidence. n == 1 or zero spread (no spread to size an interval from):
+    interval (0, inf), not separable.
     """
     n, alpha = _check_paired(nll_a, nll_b), _alpha(confidence)
     if len(tokens) != n:
@@ -248,19 +202,16 @@ def paired_log_ratio(
     deltas = [x - y for x, y in zip(nll_a, nll_b)]
     log_ratio = math.fsum(deltas) / total
     ratio = math.exp(log_ratio)
-    if n < 2:
-        return PairedRatio(n, ratio, 0.0, math.inf, False, 1.0)
     resid = [dl - log_ratio * t for dl, t in zip(deltas, tokens)]
-    se = math.sqrt(n / (n - 1) * math.fsum(e * e for e in resid)) / total
+    se = math.sqrt(n / (n - 1) * math.fsum(e * e for e in resid)) / total if n > 1 else 0.0
     if se == 0.0:
-        if all(dl == 0 for dl in deltas):
-            return PairedRatio(n, ratio, ratio, ratio, False, 1.0)
-        p = mcnemar_exact(n, 0)  # every document moved the same way by the same per-token amount
-        return PairedRatio(n, ratio, ratio, ratio, p < alpha, p)
+        return PairedRatio(n, ratio, 0.0, math.inf, False, mcnemar_exact(sum(d > 0 for d in deltas),
+                                                                          sum(d < 0 for d in deltas)))
     half = t_quantile(1.0 - alpha / 2.0, n - 1) * se
     p = 2.0 * t_sf(abs(log_ratio) / se, n - 1)
     lo, hi = log_ratio - half, log_ratio + half
-    return PairedRatio(n, ratio, math.exp(lo), math.exp(hi), (lo > 0 or hi < 0) and p < alpha, p)
+    separable = n >= min_pairs(confidence) and (lo > 0 or hi < 0) and p < alpha
+    return PairedRatio(n, ratio, math.exp(lo), math.exp(hi), separable, p)
 
 
 def _ceil_count(x: float) -> int:
@@ -312,7 +263,6 @@ def trials_to_separate_binary(p10: float, p01: float, confidence: float = 0.95, 
     if delta == 0:
         return None
     root = _two_sided_z(confidence) * math.sqrt(pd) + _power_z(power) * math.sqrt(max(0.0, pd - delta * delta))
-    # The exact test cannot reject on fewer than k discordant pairs even if all go one way (2 * 0.5^k < alpha:
-    # k = 6 at 95 %), so at least k / pd trials are needed where Connor's normal approximation asks fewer.
-    least_discordant = math.floor(math.log2(2.0 / _alpha(confidence))) + 1
-    return max(_ceil_count(root * root / (delta * delta)), _ceil_count(least_discordant / pd))
+    # The exact test cannot reject on fewer than min_pairs discordant pairs even if all go one way, so at least
+    # min_pairs / pd trials are needed where Connor's normal approximation asks fewer.
+    return max(_ceil_count(root * root / (delta * delta)), _ceil_count(min_pairs(confidence) / pd))

@@ -87,3 +87,11 @@ def test_help_is_fast_and_lists_the_protocol_flags() -> None:
                             "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'numpy', 'matplotlib') "
                             "if m in sys.modules))"], capture_output=True, text=True)
     assert heavy.stdout.strip() == "[]"
+
+
+def test_standard_error_text_never_rounds_a_spread_to_zero() -> None:
+    """eval-ppl's ± cell: two decimals, two significant digits below 0.005 (not "±0.00"), nothing without a spread
+    (one document, or documents that all agree: a standard error of 0 would claim too much)."""
+    from ropectl.cli.ppl_cmd import se_text
+
+    assert (se_text(2.371), se_text(0.0042), se_text(0.0), se_text(None)) == ("±2.37", "±0.0042", "", "")

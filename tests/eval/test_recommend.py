@@ -31,7 +31,8 @@ def test_rule_by_hand(tmp_path: Path) -> None:
     # dynamic ties yarn on the tasks (20/20 each) but its PPL is lower on all 8 documents: separated, paired
     rivals = {r.method: r for r in result.rivals}
     assert not rivals["yarn:2"].score_p < 1 and rivals["yarn:2"].ppl_ratio == pytest.approx(22.4 / 22.5)
-    assert rivals["yarn:2"].separated and rivals["yarn:2"].ppl_hi < 1
+    assert rivals["yarn:2"].separated and rivals["yarn:2"].ppl_hi < 1 and rivals["yarn:2"].separated_by == ("ppl",)
+    assert "tasks" in rivals["ntk:2"].separated_by
     # 10 discordant trials, all for dynamic: exact McNemar p = 2 / 2**10
     assert rivals["ntk:2"].score_p == pytest.approx(2 / 2**10) and rivals["ntk:2"].separated
     assert result.confident and result.leader == "dynamic:2"
@@ -79,6 +80,74 @@ def test_cli_says_not_separable(tmp_path: Path) -> None:
     out = runner.invoke(app, ["recommend", "-t", "16k", "--ppl", str(ppl), "--tasks", str(tasks)]).stdout
     assert "confidence: not separable: yarn:2 (measured best)" in out and "winner: none" in out
     assert "about 14 trials to separate" in out
+
+
+def _tied_tasks_ppl_apart(folder: Path, docs: int) -> tuple[Path, Path]:
+    """none and yarn:2 tied on the tasks (2 trials, both pass) and equal in-window; at the target yarn:2's PPL is
+    about 5 % lower on every document, by a per-token amount that differs a little from document to document."""
+    import math
+
+    ppl, tasks = folder / "ppl", folder / "tasks"
+    ppl.mkdir(parents=True)
+    tasks.mkdir(parents=True)
+    lengths, methods = [4096, TARGET], ["none", "yarn:2"]
+    meta = {"model": "./my-llama", "methods": methods, "lengths": lengths, "trained_context": TRAINED}
+    cells = [{"method": m, "length": n, "doc": f"d{i}", "tokens": n,
+              "nll_sum": n * (math.log(20.0) + 0.1 * i - (0.05 + 0.001 * (i % 3) if m == "yarn:2" and n == TARGET
+                                                           else 0.0))}
+             for m in methods for n in lengths for i in range(docs)]
+    table = [{"method": m, "length": n, "ppl": math.exp(sum(c["nll_sum"] for c in cells if c["method"] == m
+                                                            and c["length"] == n) / (n * docs))}
+             for m in methods for n in lengths]
+    (ppl / "summary.json").write_text(json.dumps({"meta": meta, "table": table}))
+    (ppl / "results.json").write_text(json.dumps({"meta": meta, "results": cells}))
+    rows = [{"task": "passkey", "method": m, "length": TARGET, "trial": i, "score": 1.0} for m in methods for i in (0, 1)]
+    (tasks / "tasks.json").write_text(json.dumps({"meta": {}, "results": rows}))
+    return ppl, tasks
+
+
+def test_two_documents_do_not_separate_on_ppl_alone(tmp_path: Path) -> None:
+    """The old demo: 2 trials that both pass and a PPL ratio from 2 documents (1 df) whose t interval excludes 1
+    (p < 0.05) crowned a winner and printed "separated: tasks +0% [+0%, +0%]". Below MIN_DOCS = 6 documents the PPL
+    ratio alone does not separate; the tied task trials get a real interval. Control: the same pattern on 8
+    documents separates, and says it was the PPL ratio."""
+    from ropectl.eval.stats import paired_log_ratio
+    from ropectl.recommend import MIN_DOCS
+
+    assert MIN_DOCS == 6
+    ppl, tasks = _tied_tasks_ppl_apart(tmp_path / "two", docs=2)
+    result = recommend(load_ppl(ppl), load_tasks(tasks), TARGET)
+    rival = result.rivals[0]
+    assert result.leader == "yarn:2" and result.winner.method == "none" and not result.confident
+    assert rival.docs == 2 and rival.ppl_hi < 1 and rival.ppl_p < 0.05  # the interval alone would have crowned it
+    assert not rival.separated and rival.separated_by == () and rival.docs_needed == MIN_DOCS
+    # 2/2 against 2/2: Newcombe's interval, +-z^2 / (2 + z^2) = +-0.6576, never [+0%, +0%]
+    assert (rival.score_lo, rival.score_hi) == (pytest.approx(-0.6576, abs=1e-4), pytest.approx(0.6576, abs=1e-4))
+    out = runner.invoke(app, ["recommend", "-t", "16k", "--ppl", str(ppl), "--tasks", str(tasks)]).stdout
+    assert "yarn:2 vs none: not separable: tasks +0% [-66%, +66%], p=1, n=2" in out
+    assert "2 docs, fewer than 6: not separated on PPL (about 6 docs to separate)" in out and "winner: none" in out
+    assert "+0% [+0%, +0%]" not in out
+
+    ppl8, tasks8 = _tied_tasks_ppl_apart(tmp_path / "eight", docs=8)
+    data = load_ppl(ppl8)
+    control = recommend(data, load_tasks(tasks8), TARGET)
+    assert control.winner.method == "yarn:2" and control.confident
+    assert control.rivals[0].separated_by == ("ppl",) and control.rivals[0].docs == 8
+    cells = {(c["method"], c["doc"]): c for c in data["cells"] if c["length"] == TARGET}
+    docs = sorted({d for _, d in cells})
+    direct = paired_log_ratio(*([cells[(m, d)]["nll_sum"] for d in docs] for m in ("yarn:2", "none")),
+                              [cells[("none", d)]["tokens"] for d in docs])
+    assert direct.separable and control.rivals[0].ppl_ratio == pytest.approx(direct.ratio)
+    out = runner.invoke(app, ["recommend", "-t", "16k", "--ppl", str(ppl8), "--tasks", str(tasks8)]).stdout
+    assert "yarn:2 vs none: separated by PPL ratio: tasks +0% [-66%, +66%]" in out and "winner: yarn:2" in out
+    assert "fewer than 6" not in out
+
+
+def test_help_states_the_minimum_documents() -> None:
+    from ropectl.recommend import MIN_DOCS
+
+    out = runner.invoke(app, ["recommend", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"}).stdout
+    assert f"only on {MIN_DOCS} documents or more" in " ".join(out.replace("│", " ").split())
 
 
 def test_a_gguf_never_ships_what_llama_cpp_lacks(tmp_path: Path) -> None:

@@ -131,6 +131,10 @@ def test_cli_table_and_json(isolated, tiny_model: Path) -> None:
     assert table.exit_code == 0, table.output
     assert "long-context tasks" in table.stdout and "effective length" in table.stdout
     assert "average" in table.stdout and "[" in table.stdout  # intervals shown
+    # 2 trials never print a zero-width interval (the old "100% [100%, 100%]"): 0/2 is [0%, 66%], 2/2 [34%, 100%]
+    assert not re.search(r"(\d+)% \[\1%, \1%\]", table.stdout), table.stdout
     data = json.loads(CliRunner().invoke(app, [*args, "-o", "b", "--json"]).stdout)
     assert data["meta"]["tasks"] == ["passkey", "vt"] and len(data["table"]) == 2 * 3
+    assert all(c["hi"] - c["lo"] > 0.3 for c in data["table"])
+    assert all(c["hi"] - c["lo"] > 0.3 for c in data["comparisons"])
     assert set(data["effective_length"]) == {"none", "yarn:2"}

@@ -179,7 +179,8 @@ def _meta(sweep: Sweep, new: int, wall_s: float) -> dict[str, Any]:
         "engine": engine_record(sweep.engine) if sweep.engine else None, "new_trials": new, "wall_s": round(wall_s, 2),
         "scoring": "teacher forcing with RULER's answer prefix: a reference is found when greedy decoding would give "
                    "the canonical answer up to and including it (string_match_all for one reference)",
-        "intervals": "95 %: Student-t over trials; paired differences: McNemar (0/1 scores) or paired t",
+        "intervals": "95 %: Wilson on the summed scores over trials; paired differences: Newcombe's square-and-add "
+                     "interval with the exact sign test (McNemar on 0/1 scores)",
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "python": platform.python_version()},
     }
