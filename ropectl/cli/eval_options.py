@@ -12,7 +12,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ropectl.cli.options import opt
+from ropectl.cli.options import LENGTH_SYNTAX, opt
 from ropectl.rope.methods import method_names
 
 DATA, RUN, OUT = "Data", "Run", "Output"
@@ -25,7 +25,7 @@ MethodOpt = Annotated[Optional[list[str]], opt("--method", "-m", panel=RUN, help
     f"Scaling method, repeatable: name[:factor][,key=value...] ({method_names()}), e.g. -m none -m yarn:4 "
     "-m dynamic:4. Omit to evaluate the checkpoint as it is."))]
 LengthsOpt = Annotated[Optional[str], opt("--lengths", "-l", panel=RUN,
-                                          help="Comma-separated lengths in tokens: 2k,4k,8192 (k = 1024).")]
+                                          help=f"Comma-separated lengths in tokens, e.g. 2k,4k,8192; each {LENGTH_SYNTAX}.")]
 DtypeOpt = Annotated[Optional[str], opt("--dtype", panel=RUN,
                                         help="auto (bf16 on GPUs and AVX512-BF16/AMX CPUs, else fp32), bf16, fp16, fp32.")]
 DeviceOpt = Annotated[Optional[str], opt("--device", panel=RUN, help="auto, cpu, cuda, cuda:N or mps.")]

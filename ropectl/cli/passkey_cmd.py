@@ -16,8 +16,8 @@ TrialsOpt = Annotated[Optional[int], eo.opt("--trials", "-n", panel=eo.RUN,
                                           help="Trials (random keys) per method x length x depth [default: 1].")]
 SeedOpt = Annotated[Optional[int], eo.opt("--seed", panel=eo.RUN, help="Seed of the keys [default: 0].")]
 DigitsOpt = Annotated[Optional[int], eo.opt("--key-digits", panel=eo.RUN, help="Digits of the key [default: 5].")]
-BatchOpt = Annotated[Optional[int], eo.opt("--batch-tokens", panel=eo.RUN, help=(
-    "Trials of one method and length share a forward, batch-tokens // length at a time [default: 8192]."))]
+BatchOpt = Annotated[Optional[str], eo.opt("--batch-tokens", panel=eo.RUN, help=(
+    "Trials of one method and length share a forward, batch-tokens // length at a time [default: 8192; 8k works]."))]
 
 
 @handle_errors

@@ -23,8 +23,8 @@ ThresholdOpt = Annotated[Optional[float], opt("--threshold", panel=RUN, help=(
 DatasetOpt = Annotated[Optional[str], opt("--dataset", panel=DATA, help=(
     "Haystack text for the essay tasks and word lists: a .txt/.md/.jsonl/.parquet file or folder "
     "[default: the embedded Shakespeare plays]."))]
-BatchOpt = Annotated[Optional[int], opt("--batch-tokens", panel=RUN, help=(
-    "Trials of one length share a forward, batch-tokens // length at a time [default: 8192]."))]
+BatchOpt = Annotated[Optional[str], opt("--batch-tokens", panel=RUN, help=(
+    "Trials of one length share a forward, batch-tokens // length at a time [default: 8192; 8k works]."))]
 
 
 @handle_errors
