@@ -31,8 +31,15 @@ DtypeOpt = Annotated[Optional[str], opt("--dtype", panel=RUN,
 DeviceOpt = Annotated[Optional[str], opt("--device", panel=RUN, help="auto, cpu, cuda, cuda:N or mps.")]
 ReplaceOpt = Annotated[bool, opt("--replace-existing", panel=RUN,
                                  help="Scale from a checkpoint's existing scaling when it has no ropectl record.")]
-OutOpt = Annotated[Optional[Path], opt("--out", "-o", "--output", panel=OUT,
-                                       help="Results folder [default: runs/eval-ppl-<timestamp>].")]
+
+
+def out_option(command: str) -> Any:
+    """--out, naming the command's own default folder (``runs/<command>-<timestamp>``, ropectl.eval.output)."""
+    return Annotated[Optional[Path], opt("--out", "-o", "--output", panel=OUT,
+                                         help=f"Results folder [default: runs/{command}-<timestamp>].")]
+
+
+
 EngineOpt = Annotated[Optional[str], opt("--engine", panel=RUN, help=(
     "transformers (alias hf) [default], or vllm: each method runs in vLLM with the overrides `patch --emit vllm` "
     "prints (pip install 'ropectl[vllm]')."))]

@@ -10,6 +10,8 @@ from ropectl.cli import eval_options as eo
 from ropectl.cli.errors import handle_errors
 from ropectl.cli.options import ForceOpt, JsonOpt
 
+OutOpt = eo.out_option("eval-passkey")
+
 DepthsOpt = Annotated[Optional[str], eo.opt("--depths", panel=eo.RUN, help=(
     "Comma-separated depths of the key in the filler, 0 (start) to 1 (end) [default: 0.1,0.5,0.9]."))]
 TrialsOpt = Annotated[Optional[int], eo.opt("--trials", "-n", panel=eo.RUN,
@@ -24,7 +26,7 @@ BatchOpt = Annotated[Optional[str], eo.opt("--batch-tokens", panel=eo.RUN, help=
 def eval_passkey(
     model: eo.ModelOpt = None, method: eo.MethodOpt = None, lengths: eo.LengthsOpt = None, depths: DepthsOpt = None,
     trials: TrialsOpt = None, seed: SeedOpt = None, key_digits: DigitsOpt = None, dtype: eo.DtypeOpt = None,
-    device: eo.DeviceOpt = None, out: eo.OutOpt = None, resume: eo.ResumeOpt = False, force: ForceOpt = False,
+    device: eo.DeviceOpt = None, out: OutOpt = None, resume: eo.ResumeOpt = False, force: ForceOpt = False,
     json_out: JsonOpt = False, batch_tokens: BatchOpt = None, replace_existing: eo.ReplaceOpt = False,
     engine: eo.EngineOpt = None, tensor_parallel_size: eo.TensorParallelOpt = None,
     pipeline_parallel_size: eo.PipelineParallelOpt = None, distributed_executor_backend: eo.ExecutorOpt = None,

@@ -20,14 +20,16 @@ from ropectl.cli.eval_options import (
     LengthsOpt,
     MethodOpt,
     ModelOpt,
-    OutOpt,
     PipelineParallelOpt,
     ReplaceOpt,
     ResumeOpt,
     TensorParallelOpt,
     opt,
+    out_option,
 )
 from ropectl.cli.options import LENGTH_SYNTAX, ForceOpt, JsonOpt
+
+OutOpt = out_option("eval-ppl")
 
 DatasetOpt = Annotated[Optional[str], opt("--dataset", "-d", panel=DATA, help=(
     "HF dataset NAME[:CONFIG] (streamed; pg19, proof-pile, wikitext-103-raw-v1 ...), or a .txt/.md/.jsonl/"

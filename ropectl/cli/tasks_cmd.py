@@ -10,6 +10,8 @@ from ropectl.cli import eval_options as eo
 from ropectl.cli.errors import handle_errors
 from ropectl.cli.options import ForceOpt, JsonOpt
 
+OutOpt = eo.out_option("eval-tasks")
+
 opt, RUN, DATA = eo.opt, eo.RUN, eo.DATA
 TaskOpt = Annotated[Optional[str], opt("--task", "-T", panel=RUN, help=(
     "Comma-separated tasks or groups: ruler (all 11 generated RULER tasks), niah, niah_single, niah_multikey, "
@@ -31,7 +33,7 @@ BatchOpt = Annotated[Optional[str], opt("--batch-tokens", panel=RUN, help=(
 def eval_tasks(
     model: eo.ModelOpt = None, task: TaskOpt = None, method: eo.MethodOpt = None, lengths: eo.LengthsOpt = None,
     samples: SamplesOpt = None, seed: SeedOpt = None, threshold: ThresholdOpt = None, dataset: DatasetOpt = None,
-    dtype: eo.DtypeOpt = None, device: eo.DeviceOpt = None, out: eo.OutOpt = None, resume: eo.ResumeOpt = False,
+    dtype: eo.DtypeOpt = None, device: eo.DeviceOpt = None, out: OutOpt = None, resume: eo.ResumeOpt = False,
     force: ForceOpt = False, json_out: JsonOpt = False, batch_tokens: BatchOpt = None,
     replace_existing: eo.ReplaceOpt = False, engine: eo.EngineOpt = None,
     tensor_parallel_size: eo.TensorParallelOpt = None, pipeline_parallel_size: eo.PipelineParallelOpt = None,
