@@ -134,19 +134,28 @@ def sweep_table(meta: Mapping[str, Any], *title: str) -> Any:
     return table
 
 
+def starred(n: int, trained: int | None) -> bool:
+    """Whether a length is marked: beyond the trained context."""
+    return bool(trained) and n > (trained or 0)
+
+
 def length_header(n: int, trained: int | None) -> str:
     """A length column's label, starred beyond the trained context."""
     from ropectl.eval.options import length_label
 
-    return length_label(n) + (" *" if trained and n > trained else "")
+    return length_label(n) + (" *" if starred(n, trained) else "")
 
 
-def print_sweep_table(table: Any, trained: int | None, beyond: str, results: str) -> None:
-    """The table, what the star means (when any length is marked against a trained context), where the files are."""
+def print_sweep_table(table: Any, trained: int | None, lengths: Any, note: str, results: str) -> None:
+    """The table, what the star means (only when some length is starred), the table's note, where the files are."""
     from rich.console import Console
 
+    from ropectl.cli.render import print_title
+
     console = Console()
+    title, table.title = table.title, None
+    print_title(console, str(title))
     console.print(table)
-    if trained:
-        console.print(f"* beyond the trained context ({trained} tokens). {beyond}")
+    star = f"* beyond the trained context ({trained} tokens). " if any(starred(n, trained) for n in lengths) else ""
+    console.print(star + note)
     console.print(results)

@@ -64,7 +64,7 @@ def print_passkey_table(result: Any) -> None:
             table.add_row(method if depth == meta["depths"][0] else "", "all" if depth is None else f"{depth:g}", *row,
                           end_section=depth is None)
     eo.print_sweep_table(
-        table, trained, "Success: greedy decoding would give the key.",
+        table, trained, meta["lengths"], "Success: greedy decoding would give the key.",
         f"results: {result.out}/passkey.json, passkey.csv, passkey-summary.json, passkey.png "
         f"({meta['wall_s']:.0f} s, dtype {meta['dtype']}: {meta['dtype_choice']})")
 

@@ -19,7 +19,7 @@ from ropectl.cli.options import (
     method_option_parameters,
     opt,
 )
-from ropectl.cli.render import print_warning
+from ropectl.cli.render import print_title, print_warning, spaced
 from ropectl.output import dumps, number
 from ropectl.rope.methods import method_names
 
@@ -65,7 +65,8 @@ def _render(result: dict[str, Any]) -> None:
     before, after, pairs = result["before"], result["after"], result["pairs"]
     # longrope's factor lists (96 numbers for Phi-3) as their count: the title is a summary
     method = re.sub(r"\[[^\]]*\]", lambda m: f"[{m.group(0).count(',') + 1} values]", result["method"])
-    table = Table(title=f"{method}  ({result['mode']})", show_header=True, box=None)
+    print_title(console, f"{spaced(method)}  ({result['mode']})")
+    table = Table(show_header=True, box=None)
     for col in ("", "before", "after"):
         table.add_column(col, style="bold cyan" if not col else None)
     for key, label in (("rope_type", "rope type"), ("rope_theta", "θ"), ("factor", "factor"),

@@ -103,7 +103,7 @@ def print_table(result: Any) -> None:
             row.append("-" if agg is None else f"{agg.ppl:.2f}" + (f"±{agg.ppl_se:.2f}" if agg.ppl_se else ""))
         table.add_row(method, *row)
     eval_options.print_sweep_table(
-        table, trained, "PPL = exp(sum NLL / sum tokens); ± is the standard error across documents.",
+        table, trained, result.lengths, "PPL = exp(sum NLL / sum tokens); ± is the standard error across documents.",
         f"results: {result.out}/results.json, results.csv, summary.json, ppl.png, loss-by-position.png "
         f"({meta['wall_s']:.0f} s; dtype {meta['dtype']}: {meta.get('dtype_choice', '')})")
 

@@ -76,7 +76,7 @@ def print_tasks_table(result: Any) -> None:
         for i, method in enumerate(meta["methods"]):
             cells = [result.score(task, method, n) for n in meta["lengths"]]
             table.add_row(method, task, *[_cell(c) for c in cells], end_section=i == len(meta["methods"]) - 1)
-    eo.print_sweep_table(table, trained, "Score: RULER string_match_all on greedy output; "
+    eo.print_sweep_table(table, trained, meta["lengths"], "Score: RULER string_match_all on greedy output; "
                          "[95 % interval over trials].",
                          f"results: {result.out}/tasks.json, tasks.csv, tasks-summary.json, tasks.png "
                          f"({meta['wall_s']:.0f} s, dtype {meta['dtype']}: {meta['dtype_choice']})")
