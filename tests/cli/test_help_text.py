@@ -12,7 +12,7 @@ runner = CliRunner()
 
 
 def help_text(command: str) -> str:
-    result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "400"})
+    result = runner.invoke(app, [command, "--help"], terminal_width=400, max_content_width=400)
     assert result.exit_code == 0, result.output
     return " ".join(result.stdout.split())
 
