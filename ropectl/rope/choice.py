@@ -118,7 +118,7 @@ def check_agree(typed: Sequence[tuple[str, MethodChoice]], method: str | None) -
             seen.setdefault(key, (said, value))
     if "factor" in seen and "target_length" in seen:
         raise UsageError(f"{seen['factor'][0]} gives a factor and {seen['target_length'][0]} a target length "
-                         "(two ways to say one thing)", "keep one of them")
+                         "(two ways to say one thing)", "pass only one of them")
 
 
 def _settings(choice: MethodChoice) -> Iterator[tuple[str, Any]]:
