@@ -12,7 +12,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ropectl.cli.options import opt
+from ropectl.cli.options import LENGTH_SYNTAX, opt
 from ropectl.rope.methods import method_names
 
 DATA, RUN, OUT = "Data", "Run", "Output"
@@ -25,14 +25,21 @@ MethodOpt = Annotated[Optional[list[str]], opt("--method", "-m", panel=RUN, help
     f"Scaling method, repeatable: name[:factor][,key=value...] ({method_names()}), e.g. -m none -m yarn:4 "
     "-m dynamic:4. Omit to evaluate the checkpoint as it is."))]
 LengthsOpt = Annotated[Optional[str], opt("--lengths", "-l", panel=RUN,
-                                          help="Comma-separated lengths in tokens: 2k,4k,8192 (k = 1024).")]
+                                          help=f"Comma-separated lengths in tokens, e.g. 2k,4k,8192; each {LENGTH_SYNTAX}.")]
 DtypeOpt = Annotated[Optional[str], opt("--dtype", panel=RUN,
                                         help="auto (bf16 on GPUs and AVX512-BF16/AMX CPUs, else fp32), bf16, fp16, fp32.")]
 DeviceOpt = Annotated[Optional[str], opt("--device", panel=RUN, help="auto, cpu, cuda, cuda:N or mps.")]
 ReplaceOpt = Annotated[bool, opt("--replace-existing", panel=RUN,
                                  help="Scale from a checkpoint's existing scaling when it has no ropectl record.")]
-OutOpt = Annotated[Optional[Path], opt("--out", "-o", "--output", panel=OUT,
-                                       help="Results folder [default: runs/eval-ppl-<timestamp>].")]
+
+
+def out_option(command: str) -> Any:
+    """--out, naming the command's own default folder (``runs/<command>-<timestamp>``, ropectl.eval.output)."""
+    return Annotated[Optional[Path], opt("--out", "-o", "--output", panel=OUT,
+                                         help=f"Results folder [default: runs/{command}-<timestamp>].")]
+
+
+
 EngineOpt = Annotated[Optional[str], opt("--engine", panel=RUN, help=(
     "transformers (alias hf) [default], or vllm: each method runs in vLLM with the overrides `patch --emit vllm` "
     "prints (pip install 'ropectl[vllm]')."))]
@@ -127,19 +134,28 @@ def sweep_table(meta: Mapping[str, Any], *title: str) -> Any:
     return table
 
 
+def starred(n: int, trained: int | None) -> bool:
+    """Whether a length is marked: beyond the trained context."""
+    return bool(trained) and n > (trained or 0)
+
+
 def length_header(n: int, trained: int | None) -> str:
     """A length column's label, starred beyond the trained context."""
     from ropectl.eval.options import length_label
 
-    return length_label(n) + (" *" if trained and n > trained else "")
+    return length_label(n) + (" *" if starred(n, trained) else "")
 
 
-def print_sweep_table(table: Any, trained: int | None, beyond: str, results: str) -> None:
-    """The table, what the star means (when any length is marked against a trained context), where the files are."""
+def print_sweep_table(table: Any, trained: int | None, lengths: Any, note: str, results: str) -> None:
+    """The table, what the star means (only when some length is starred), the table's note, where the files are."""
     from rich.console import Console
 
+    from ropectl.cli.render import print_title
+
     console = Console()
+    title, table.title = table.title, None
+    print_title(console, str(title))
     console.print(table)
-    if trained:
-        console.print(f"* beyond the trained context ({trained} tokens). {beyond}")
+    star = f"* beyond the trained context ({trained} tokens). " if any(starred(n, trained) for n in lengths) else ""
+    console.print(star + note)
     console.print(results)

@@ -10,21 +10,23 @@ from ropectl.cli import eval_options as eo
 from ropectl.cli.errors import handle_errors
 from ropectl.cli.options import ForceOpt, JsonOpt
 
+OutOpt = eo.out_option("eval-passkey")
+
 DepthsOpt = Annotated[Optional[str], eo.opt("--depths", panel=eo.RUN, help=(
     "Comma-separated depths of the key in the filler, 0 (start) to 1 (end) [default: 0.1,0.5,0.9]."))]
 TrialsOpt = Annotated[Optional[int], eo.opt("--trials", "-n", panel=eo.RUN,
                                           help="Trials (random keys) per method x length x depth [default: 1].")]
 SeedOpt = Annotated[Optional[int], eo.opt("--seed", panel=eo.RUN, help="Seed of the keys [default: 0].")]
 DigitsOpt = Annotated[Optional[int], eo.opt("--key-digits", panel=eo.RUN, help="Digits of the key [default: 5].")]
-BatchOpt = Annotated[Optional[int], eo.opt("--batch-tokens", panel=eo.RUN, help=(
-    "Trials of one method and length share a forward, batch-tokens // length at a time [default: 8192]."))]
+BatchOpt = Annotated[Optional[str], eo.opt("--batch-tokens", panel=eo.RUN, help=(
+    "Trials of one method and length share a forward, batch-tokens // length at a time [default: 8192; 8k works]."))]
 
 
 @handle_errors
 def eval_passkey(
     model: eo.ModelOpt = None, method: eo.MethodOpt = None, lengths: eo.LengthsOpt = None, depths: DepthsOpt = None,
     trials: TrialsOpt = None, seed: SeedOpt = None, key_digits: DigitsOpt = None, dtype: eo.DtypeOpt = None,
-    device: eo.DeviceOpt = None, out: eo.OutOpt = None, resume: eo.ResumeOpt = False, force: ForceOpt = False,
+    device: eo.DeviceOpt = None, out: OutOpt = None, resume: eo.ResumeOpt = False, force: ForceOpt = False,
     json_out: JsonOpt = False, batch_tokens: BatchOpt = None, replace_existing: eo.ReplaceOpt = False,
     engine: eo.EngineOpt = None, tensor_parallel_size: eo.TensorParallelOpt = None,
     pipeline_parallel_size: eo.PipelineParallelOpt = None, distributed_executor_backend: eo.ExecutorOpt = None,
@@ -62,7 +64,7 @@ def print_passkey_table(result: Any) -> None:
             table.add_row(method if depth == meta["depths"][0] else "", "all" if depth is None else f"{depth:g}", *row,
                           end_section=depth is None)
     eo.print_sweep_table(
-        table, trained, "Success: greedy decoding would give the key.",
+        table, trained, meta["lengths"], "Success: greedy decoding would give the key.",
         f"results: {result.out}/passkey.json, passkey.csv, passkey-summary.json, passkey.png "
         f"({meta['wall_s']:.0f} s, dtype {meta['dtype']}: {meta['dtype_choice']})")
 

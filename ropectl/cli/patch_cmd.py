@@ -10,8 +10,16 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ropectl.cli.errors import handle_errors
-from ropectl.cli.options import ForceOpt, JsonOpt, ModelArg, OutputOpt, method_option_parameters, opt
-from ropectl.cli.render import print_warning
+from ropectl.cli.options import (
+    LENGTH_SYNTAX,
+    ForceOpt,
+    JsonOpt,
+    ModelArg,
+    OutputOpt,
+    method_option_parameters,
+    opt,
+)
+from ropectl.cli.render import print_title, print_warning, spaced
 from ropectl.output import dumps, number
 from ropectl.rope.methods import method_names
 
@@ -22,14 +30,16 @@ MethodOpt = Annotated[Optional[str], opt("--method", "-m", panel=METHOD,
                                          help=f"{method_names()} (or a spec such as yarn:4,beta_fast=16).")]
 FactorOpt = Annotated[Optional[float], opt("--factor", "-f", panel=METHOD, help="Context extension factor (> 1).")]
 TargetOpt = Annotated[Optional[str], opt("--target-length", "-t", panel=METHOD,
-                                         help="Target context (32768, 32k); the factor is target / trained context.")]
+                                         help=f"Target context ({LENGTH_SYNTAX}); the factor is target / trained context.")]
 PresetOpt = Annotated[Optional[str], opt("--preset", panel=METHOD, help="A preset from configs/patch-NAME.toml.")]
-ConfigOpt = Annotated[Optional[Path], opt("--config", panel=METHOD, help="A TOML file with a \\[patch] table.")]
+ConfigOpt = Annotated[Optional[Path], opt("--config", panel=METHOD, help="A TOML file with a [patch] table.")]
 SetOpt = Annotated[Optional[list[str]], opt("--set", panel=OPTIONS, help="Any method option as key=value (repeatable).")]
 LongFileOpt = Annotated[Optional[Path], opt("--longrope-file", panel=OPTIONS,
                                             help="longrope: JSON with short_factor/long_factor.")]
 InPlaceOpt = Annotated[bool, opt("--in-place", panel=OUTPUT, help="Rewrite config.json in place (backup kept).")]
-DryRunOpt = Annotated[bool, opt("--dry-run", panel=OUTPUT, help="Print a unified diff of config.json; write nothing.")]
+DryRunOpt = Annotated[bool, opt("--dry-run", panel=OUTPUT, help=(
+    "Print a unified diff of config.json; write nothing. Only with --emit config: with --emit vllm / llama.cpp "
+    "(which write nothing anyway) it is refused."))]
 EmitOpt = Annotated[str, opt("--emit", panel=OUTPUT, help="config (write), or print vllm / llama.cpp flags.")]
 SchemaOpt = Annotated[Optional[str], opt("--schema", panel=OUTPUT, help="both (default), v4 or v5 config keys.")]
 MaxPosOpt = Annotated[str, opt("--max-positions", panel=OUTPUT,
@@ -56,7 +66,8 @@ def _render(result: dict[str, Any]) -> None:
     before, after, pairs = result["before"], result["after"], result["pairs"]
     # longrope's factor lists (96 numbers for Phi-3) as their count: the title is a summary
     method = re.sub(r"\[[^\]]*\]", lambda m: f"[{m.group(0).count(',') + 1} values]", result["method"])
-    table = Table(title=f"{method}  ({result['mode']})", show_header=True, box=None)
+    print_title(console, f"{spaced(method)}  ({result['mode']})")
+    table = Table(show_header=True, box=None)
     for col in ("", "before", "after"):
         table.add_column(col, style="bold cyan" if not col else None)
     for key, label in (("rope_type", "rope type"), ("rope_theta", "θ"), ("factor", "factor"),

@@ -20,14 +20,16 @@ from ropectl.cli.eval_options import (
     LengthsOpt,
     MethodOpt,
     ModelOpt,
-    OutOpt,
     PipelineParallelOpt,
     ReplaceOpt,
     ResumeOpt,
     TensorParallelOpt,
     opt,
+    out_option,
 )
-from ropectl.cli.options import ForceOpt, JsonOpt
+from ropectl.cli.options import LENGTH_SYNTAX, ForceOpt, JsonOpt
+
+OutOpt = out_option("eval-ppl")
 
 DatasetOpt = Annotated[Optional[str], opt("--dataset", "-d", panel=DATA, help=(
     "HF dataset NAME[:CONFIG] (streamed; pg19, proof-pile, wikitext-103-raw-v1 ...), or a .txt/.md/.jsonl/"
@@ -39,15 +41,16 @@ CacheOpt = Annotated[Optional[Path], opt("--cache-dir", panel=DATA,
                                           help="Token cache folder [default: $XDG_CACHE_HOME/ropectl].")]
 ModeOpt = Annotated[Optional[str], opt("--mode", panel=RUN, help=(
     "truncate: each document cut to L tokens, every prediction scored [default]; sliding: window L, stride S."))]
-StrideOpt = Annotated[Optional[int], opt("--stride", panel=RUN, help="Sliding stride [default: L/2].")]
+StrideOpt = Annotated[Optional[str], opt("--stride", panel=RUN, help="Sliding stride, in tokens [default: L/2].")]
 DeviceMapOpt = Annotated[Optional[str], opt("--device-map", panel=RUN,
                                              help="auto: split a model too big for one GPU across GPUs.")]
-ChunkOpt = Annotated[Optional[int], opt("--chunk-size", panel=RUN,
+ChunkOpt = Annotated[Optional[str], opt("--chunk-size", panel=RUN,
                                          help="Positions per lm_head + cross-entropy chunk [default: 1024].")]
-BucketOpt = Annotated[Optional[int], opt("--bucket", panel=OUT,
+BucketOpt = Annotated[Optional[str], opt("--bucket", panel=OUT,
                                           help="Loss-by-position bucket, in tokens [default: 512].")]
-BatchOpt = Annotated[Optional[int], opt("--batch-tokens", panel=RUN, help=(
-    "Truncate mode: documents of one length share a forward, batch-tokens // length at a time [default: 8192]."))]
+BatchOpt = Annotated[Optional[str], opt("--batch-tokens", panel=RUN, help=(
+    "Truncate mode: documents of one length share a forward, batch-tokens // length at a time [default: 8192]. "
+    f"Every token count here (--stride, --chunk-size, --bucket too) takes {LENGTH_SYNTAX}."))]
 PresetOpt = Annotated[Optional[str], opt("--preset", panel=RUN,
                                           help="default, NAME (configs/eval-NAME.toml) or FILE.toml; flags override.")]
 
@@ -100,7 +103,7 @@ def print_table(result: Any) -> None:
             row.append("-" if agg is None else f"{agg.ppl:.2f}" + se_text(agg.ppl_se))
         table.add_row(method, *row)
     eval_options.print_sweep_table(
-        table, trained, "PPL = exp(sum NLL / sum tokens); ± is the standard error across documents.",
+        table, trained, result.lengths, "PPL = exp(sum NLL / sum tokens); ± is the standard error across documents.",
         f"results: {result.out}/results.json, results.csv, summary.json, ppl.png, loss-by-position.png "
         f"({meta['wall_s']:.0f} s; dtype {meta['dtype']}: {meta.get('dtype_choice', '')})")
 

@@ -19,12 +19,12 @@ from ropectl.cli.eval_options import (
     opt,
     progress_bar,
 )
-from ropectl.cli.options import JsonOpt
+from ropectl.cli.options import LENGTH_SYNTAX, JsonOpt
 from ropectl.cli.ppl_cmd import print_table
 from ropectl.output import dumps
 
 IN, RULE = "Inputs", "Rule"
-TargetOpt = Annotated[str, opt("--target-length", "-t", panel=RULE, help="Context to ship, in tokens (16k, 32768).")]
+TargetOpt = Annotated[str, opt("--target-length", "-t", panel=RULE, help=f"Context to ship ({LENGTH_SYNTAX}).")]
 PplOpt = Annotated[Optional[Path], opt("--ppl", panel=IN, help="An eval-ppl --out folder to read (no new run).")]
 TasksOpt = Annotated[Optional[Path], opt("--tasks", "--passkey", panel=IN, help=(
     "An eval-tasks (or eval-passkey) --out folder to read (with --ppl): per-trial scores at the target."))]

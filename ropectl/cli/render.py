@@ -19,11 +19,27 @@ def print_warning(console: Console, warning: str) -> None:
     console.print(Text.assemble(("warning:", "yellow"), " ", warning), soft_wrap=True)
 
 
+def print_title(console: Console, title: str, style: str = "bold") -> None:
+    """A table's title on its own lines, wrapped at spaces to the console (a rich title wraps to the table's width
+    and breaks words there: ``high_fre/q_factor``); a word longer than a line (a long path) stays whole."""
+    import textwrap
+
+    from rich.text import Text
+
+    lines = textwrap.wrap(title, max(20, console.width), break_long_words=False, break_on_hyphens=False)
+    console.print(Text("\n".join(lines), style=style), soft_wrap=True)
+
+
+def spaced(label: str) -> str:
+    """A method label (``yarn:4,beta_fast=16``) with a space after each comma, so a title can wrap between options."""
+    return label.replace(",", ", ")
+
+
 def print_inspect(d: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold cyan", no_wrap=True)
-    table.add_column()
+    table.add_column(overflow="fold")  # wraps at spaces; never an ellipsis
     rotary = f"{d['rotary_dim']} of head_dim {d['head_dim']}" + (
         f" (partial {d['partial_rotary_factor']:g})" if d["partial_rotary_factor"] < 1 else "")
     heads = f"{d['num_attention_heads']} query / {d['num_key_value_heads']} key-value"
@@ -32,7 +48,6 @@ def print_inspect(d: dict[str, Any], console: Console | None = None) -> None:
     if d.get("factor") is not None and "factor" not in d["scaling"]:
         scaling += f"  factor={number(d['factor'])} ({'implied' if 'implied' in d['factor_source'] else 'config'})"
     rows = [
-        ("model", f"{d['source']}  [dim]({d['kind']}, {d['model_type'] or 'no model_type'})[/dim]"),
         ("heads", heads),
         ("rotary dims", rotary),
         ("rope_theta", number(d["rope_theta"]) + (f"  (effective {number(d['effective_theta'])} at {d['seq_len']:,} tokens)"
@@ -47,6 +62,7 @@ def print_inspect(d: dict[str, Any], console: Console | None = None) -> None:
         *_card_rows(d.get("model_card")),
         ("layout", f"{d['layout']}  [dim]({d['layout_reason']})[/dim]"),
     ]
+    _print_model(d, console, indent=max(len(key) for key, _ in rows) + 2)
     for key, value in rows:
         table.add_row(key, value)
     console.print(table)
@@ -68,6 +84,16 @@ def _card_rows(card: dict[str, Any] | None) -> list[tuple[str, str]]:
         return []
     presets = f"  [dim](presets: {', '.join(card['presets'])})[/dim]" if card["presets"] else ""
     return [("model card", f"{escape(card['title'])}  {card['source']}{presets}")]
+
+
+def _print_model(d: dict[str, Any], console: Console, indent: int) -> None:
+    """The model row, aligned with the table below but outside it: a path is never cut (``…/llm_smo…``) nor folded,
+    so it copies whole."""
+    from rich.text import Text
+
+    line = Text.assemble(("model".ljust(indent), "bold cyan"), str(d["source"]),
+                         (f"  ({d['kind']}, {d['model_type'] or 'no model_type'})", "dim"))
+    console.print(line, soft_wrap=True)
 
 
 def _print_pairs(d: dict[str, Any], console: Console) -> None:

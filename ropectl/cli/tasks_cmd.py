@@ -10,6 +10,8 @@ from ropectl.cli import eval_options as eo
 from ropectl.cli.errors import handle_errors
 from ropectl.cli.options import ForceOpt, JsonOpt
 
+OutOpt = eo.out_option("eval-tasks")
+
 opt, RUN, DATA = eo.opt, eo.RUN, eo.DATA
 TaskOpt = Annotated[Optional[str], opt("--task", "-T", panel=RUN, help=(
     "Comma-separated tasks or groups: ruler (all 11 generated RULER tasks), niah, niah_single, niah_multikey, "
@@ -23,15 +25,15 @@ ThresholdOpt = Annotated[Optional[float], opt("--threshold", panel=RUN, help=(
 DatasetOpt = Annotated[Optional[str], opt("--dataset", panel=DATA, help=(
     "Haystack text for the essay tasks and word lists: a .txt/.md/.jsonl/.parquet file or folder "
     "[default: the embedded Shakespeare plays]."))]
-BatchOpt = Annotated[Optional[int], opt("--batch-tokens", panel=RUN, help=(
-    "Trials of one length share a forward, batch-tokens // length at a time [default: 8192]."))]
+BatchOpt = Annotated[Optional[str], opt("--batch-tokens", panel=RUN, help=(
+    "Trials of one length share a forward, batch-tokens // length at a time [default: 8192; 8k works]."))]
 
 
 @handle_errors
 def eval_tasks(
     model: eo.ModelOpt = None, task: TaskOpt = None, method: eo.MethodOpt = None, lengths: eo.LengthsOpt = None,
     samples: SamplesOpt = None, seed: SeedOpt = None, threshold: ThresholdOpt = None, dataset: DatasetOpt = None,
-    dtype: eo.DtypeOpt = None, device: eo.DeviceOpt = None, out: eo.OutOpt = None, resume: eo.ResumeOpt = False,
+    dtype: eo.DtypeOpt = None, device: eo.DeviceOpt = None, out: OutOpt = None, resume: eo.ResumeOpt = False,
     force: ForceOpt = False, json_out: JsonOpt = False, batch_tokens: BatchOpt = None,
     replace_existing: eo.ReplaceOpt = False, engine: eo.EngineOpt = None,
     tensor_parallel_size: eo.TensorParallelOpt = None, pipeline_parallel_size: eo.PipelineParallelOpt = None,
@@ -74,7 +76,7 @@ def print_tasks_table(result: Any) -> None:
         for i, method in enumerate(meta["methods"]):
             cells = [result.score(task, method, n) for n in meta["lengths"]]
             table.add_row(method, task, *[_cell(c) for c in cells], end_section=i == len(meta["methods"]) - 1)
-    eo.print_sweep_table(table, trained, "Score: RULER string_match_all on greedy output; "
+    eo.print_sweep_table(table, trained, meta["lengths"], "Score: RULER string_match_all on greedy output; "
                          "[95 % Wilson interval over trials].",
                          f"results: {result.out}/tasks.json, tasks.csv, tasks-summary.json, tasks.png "
                          f"({meta['wall_s']:.0f} s, dtype {meta['dtype']}: {meta['dtype_choice']})")

@@ -62,6 +62,11 @@ MAIN_LAYER_LABELS = ("full_attention", "global_attention", "main", "hybrid", "in
 # any other per-layer model must get the nested form.
 LEGACY_NESTED_MERGE = frozenset({"gemma3", "gemma3_text"})
 
+# Config classes that, given no ``per_layer_config``, build one from ``global_head_dim`` (this default when absent):
+# the full-attention layers' head dim (transformers' Gemma4TextConfig.__post_init__ and the classes copied from it).
+GLOBAL_HEAD_DIM_DEFAULT = {"gemma4_text": 512, "gemma4_unified_text": 512, "diffusion_gemma_text": 512,
+                           "embedding_gemma2_text": 512}
+
 # Config classes that keep a top-level ``rotary_dim`` that their rotary class never reads.
 ROTARY_DIM_IGNORED = frozenset({"minimax_m3_vl", "minimax_m3_vl_text"})
 # Multimodal RoPE whose default inverse frequencies transformers stores pre-permuted (ERNIE-4.5-VL

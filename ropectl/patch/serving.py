@@ -3,6 +3,7 @@ that make vLLM and lm-eval serve the target, and the refusal of a method the mod
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ropectl.engines.emit import emit_vllm
@@ -42,7 +43,26 @@ def check_vllm_builds(plan: ConfigPlan) -> list[str]:
     if not newest.reading.ok:
         raise MethodError(f"{newest.reader.label} cannot serve this: {newest.reading.error}",
                           "pick a method this model's vLLM code builds (yarn for DeepSeek and gpt-oss)")
-    return disagreement_warnings([v for v in views if not v.too_short])  # the command sets the length
+    fix = f"the command printed is that static equivalent, for {plan.target_context} tokens"
+    return disagreement_warnings(with_dynamic_fix([v for v in views if not v.too_short], fix))  # it sets the length
+
+
+def with_dynamic_fix(views: list[Any], fix: str) -> list[Any]:
+    """Views where vLLM serves dynamic as static get this run's own fix, not the reader table's ``MODEL``/``F``
+    template."""
+    from ropectl.engines import vllm as vllm_reader
+
+    return [replace(v, fix=fix) if v.differs and vllm_reader.STATIC_DYNAMIC_NOTE in v.reading.notes else v
+            for v in views]
+
+
+def static_dynamic_command(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> str:
+    """The ``ropectl patch ... --emit vllm`` line for this model and factor, as run on what was written (or, for a
+    dry run, on the source again; its --replace-existing then still needed)."""
+    from ropectl.engines import vllm as vllm_reader
+
+    where = str(spec.output or model.folder or spec.model)
+    return vllm_reader.static_dynamic_fix(where, plan.rope.factor, spec.replace_existing and not spec.writes)
 
 
 def vllm_serving(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> tuple[Any, list[str]]:
@@ -98,6 +118,7 @@ def serving_warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel, vi
     only trouble is a short default length is said once, by the line that carries its command."""
     from ropectl.engines.parity import disagreement_warnings
 
+    views = with_dynamic_fix(views, static_dynamic_command(spec, plan, model))
     said, vllm_lines = vllm_serving(spec, plan, model)
     lm_eval_lines = lm_eval_serving(spec, plan, model, views)
     spoken = ({said.engine} if said else set()) | ({"lm-eval"} if lm_eval_lines else set())

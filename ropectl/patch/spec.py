@@ -53,6 +53,9 @@ class PatchSpec:
             raise UsageError("--output and --in-place exclude each other", "pass only one of them")
         if self.emit != "config" and writes:
             raise UsageError(f"--emit {self.emit} prints flags and writes nothing", "drop --output / --in-place")
+        if self.emit != "config" and self.dry_run:  # refused, not ignored: --dry-run's diff would not be printed
+            raise UsageError(f"--dry-run previews a config write, and --emit {self.emit} writes nothing (it prints "
+                             "serving flags)", "drop --dry-run (or --emit to preview the config diff)")
         if self.emit == "config" and not writes and not self.dry_run:
             raise UsageError("nowhere to write the patched model",
                              "pass --output DIR (or FILE.gguf), --in-place, --dry-run, or --emit vllm|llama.cpp")

@@ -2,12 +2,15 @@
 
 Layers, lowest first: a preset table, a ``--config`` table, a spec string (``yarn:4,beta_fast=16``), typed flags,
 ``--set key=value``. A later layer overrides an earlier one key by key; an option a layer does not give keeps
-the lower layer's value. Pure: tables come in already read, nothing here touches files or the CLI.
+the lower layer's value. The last three are all typed on one command line, so none of them is a default for
+another: where two of them set one thing to different values (``-m yarn:4 -f 8``, or a spec's factor and a
+target length) the choice is refused, naming both. Pure: tables come in already read, nothing here touches
+files or the CLI.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,13 +94,69 @@ def layer(preset: Mapping[str, Any] | None = None, config: Mapping[str, Any] | N
         layers.append(from_table(preset))
     if config is not None:
         layers.append(from_table(config))
+    typed: list[tuple[str, MethodChoice]] = []  # the command line's layers, each with how the user wrote it
     if spec is not None:
-        layers.append(from_spec(spec))
+        typed.append((f"-m {spec}", from_spec(spec)))
     if flags is not None:
-        layers.append(flags)
+        typed.append(("", flags))
     if sets:
-        layers.append(from_sets(sets))
-    return merge(*layers)
+        typed.append(("--set", from_sets(sets)))
+    merged = merge(*layers, *(c for _, c in typed))
+    check_agree(typed, merged.method)
+    return merged
+
+
+def check_agree(typed: Sequence[tuple[str, MethodChoice]], method: str | None) -> None:
+    """Refuse two command-line layers that set one thing to different values; equal values are fine."""
+    seen: dict[str, tuple[str, Any]] = {}
+    for where, choice in typed:
+        for key, value in _settings(choice):
+            said = _said(where, key, value)
+            if key in seen and not _same(key, seen[key][1], value, method):
+                raise UsageError(f"{seen[key][0]} and {said} give two values of {key} ({_shown(seen[key][1])} and "
+                                 f"{_shown(value)})", f"give {key} once (keep one of them)")
+            seen.setdefault(key, (said, value))
+    if "factor" in seen and "target_length" in seen:
+        raise UsageError(f"{seen['factor'][0]} gives a factor and {seen['target_length'][0]} a target length "
+                         "(two ways to say one thing)", "pass only one of them")
+
+
+def _settings(choice: MethodChoice) -> Iterator[tuple[str, Any]]:
+    if choice.method is not None:
+        yield "method", get_method(choice.method).name
+    if choice.factor is not None:
+        yield "factor", choice.factor
+    if choice.target_length is not None:
+        yield "target_length", choice.target_length
+    yield from ((k, v) for k, v in choice.options.items() if v is not None)
+
+
+def _said(where: str, key: str, value: Any) -> str:
+    """How the user wrote it: the spec as typed, ``--set key=value``, or the typed flag."""
+    if where.startswith("-m"):
+        return where
+    if where == "--set":
+        return f"--set {key}={_shown(value)}"
+    return f"--{key.replace('_', '-')} {_shown(value)}"
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(_shown(v) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _same(key: str, a: Any, b: Any, method: str | None) -> bool:
+    """Equal once typed as the registry types the key (``--set beta_fast=16`` equals ``--beta-fast 16``)."""
+    param = {"factor": _FACTOR, "target_length": _TARGET}.get(key)
+    try:
+        if param is None and key != "method":
+            param = get_method(method).param(key) if method else None
+        if param is not None:
+            a, b = parse_value(param, a), parse_value(param, b)
+    except (MethodError, UsageError):  # a malformed value is refused later, by the key's own check
+        return str(a) == str(b)
+    return bool(a == b)
 
 
 def to_method_spec(choice: MethodChoice, extra_options: Mapping[str, Any] | None = None) -> MethodSpec:

@@ -9,8 +9,14 @@ from ropectl import families
 
 
 def layer_head_dims(cfg: Mapping[str, Any], head_dim: int) -> dict[str, int]:
-    """Head dims that ``per_layer_config`` overrides, per layer type (Gemma 4's global layers: 512)."""
+    """Head dims that ``per_layer_config`` overrides, per layer type (Gemma 4's global layers: 512).
+
+    A config in the hub's form has ``global_head_dim`` instead, from which transformers builds the
+    full-attention layers' override itself (``families.GLOBAL_HEAD_DIM_DEFAULT``)."""
     types = list(cfg.get("layer_types") or ())
+    default = families.GLOBAL_HEAD_DIM_DEFAULT.get(str(cfg.get("model_type")))
+    if cfg.get("per_layer_config") is None and default is not None:
+        return {"full_attention": int(cfg.get("global_head_dim") or default)} if "full_attention" in types else {}
     overrides = cfg.get("per_layer_config") or {}
     out: dict[str, int] = {}
     if not isinstance(overrides, Mapping):

@@ -180,7 +180,7 @@ def test_phi3_longrope_reports_its_implied_factor(tmp_path: Path) -> None:
                            env={"COLUMNS": "200"})
     # the summary title counts the lists (the diff above it still shows every number)
     assert result.exit_code == 0 and "long_factor=[48 values]" in result.stdout
-    summary = result.stdout[result.stdout.index("longrope:32,short_factor=[48"):]  # the config's record keeps them
+    summary = result.stdout[result.stdout.index("longrope:32, short_factor=[48"):]  # the config's record keeps them
     assert "short_factor=[1.0" not in summary and "long_factor=[2.0" not in summary
 
 

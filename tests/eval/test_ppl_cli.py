@@ -44,6 +44,18 @@ def test_table_output_and_default_folder(isolated, tiny_model, tiny_corpus) -> N
     assert data["out"] == str(runs[0]) and data["meta"]["new_cells"] == 2 * 2  # only the 400-token cells ran
 
 
+@pytest.mark.parametrize(("lengths", "starred"), [("64,128", False), ("64,256", False), ("64,300", True)])
+def test_the_star_footnote_only_where_a_length_is_starred(isolated, tiny_model, tiny_corpus, lengths: str,
+                                                           starred: bool) -> None:
+    """The tiny model is trained at 256 tokens: 300 is beyond it, 256 is not (the negative controls)."""
+    result = runner.invoke(app, ["eval-ppl", str(tiny_model), "-d", str(tiny_corpus), "-m", "none", "-l", lengths,
+                                 "-n", "1"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.stderr
+    assert ("* beyond the trained context (256 tokens)" in result.stdout) is starred
+    assert ("300 *" in result.stdout) is starred
+    assert "PPL = exp(sum NLL / sum tokens)" in result.stdout  # the table's own note stays either way
+
+
 def test_checkpoint_as_is_without_methods(isolated, tiny_model, tiny_corpus) -> None:
     result = runner.invoke(app, ["eval-ppl", str(tiny_model), "-d", str(tiny_corpus), "-l", "64", "--json"])
     assert result.exit_code == 0, result.stderr

@@ -34,7 +34,7 @@ def test_named_examples() -> None:
     assert parse_length("1m") == 1024**2
 
 
-@pytest.mark.parametrize("bad", ["0", "-4", "1", "2.5", "abc", "4kb", "k", "", "nan", "1e3", "0.1k"])
+@pytest.mark.parametrize("bad", ["0", "-4", "1", "2.5", "abc", "4kb", "k", "", "nan", "1e-3", "0.1k", "1.3k"])
 def test_bad_lengths_are_usage_errors(bad: str) -> None:
     with pytest.raises(UsageError) as err:
         parse_lengths(bad) if bad else parse_lengths(",")

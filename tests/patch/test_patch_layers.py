@@ -1,6 +1,7 @@
 """Every way of giving a method option reaches what patch writes or prints, with one precedence.
 
-Layers, lowest first: preset, --config FILE, the -m spec string, typed flags, --set. The expected values
+Layers, lowest first: preset, --config FILE, then the command line (the -m spec string, typed flags, --set),
+which overrides them. Two command-line layers that disagree are refused, naming both. The expected values
 are literals chosen here; the oracle is the config.json written (or the dry-run diff, the --emit flags,
 the --json object), read back as plain JSON.
 """
@@ -16,6 +17,7 @@ from typer.testing import CliRunner
 
 from ropectl.cli.app import app
 from tests.helpers.checkpoints import tiny_llama
+from tests.helpers.cli import one_line
 
 runner = CliRunner()
 # One distinct beta_fast per layer, so the winner can be read off the output.
@@ -73,11 +75,8 @@ def run(*args: object) -> str:
     (("preset", "config"), CONFIG),
     (("config", "spec"), SPEC),
     (("preset", "spec"), SPEC),
-    (("spec", "flag"), FLAG),
-    (("flag", "set"), SET),
-    (("spec", "set"), SET),
-    (("preset", "config", "spec", "flag"), FLAG),
-    (("preset", "config", "spec", "flag", "set"), SET),
+    (("preset", "config", "flag"), FLAG),
+    (("preset", "config", "set"), SET),
 ])
 def test_precedence_reaches_the_written_config(llama: Path, presets: Path, tmp_path: Path,
                                                 layers: tuple[str, ...], want: float) -> None:
@@ -94,7 +93,8 @@ WINNER = {"preset": PRESET, "config": CONFIG, "spec": SPEC, "flag": FLAG, "set":
 
 
 @pytest.mark.parametrize("mode", ["output", "in-place", "dry-run", "emit-vllm", "emit-llama.cpp", "json"])
-@pytest.mark.parametrize("layers", [(name,) for name in LAYERS] + [("preset", "config", "spec", "flag"), tuple(LAYERS)])
+@pytest.mark.parametrize("layers", [(name,) for name in LAYERS] + [("preset", "config", "spec"),
+                                                                    ("preset", "config", "set")])
 def test_every_output_mode_keeps_the_options(llama: Path, presets: Path, tmp_path: Path, mode: str,
                                              layers: tuple[str, ...]) -> None:
     want = WINNER[layers[-1]]  # the highest layer given wins
@@ -135,11 +135,48 @@ def test_other_option_types_from_a_spec_string(llama: Path, tmp_path: Path) -> N
     assert written_values(config, "low_freq_factor") == {2.0} and written_values(config, "high_freq_factor") == {8.0}
 
 
-def test_truncate_flag_overrides_a_spec_either_way(llama: Path, tmp_path: Path) -> None:
+def test_truncate_flag_reaches_the_config_and_a_disagreeing_spec_is_refused(llama: Path, tmp_path: Path) -> None:
     run(llama, "-m", "yarn:2", "--no-truncate", "-o", tmp_path / "a")
     assert written_values(json.loads((tmp_path / "a" / "config.json").read_text()), "truncate") == {False}
-    run(llama, "-m", "yarn:2,truncate=false", "--truncate", "-o", tmp_path / "b")
-    assert written_values(json.loads((tmp_path / "b" / "config.json").read_text()), "truncate") in ({True}, set())
+    one_line(["patch", str(llama), "-m", "yarn:2,truncate=false", "--truncate", "--dry-run"],
+             "-m yarn:2,truncate=false", "--truncate True", "truncate")
+    run(llama, "-m", "yarn:2,truncate=false", "--no-truncate", "--dry-run")  # the same value twice is fine
+
+
+@pytest.mark.parametrize(("args", "first", "second"), [
+    (["-m", "yarn:4", "-f", "8"], "-m yarn:4", "--factor 8"),
+    (["-m", "yarn:4", "--set", "factor=8"], "-m yarn:4", "--set factor=8"),
+    (["-m", "yarn", "-f", "2", "--set", "factor=3"], "--factor 2", "--set factor=3"),
+    (["-m", "yarn:4,beta_fast=16", "--beta-fast", "24"], "-m yarn:4,beta_fast=16", "--beta-fast 24"),
+    (["-m", "yarn:4", "--set", "beta_fast=16", "--beta-fast", "24"], "--beta-fast 24", "--set beta_fast=16"),
+    (["-m", "yarn:4", "--set", "method=linear"], "-m yarn:4", "--set method=linear"),
+])
+def test_command_line_layers_that_disagree_are_refused(llama: Path, args: list[str], first: str, second: str) -> None:
+    """`-m yarn:4 -f 8` once wrote factor 8 without a word: both places are named, nothing is written."""
+    line = one_line(["patch", str(llama), *args, "--dry-run"], first, second)
+    assert "two values of" in line
+
+
+@pytest.mark.parametrize("args", [["-m", "yarn:4", "-t", "1k"], ["-m", "yarn:4", "--set", "target_length=1024"],
+                                  ["-m", "yarn", "-f", "4", "-t", "1k"]])
+def test_a_factor_and_a_target_length_are_refused(llama: Path, args: list[str]) -> None:
+    line = one_line(["patch", str(llama), *args, "--dry-run"], "factor", "target length")
+    assert "yarn:4" in line or "--factor 4" in line
+
+
+@pytest.mark.parametrize("args", [["-m", "yarn:4", "-f", "4"], ["-m", "yarn:4", "--set", "factor=4.0"],
+                                  ["-m", "yarn:4,beta_fast=16", "--beta-fast", "16", "--set", "beta_fast=16"]])
+def test_agreeing_layers_are_fine(llama: Path, args: list[str]) -> None:
+    """The negative control: equal values given twice write that value."""
+    data = json.loads(run(llama, *args, "--dry-run", "--json"))
+    assert data["after"]["factor"] == 4
+
+
+def test_a_preset_stays_a_default_the_command_line_overrides(llama: Path, presets: Path) -> None:
+    """A preset's target length gives way to -f (and its beta_fast to --beta-fast): no refusal below the command
+    line."""
+    data = json.loads(run(llama, "--preset", "mine", "-f", "2", "--beta-fast", "9", "--dry-run", "--json"))
+    assert data["after"]["factor"] == 2 and "beta_fast=9" in data["method"]
 
 
 def test_a_flag_for_an_option_the_method_lacks_is_refused(llama: Path) -> None:

@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import UsageError
-from ropectl.eval.options import TrialRunFields, check_run, merge_settings, parse_lengths, parse_methods
+from ropectl.eval.options import (
+    TrialRunFields,
+    check_run,
+    merge_settings,
+    parse_lengths,
+    parse_methods,
+    parse_token_counts,
+)
 from ropectl.rope.methods import MethodSpec
 
 # The embedded default: SmolLM2-135M (trained at 8192), unscaled against dynamic:2 (the demo's
@@ -84,6 +91,7 @@ def build_passkey_spec(preset: Mapping[str, Any] | None = None, **flags: Any) ->
     merged = merge_settings(layers, flags, _KEYS, "passkey")
     merged["methods"] = parse_methods(merged.get("methods"))
     merged["lengths"] = parse_lengths(merged["lengths"])
+    parse_token_counts(merged, ("batch_tokens",))
     merged["depths"] = parse_depths(merged["depths"])
     if merged.get("out") is not None:
         merged["out"] = Path(merged["out"]).expanduser()

@@ -13,7 +13,7 @@ from typing import Any
 
 from ropectl import presets
 from ropectl.errors import UsageError
-from ropectl.eval.options import DTYPES, merge_settings, parse_lengths, parse_methods
+from ropectl.eval.options import DTYPES, merge_settings, parse_lengths, parse_methods, parse_token_counts
 from ropectl.rope.methods import MethodSpec
 
 MODES = ("truncate", "sliding")
@@ -155,6 +155,7 @@ def build_spec(preset: str | Mapping[str, Any] | None = None, **flags: Any) -> E
     merged = merge_settings(layers, flags, _KEYS, "eval")
     merged["methods"] = parse_methods(merged.get("methods"))
     merged["lengths"] = parse_lengths(merged["lengths"])
+    parse_token_counts(merged, ("stride", "chunk_size", "bucket", "batch_tokens"))
     for key in ("out", "cache_dir"):
         if merged.get(key) is not None:
             merged[key] = Path(merged[key]).expanduser()

@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import UsageError
-from ropectl.eval.options import TrialRunFields, check_run, merge_settings, parse_lengths, parse_methods
+from ropectl.eval.options import (
+    TrialRunFields,
+    check_run,
+    merge_settings,
+    parse_lengths,
+    parse_methods,
+    parse_token_counts,
+)
 from ropectl.rope.methods import MethodSpec
 
 # RULER's effective length: the longest length whose mean score stays above Llama-2-7B's at 4k (85.6 %).
@@ -59,6 +66,7 @@ def build_tasks_spec(preset: dict[str, Any] | None = None, **flags: Any) -> Task
     merged["tasks"] = resolve_tasks(merged["tasks"])
     merged["methods"] = parse_methods(merged.get("methods"))
     merged["lengths"] = parse_lengths(merged["lengths"])
+    parse_token_counts(merged, ("batch_tokens",))
     if merged.get("out") is not None:
         merged["out"] = Path(merged["out"]).expanduser()
     return TasksSpec(**merged)
