@@ -80,14 +80,19 @@ def _render_files(result: dict[str, Any], console: Any) -> None:
         console.print(f"wrote {result['output']}: " + ", ".join(f"{n} {how}" for how, n in hows.items()))
     if result["backup"]:
         console.print(f"backup of the old config: {result['backup']}")
-    if result["verification"]:
-        v = result["verification"]
-        if v.get("skipped"):
-            console.print(f"[yellow]not verified[/yellow]: {v['skipped']}")
-            return
-        detail = f"max relative error {v['max_rel_error']:.1e}" if "max_rel_error" in v else \
-            f"{v.get('tensors_identical', 0)} tensors identical"
-        console.print(f"[green]verified[/green] with {v['engine']}: {detail}")
+    v = result["verification"]
+    if not v:
+        return
+    weights = v.get("weights", {}).get("covers")
+    if v.get("skipped"):
+        console.print(f"[yellow]not verified[/yellow]: {v['skipped']}")
+        if weights:
+            console.print(f"checked: {weights}")
+        return
+    # Say what "verified" covered: the RoPE transformers builds, and how far the weight files were looked at.
+    detail = f"rope frequencies max relative error {v['max_rel_error']:.1e}" if "max_rel_error" in v else \
+        v.get("covers", f"{v.get('tensors_identical', 0)} tensors identical")
+    console.print(f"[green]verified[/green] with {v['engine']}: {detail}" + (f"; {weights}" if weights else ""))
 
 
 
