@@ -94,8 +94,7 @@ def _render_files(result: dict[str, Any], console: Any) -> None:
     # Say what "verified" covered: the RoPE transformers builds, and how far the weight files were looked at.
     detail = f"rope frequencies max relative error {v['max_rel_error']:.1e}" if "max_rel_error" in v else \
         v.get("covers", f"{v.get('tensors_identical', 0)} tensors identical")
-    console.print(f"[green]verified[/green] with {v['engine']}: {detail}" + (f"; {weights}" if weights else ""),
-                  soft_wrap=True)  # one line, wrapped by the terminal: it is what a user greps for
+    console.print(f"[green]verified[/green] with {v['engine']}: {detail}" + (f"; {weights}" if weights else ""))
 
 
 

@@ -14,21 +14,9 @@ import pytest
 from ropectl.errors import CheckpointError
 from ropectl.io.safetensors_header import read_header
 from ropectl.io.weight_files import check_weight_files
+from tests.helpers.checkpoints import safetensors_loads, write_gguf
 
 Header = dict[str, Any]
-
-
-def library_loads(path: Path) -> bool:
-    """The oracle: safetensors' Rust loader opens the file and every tensor reads."""
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(path, framework="pt") as fh:
-            for name in fh.keys():
-                fh.get_tensor(name)
-    except SafetensorError:
-        return False
-    return True
 
 
 def ours_accepts(path: Path) -> bool:
@@ -143,7 +131,7 @@ def _damage(folder: Path, make: Callable[[Header, bytes, bytes], bytes]) -> Path
 @pytest.mark.parametrize("case", list(REFUSED))
 def test_what_the_library_refuses_is_refused(single: Path, case: str) -> None:
     path = _damage(single, REFUSED[case])
-    assert not library_loads(path), "the damage must break the file for the real loader (else the case tests nothing)"
+    assert not safetensors_loads(path), "the damage must break the file for the real loader (else the case tests nothing)"
     assert not ours_accepts(path)
     with pytest.raises(CheckpointError, match="not a valid safetensors file"):
         check_weight_files(single)
@@ -152,7 +140,7 @@ def test_what_the_library_refuses_is_refused(single: Path, case: str) -> None:
 @pytest.mark.parametrize("case", list(ACCEPTED))
 def test_what_the_library_loads_passes(single: Path, case: str) -> None:
     path = _damage(single, ACCEPTED[case])
-    assert library_loads(path)
+    assert safetensors_loads(path)
     assert ours_accepts(path)
     assert check_weight_files(single).files == ("model.safetensors",)
 
@@ -209,7 +197,7 @@ def test_index_maps_a_tensor_to_a_shard_that_lacks_it(sharded: Path) -> None:
 def test_a_truncated_shard(sharded: Path) -> None:
     shard = sorted(sharded.glob("model-*.safetensors"))[-1]
     shard.write_bytes(shard.read_bytes()[:-4])
-    assert not library_loads(shard)
+    assert not safetensors_loads(shard)
     with pytest.raises(CheckpointError, match=shard.name):
         check_weight_files(sharded)
 
@@ -253,8 +241,6 @@ def test_legacy_pickle_is_reported_not_checked(single: Path) -> None:
 
 
 def test_truncated_gguf_in_the_folder(single: Path) -> None:
-    from tests.io.test_gguf_kv import write_gguf
-
     good = write_gguf(single / "m.gguf")
     assert check_weight_files(single).files == ("m.gguf", "model.safetensors")
     good.write_bytes(good.read_bytes()[:-16])
@@ -285,6 +271,6 @@ def test_seeded_damage_agrees_with_the_library(single: Path) -> None:
             at = rng.randrange(8 + n)
             damaged[at] = rng.choice([rng.randrange(256), ord(rng.choice('0123456789{}[]",: '))])
         path.write_bytes(bytes(damaged))
-        verdicts.append(library_loads(path))
+        verdicts.append(safetensors_loads(path))
         assert ours_accepts(path) == verdicts[-1], bytes(damaged[:8 + n])
     assert True in verdicts and False in verdicts  # both kinds of file were met

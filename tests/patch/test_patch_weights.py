@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ropectl.cli.app import app
-from tests.io.test_weight_files import library_loads
+from tests.helpers.checkpoints import safetensors_loads, write_gguf
 
 runner = CliRunner()
 MODES = {"output": ["-o"], "in-place": ["--in-place"], "dry-run": ["--dry-run"]}
@@ -46,7 +46,7 @@ def _refused(tmp_path: Path, src: Path, mode: str, says: str) -> None:
 def test_broken_single_file_is_refused(single: Path, mode: str, damage, says: str) -> None:
     path = single / "model.safetensors"
     path.write_bytes(damage(path.read_bytes()))
-    assert not library_loads(path)
+    assert not safetensors_loads(path)
     _refused(single.parent, single, mode, says)
 
 
@@ -62,7 +62,7 @@ def test_broken_shard_is_refused(tmp_path: Path, sharded: Path) -> None:
     src = sharded
     shard = sorted(src.glob("model-*.safetensors"))[0]
     shard.write_bytes(shard.read_bytes()[:1000])
-    assert not library_loads(shard)
+    assert not safetensors_loads(shard)
     _refused(tmp_path, src, "output", shard.name)
 
 
@@ -72,7 +72,7 @@ def test_valid_checkpoint_says_what_was_verified(tmp_path: Path, tiny_checkpoint
     """Negative control: intact checkpoints pass, and the summary names what was checked."""
     src = tiny_checkpoints[which]
     weights = sorted(p.name for p in src.glob("*.safetensors"))
-    assert all(library_loads(src / w) for w in weights)
+    assert all(safetensors_loads(src / w) for w in weights)
     out = tmp_path / "out"
     result = runner.invoke(app, ["patch", str(src), "-m", "yarn", "-f", "2", "-o", str(out), "--json"])
     assert result.exit_code == 0, result.output
@@ -81,7 +81,7 @@ def test_valid_checkpoint_says_what_was_verified(tmp_path: Path, tiny_checkpoint
     assert verification["weights"]["indexes"] == (["model.safetensors.index.json"] if which else [])
     assert "not their values" in verification["weights"]["covers"] or "not its values" in verification["weights"]["covers"]
     assert "transformers builds them from the written config" in verification["covers"]
-    human = runner.invoke(app, ["patch", str(src), "-m", "yarn", "-f", "2", "--dry-run"])
+    human = runner.invoke(app, ["patch", str(src), "-m", "yarn", "-f", "2", "--dry-run"], env={"COLUMNS": "300"})
     assert human.exit_code == 0, human.output
     line = next(s for s in human.stdout.splitlines() if s.startswith("verified with transformers"))
     count = "1 weight file's header and size checked (not its values)" if not which else \
@@ -101,7 +101,7 @@ def test_config_only_folder_says_only_the_config(tmp_path: Path, tiny_checkpoint
     src = tmp_path / "src"
     src.mkdir()
     shutil.copy(tiny_checkpoints[0] / "config.json", src / "config.json")
-    result = runner.invoke(app, ["patch", str(src), "-m", "yarn", "-f", "2", "--dry-run"])
+    result = runner.invoke(app, ["patch", str(src), "-m", "yarn", "-f", "2", "--dry-run"], env={"COLUMNS": "300"})
     assert result.exit_code == 0, result.output
     assert "no weight files in the folder (only the config was checked)" in result.stdout
 
@@ -109,8 +109,6 @@ def test_config_only_folder_says_only_the_config(tmp_path: Path, tiny_checkpoint
 def test_truncated_gguf_input_writes_nothing(tmp_path: Path) -> None:
     """A GGUF is checked as it is read: tensor offsets and sizes within the file (gguf's own reader agrees)."""
     import gguf
-
-    from tests.io.test_gguf_kv import write_gguf
 
     good = write_gguf(tmp_path / "good.gguf")
     bad = tmp_path / "bad.gguf"
