@@ -146,8 +146,9 @@ def _check_index(path: Path, folder: Path, headers: dict[Path, SafetensorsFile])
         return True
     for tensor, shard in index["weight_map"].items():
         shard_path = path.parent / shard
-        header = headers.get(shard_path) or headers.setdefault(shard_path, read_header(shard_path))
-        if tensor not in header.tensors:
+        if shard_path not in headers:  # a shard not named *.safetensors: read here, once
+            headers[shard_path] = read_header(shard_path)
+        if tensor not in headers[shard_path].tensors:
             raise CheckpointError(f"{rel} maps tensor '{tensor}' to '{shard}', whose header does not declare it",
                                   "re-download the checkpoint (the index and the shards are from different saves)")
     return True

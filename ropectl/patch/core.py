@@ -144,9 +144,9 @@ def _gguf(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> dict[str, 
     how = f"new file, {written.tensors} tensors copied unchanged"
     verification = {"engine": "GGUF re-read", "keys": sorted(written.changed), "removed": list(written.removed),
                     "tensors_identical": written.tensors,
-                    "covers": f"the written file re-read: {len(written.changed)} keys as intended, the others kept, all "
-                              f"{written.tensors} tensors byte-identical to the source (whose tensor index was "
-                              "checked against its size when read)"}
+                    "covers": f"{len(written.changed)} keys as intended, the others kept, all {written.tensors} tensors "
+                              "byte-identical to the source (whose tensor offsets and sizes were checked against its "
+                              "file size when read)"}
     return {"output": str(spec.output), "files": [(spec.output.name, how)], "verification": verification}
 
 
