@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from tests.helpers.checkpoints import smollm2_gguf  # noqa: E402
+from tests.helpers.checkpoints import smollm2_gguf, tiny_llama, tiny_llama_sharded  # noqa: E402
 from tests.helpers.eval_data import build, write_corpus  # noqa: E402
 
 
@@ -41,3 +42,22 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The same tiny Llama (seed 0) as one model.safetensors and as shards with an index: never modify these."""
+    root = tmp_path_factory.mktemp("tiny-checkpoints")
+    return tiny_llama(root / "single"), tiny_llama_sharded(root / "sharded")
+
+
+@pytest.fixture()
+def single(tmp_path: Path, tiny_checkpoints: tuple[Path, Path]) -> Path:
+    """A private copy of the single-file tiny Llama, at tmp_path/src, free to damage."""
+    return Path(shutil.copytree(tiny_checkpoints[0], tmp_path / "src"))
+
+
+@pytest.fixture()
+def sharded(tmp_path: Path, tiny_checkpoints: tuple[Path, Path]) -> Path:
+    """A private copy of the sharded tiny Llama, at tmp_path/src, free to damage."""
+    return Path(shutil.copytree(tiny_checkpoints[1], tmp_path / "src"))

@@ -99,14 +99,21 @@ def _render_files(result: dict[str, Any], console: Any) -> None:
         console.print(f"wrote {result['output']}: " + ", ".join(f"{n} {how}" for how, n in hows.items()))
     if result["backup"]:
         console.print(f"backup of the old config: {result['backup']}")
-    if result["verification"]:
-        v = result["verification"]
-        if v.get("skipped"):
-            console.print(f"[yellow]not verified[/yellow]: {v['skipped']}")
-            return
-        detail = f"max relative error {v['max_rel_error']:.1e}" if "max_rel_error" in v else \
-            f"{v.get('tensors_identical', 0)} tensors identical"
-        console.print(f"[green]verified[/green] with {v['engine']}: {detail}")
+    v = result["verification"]
+    if not v:
+        return
+    from rich.markup import escape
+
+    weights = escape(v["weights"]["covers"]) if v.get("weights") else None  # file names are not markup
+    if v.get("skipped"):
+        console.print(f"[yellow]not verified[/yellow]: {v['skipped']}")
+        if weights:
+            console.print(f"checked: {weights}")
+        return
+    # Say what "verified" covered: the RoPE transformers builds, and how far the weight files were looked at.
+    detail = f"rope frequencies max relative error {v['max_rel_error']:.1e}" if "max_rel_error" in v else \
+        v.get("covers", f"{v.get('tensors_identical', 0)} tensors identical")
+    console.print(f"[green]verified[/green] with {v['engine']}: {detail}" + (f"; {weights}" if weights else ""))
 
 
 
@@ -123,7 +130,11 @@ def _template(
 
 @handle_errors
 def patch(**kw: Any) -> None:
-    """Rewrite a checkpoint's RoPE scaling (config.json or GGUF metadata), verified against transformers."""
+    """Rewrite a checkpoint's RoPE scaling (config.json or GGUF metadata), verified against transformers.
+
+    The weight files are checked first (headers and sizes, as their loaders check them, not their values): a
+    truncated or corrupt checkpoint is refused with nothing written, in --dry-run and --in-place too.
+    """
     from ropectl.patch import MethodChoice, PatchSpec, build_choice, method_spec, patch_checkpoint
 
     options = {k[len(OPT):]: kw.pop(k) for k in list(kw) if k.startswith(OPT)}

@@ -1,4 +1,6 @@
-"""Streaming safetensors I/O: parse headers ourselves, copy untouched bytes verbatim, rewrite only permuted rows.
+"""Streaming safetensors I/O: copy untouched bytes verbatim, rewrite only permuted rows.
+
+Headers are read and checked by ``ropectl.io.safetensors_header`` (the one reader, shared with ``patch``).
 
 The safetensors library writes a whole dict at once (memory = one shard); writing the header ourselves first and
 then the data tensor by tensor keeps peak memory at one permuted tensor (plus its gathered copy). Untouched byte
@@ -7,16 +9,14 @@ ranges are copied in the kernel (``os.copy_file_range``), so their bytes are ide
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import struct
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ropectl.errors import CheckpointError
+from ropectl.io.safetensors_header import DTYPE_BITS, SafetensorsFile
 from ropectl.output import dumps
 
 if TYPE_CHECKING:
@@ -24,101 +24,13 @@ if TYPE_CHECKING:
     import torch
 
 ProgressFn = Callable[[int], None]  # called with bytes just written
-MAX_HEADER = 100_000_000  # the safetensors library's own limit
 CHUNK = 64 << 20
-ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
-            "U16": 2, "U32": 4, "U64": 8, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "C64": 8}
 TORCH_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
                "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool", "U16": "uint16",
                "U32": "uint32", "U64": "uint64", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
                "F8_E8M0": "float8_e8m0fnu", "C64": "complex64"}
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    begin: int  # offsets relative to the start of the data section
-    end: int
-
-    @property
-    def nbytes(self) -> int:
-        return self.end - self.begin
-
-
-@dataclass(frozen=True)
-class SafetensorsFile:
-    path: Path
-    data_start: int
-    data_len: int
-    tensors: Mapping[str, TensorInfo]  # header order
-    metadata: Mapping[str, str] | None
-
-
-def _bad(path: Path, why: str) -> CheckpointError:
-    return CheckpointError(f"'{path}' is not a valid safetensors file: {why}",
-                           "re-download or re-save the checkpoint; nothing was written")
-
-
-def read_header(path: Path) -> SafetensorsFile:
-    """Parse and check a safetensors header without reading the tensors."""
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as fh:
-            head = fh.read(8)
-            n = struct.unpack("<Q", head)[0] if len(head) == 8 else None
-            if n is None:
-                raise _bad(path, f"only {size} bytes, shorter than the 8-byte header length (truncated)")
-            if n > min(size - 8, MAX_HEADER):
-                raise _bad(path, f"the header claims {n:,} bytes but the file holds {size - 8:,} after the length "
-                                 "(truncated or corrupt)")
-            raw = fh.read(n)
-    except OSError as exc:
-        raise CheckpointError(f"cannot read '{path}': {exc.strerror}", "check the file's permissions") from None
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _bad(path, f"the JSON header does not parse ({exc.__class__.__name__}: {exc})") from None
-    except RecursionError:  # a nesting bomb: a real header is two levels deep
-        raise _bad(path, "the JSON header nests too deeply") from None
-    if not isinstance(header, dict):
-        raise _bad(path, "the header is not a JSON object")
-    metadata = header.pop("__metadata__", None)
-    if metadata is not None and not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
-        raise _bad(path, "__metadata__ is not a map of strings")
-    data_len = size - 8 - n
-    tensors = {name: _entry(path, name, entry, data_len) for name, entry in header.items()}
-    _check_overlap(path, tensors.values())
-    return SafetensorsFile(path, 8 + n, data_len, tensors, metadata)
-
-
-def _entry(path: Path, name: str, entry: Any, data_len: int) -> TensorInfo:
-    try:
-        dtype, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
-        ok = isinstance(dtype, str) and all(isinstance(d, int) and d >= 0 for d in shape + (begin, end))
-    except (KeyError, TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise _bad(path, f"tensor '{name}' has a malformed header entry")
-    if not begin <= end:
-        raise _bad(path, f"tensor '{name}' has data_offsets [{begin}, {end}]")
-    if end > data_len:
-        raise _bad(path, f"tensor '{name}' ends at byte {end:,} of the data but only {data_len:,} are present "
-                         "(truncated)")
-    if dtype in ITEMSIZE and math.prod(shape) * ITEMSIZE[dtype] != end - begin:
-        raise _bad(path, f"tensor '{name}' {dtype}{list(shape)} needs {math.prod(shape) * ITEMSIZE[dtype]:,} bytes "
-                         f"but its offsets span {end - begin:,}")
-    return TensorInfo(name, dtype, shape, begin, end)
-
-
-def _check_overlap(path: Path, infos: Iterable[TensorInfo]) -> None:
-    last: TensorInfo | None = None
-    for info in sorted(infos, key=lambda i: (i.begin, i.end)):
-        if last is not None and info.begin < last.end and info.nbytes:
-            raise _bad(path, f"tensors '{last.name}' and '{info.name}' overlap")
-        last = info if info.nbytes else last
+# The dtypes whose rows can be permuted byte-wise (whole bytes per element, a torch dtype to read them as).
+ITEMSIZE = {name: DTYPE_BITS[name] // 8 for name in TORCH_NAMES}
 
 
 def encode_header(entries: Mapping[str, Mapping[str, Any]], metadata: Mapping[str, str] | None) -> bytes:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import pickle
 import warnings
 from collections.abc import Mapping
@@ -11,16 +10,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ropectl.errors import CheckpointError, pickle_refused
-from ropectl.io.hub_cache import inside_checkpoint
-from ropectl.layout.io import ITEMSIZE, SafetensorsFile, read_header, read_tensor
+from ropectl.io.safetensors_header import SafetensorsFile, read_header
+from ropectl.io.weight_files import PT_INDEX, ST_INDEX, WEIGHT_SUFFIXES, read_index, shard_paths
+from ropectl.layout.io import ITEMSIZE, read_tensor
 
 if TYPE_CHECKING:
     import torch
 
-ST_INDEX = "model.safetensors.index.json"
-PT_INDEX = "pytorch_model.bin.index.json"
 TORCH_SINGLE = ("pytorch_model.bin", "model.bin", "model.pth", "model.pt")
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx")
 
 
 @dataclass
@@ -70,20 +67,20 @@ def open_weights(folder: Path) -> WeightStore:
 
 
 def _known_dtypes(header: SafetensorsFile) -> SafetensorsFile:
-    """Refuse a dtype safetensors does not define: its bytes cannot be checked, so they are never copied on."""
+    """Refuse a dtype whose rows cannot be permuted byte-wise (sub-byte F4/F6, FNUZ floats torch cannot read)."""
     for info in header.tensors.values():
         if info.dtype not in ITEMSIZE:
             raise CheckpointError(
-                f"tensor '{info.name}' in '{header.path}' has dtype '{info.dtype}', which safetensors does not define "
-                f"(known: {', '.join(ITEMSIZE)})", "re-save the checkpoint with a standard dtype; nothing was written")
+                f"tensor '{info.name}' in '{header.path}' has dtype '{info.dtype}', which convert-layout cannot permute "
+                f"(it handles: {', '.join(ITEMSIZE)})", "re-save the checkpoint with one of those dtypes; nothing was written")
     return header
 
 
 def _locate(folder: Path) -> WeightStore:
     for index_name, kind in ((ST_INDEX, "safetensors"), (PT_INDEX, "torch")):
         if (folder / index_name).is_file():
-            index = _read_index(folder / index_name)
-            return WeightStore(kind, tuple(_shard_paths(folder, index_name, index)), index)
+            index = read_index(folder / index_name)
+            return WeightStore(kind, tuple(shard_paths(folder, index_name, index)), index)
     singles = sorted(folder.glob("*.safetensors"))
     if len(singles) == 1:
         return WeightStore("safetensors", (singles[0],))
@@ -95,34 +92,6 @@ def _locate(folder: Path) -> WeightStore:
             return WeightStore("torch", (folder / name,))
     raise CheckpointError(f"no weights found in '{folder}' (looked for {ST_INDEX}, *.safetensors, {PT_INDEX}, "
                           f"{', '.join(TORCH_SINGLE)})", "point MODEL at a checkpoint folder with its weights")
-
-
-def _read_index(path: Path) -> dict[str, Any]:
-    try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise CheckpointError(f"cannot read '{path}' ({type(exc).__name__})", "repair or re-download the index") from None
-    if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
-        raise CheckpointError(f"'{path}' has no weight_map object", "repair or re-download the index")
-    return index
-
-
-def _shard_paths(folder: Path, index_name: str, index: Mapping[str, Any]) -> list[Path]:
-    shards: list[str] = []
-    for shard in index["weight_map"].values():
-        if shard not in shards:
-            shards.append(shard)
-    paths = []
-    for shard in shards:
-        if not isinstance(shard, str) or not shard or Path(shard).is_absolute() or ".." in Path(shard).parts \
-                or not inside_checkpoint(folder / shard, folder):
-            raise CheckpointError(f"{index_name} names shard {shard!r}, outside the checkpoint folder",
-                                  "shard names must be plain file names inside the folder; repair the index")
-        if not (folder / shard).is_file():
-            raise CheckpointError(f"shard '{shard}' listed in {index_name} is missing from '{folder}'",
-                                  "download the missing shard (or the whole checkpoint) again")
-        paths.append(folder / shard)
-    return paths
 
 
 def load_torch(path: Path) -> dict[str, torch.Tensor]:

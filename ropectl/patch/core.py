@@ -25,7 +25,7 @@ from ropectl.io.files import (
 )
 from ropectl.io.ownership import note_written
 from ropectl.io.resolve import HUB_ID, ResolvedModel, resolve_model
-from ropectl.layout.weights import WEIGHT_SUFFIXES
+from ropectl.io.weight_files import WEIGHT_SUFFIXES, WeightCheck, check_weight_files
 from ropectl.output import dumps
 from ropectl.patch import gguf as gguf_out
 from ropectl.patch import serving
@@ -144,7 +144,10 @@ def _gguf(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> dict[str, 
     os.chmod(spec.output, default_mode(0o666))  # the GGUF writer's temp file starts private
     how = f"new file, {written.tensors} tensors copied unchanged"
     verification = {"engine": "GGUF re-read", "keys": sorted(written.changed), "removed": list(written.removed),
-                    "tensors_identical": written.tensors}
+                    "tensors_identical": written.tensors,
+                    "covers": f"{len(written.changed)} keys as intended, the others kept, all {written.tensors} tensors "
+                              "byte-identical to the source (whose tensor offsets and sizes were checked against its "
+                              "file size when read)"}
     return {"output": str(spec.output), "files": [(spec.output.name, how)], "verification": verification}
 
 
@@ -218,8 +221,19 @@ def _execute(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> tuple[d
     return (_write_in_place(model, plan) if spec.in_place else _write_folder(spec, model, plan)), []
 
 
+def _check_weights(spec: PatchSpec, model: ResolvedModel) -> WeightCheck | None:
+    """The weight files' headers and sizes, before anything is written: refuses a truncated or corrupt checkpoint.
+
+    Every mode that reports "verified" (output, --in-place, --dry-run) checks them, so a dry run refuses what the
+    real run would; --emit reads only config.json and a GGUF is checked when it is read.
+    """
+    if model.is_gguf or spec.emit != "config":
+        return None
+    return check_weight_files(model.folder)
+
+
 def _result(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan, done: dict[str, Any],
-            warnings: list[str]) -> PatchResult:
+            warnings: list[str], weights: WeightCheck | None = None) -> PatchResult:
     target = plan.target_context
     files = tuple(done.get("files", ()))
     if done.get("skipped"):
@@ -231,6 +245,8 @@ def _result(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan, done: dict[
     warnings.extend(getattr(verification, "warnings", ()))
     if verification is not None and hasattr(verification, "to_dict"):
         verification = verification.to_dict()
+    if verification is not None and weights is not None:
+        verification = {**verification, "weights": weights.to_dict()}
     others = {k: float(v.rope_theta) for k, v in plan.layer_ropes.items() if k != "full_attention"}
     return PatchResult(
         model=spec.model, kind=model.kind, method=plan.method.label if plan.method else plan.rope.rope_type,
@@ -255,8 +271,9 @@ def patch_checkpoint(spec: PatchSpec) -> PatchResult:
     plan = plan_config(config, spec.method, spec.target_length, spec.schema, replace_existing=spec.replace_existing,
                        transformers=not model.is_gguf, max_positions=spec.max_positions)
     views = serving.reader_views(spec, plan, model)
+    weights = _check_weights(spec, model)
     done, emit_warnings = _execute(spec, model, plan)
     engine_lines = serving.serving_warnings(spec, plan, model, views)
-    result = _result(spec, model, plan, done, _warnings(spec, plan, model) + engine_lines + emit_warnings)
+    result = _result(spec, model, plan, done, _warnings(spec, plan, model) + engine_lines + emit_warnings, weights)
     card, notes = card_lines(spec.model, plan)
     return replace(result, readers=tuple(v.to_json() for v in views), card=card, notes=notes)

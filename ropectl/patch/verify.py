@@ -37,7 +37,10 @@ class Verification:
     def to_dict(self) -> dict[str, Any]:
         out = {"engine": self.engine, "layers": list(self.layers),
                "max_rel_error": None if self.skipped else self.max_rel_error,
-               "warnings": list(self.warnings)}
+               "warnings": list(self.warnings),
+               "covers": "nothing: transformers cannot build this rope type" if self.skipped else
+               "rope frequencies and attention factor as transformers builds them from the written config, "
+               "against ropectl's own"}
         return {**out, "skipped": self.skipped} if self.skipped else out
 
 

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from ropectl.cli.app import app
 from ropectl.errors import GGUFError
 from ropectl.io.gguf_meta import read_gguf_metadata
+from tests.helpers.checkpoints import write_gguf
 
 runner = CliRunner()
 
@@ -27,41 +28,6 @@ def oracle(path: Path) -> dict[str, Any]:
     fields = gguf.GGUFReader(str(path)).fields
     return {k: f.contents() for k, f in fields.items()
             if not k.startswith("GGUF.") and (not k.startswith("tokenizer.ggml.") or k == "tokenizer.ggml.model")}
-
-
-def write_gguf(path: Path, big_endian: bool = False) -> Path:
-    """A llama GGUF with every value type, a tokenizer vocabulary and two tensors."""
-    import gguf
-    import numpy as np
-
-    endian = gguf.GGUFEndian.BIG if big_endian else gguf.GGUFEndian.LITTLE
-    writer = gguf.GGUFWriter(str(path), "llama", endianess=endian)
-    writer.add_context_length(256)
-    writer.add_embedding_length(64)
-    writer.add_block_count(2)
-    writer.add_head_count(4)
-    writer.add_head_count_kv(2)
-    writer.add_rope_freq_base(500000.0)
-    writer.add_rope_dimension_count(16)
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list([f"tok{i}" for i in range(300)])
-    writer.add_token_scores([float(i) for i in range(300)])
-    writer.add_bool("test.flag", True)
-    writer.add_int8("test.i8", -5)
-    writer.add_uint64("test.u64", 2**40)
-    writer.add_float64("test.f64", 1.25)
-    writer.add_string("test.text", "é ✓")
-    writer.add_array("test.ints", [1, 2, 3])
-    writer.add_array("test.words", ["a", "bc"])
-    dtype = ">f4" if big_endian else "<f4"
-    f32 = gguf.GGMLQuantizationType.F32
-    writer.add_tensor("token_embd.weight", np.arange(64 * 8, dtype=dtype).reshape(8, 64), raw_dtype=f32)
-    writer.add_tensor("output_norm.weight", np.ones(64, dtype=dtype), raw_dtype=f32)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 @pytest.mark.parametrize("big_endian", [False, True], ids=["little-endian", "big-endian"])

@@ -16,28 +16,7 @@ from typer.testing import CliRunner
 from ropectl.cli.app import app
 from ropectl.errors import CheckpointError, LayoutError, OutputError, RopectlError, UsageError
 from ropectl.layout.convert import ConvertSpec, convert_layout
-from tests.helpers.checkpoints import tiny_llama, write_config
-
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("errors")
-    single = tiny_llama(root / "single")
-    from transformers import AutoModelForCausalLM
-
-    sharded = root / "sharded"
-    AutoModelForCausalLM.from_pretrained(single).save_pretrained(sharded, max_shard_size="60KB")
-    return single, sharded
-
-
-@pytest.fixture
-def single(tmp_path: Path, pristine: tuple[Path, Path]) -> Path:
-    return Path(shutil.copytree(pristine[0], tmp_path / "src"))
-
-
-@pytest.fixture
-def sharded(tmp_path: Path, pristine: tuple[Path, Path]) -> Path:
-    return Path(shutil.copytree(pristine[1], tmp_path / "src"))
+from tests.helpers.checkpoints import write_config
 
 
 def _fails(src: Path, error: type[RopectlError], match: str, to: str = "interleaved", code: int = 1,
@@ -201,10 +180,10 @@ def _code_running(marker: Path) -> type:
     return Evil
 
 
-def test_non_tensor_pickle_is_refused_without_running_it(tmp_path: Path, pristine: tuple[Path, Path]) -> None:
+def test_non_tensor_pickle_is_refused_without_running_it(tmp_path: Path, tiny_checkpoints: tuple[Path, Path]) -> None:
     src = tmp_path / "src"
     src.mkdir()
-    shutil.copy(pristine[0] / "config.json", src / "config.json")
+    shutil.copy(tiny_checkpoints[0] / "config.json", src / "config.json")
     marker = tmp_path / "ran"
     Evil = _code_running(marker)
 
@@ -214,13 +193,13 @@ def test_non_tensor_pickle_is_refused_without_running_it(tmp_path: Path, pristin
 
 
 @pytest.mark.parametrize("form", ["zip", "legacy", "raw"], ids=["H-97 zip", "H-98 legacy", "H-99 raw pickle"])
-def test_code_pickle_refusal_is_one_line_naming_the_call(tmp_path: Path, pristine: tuple[Path, Path], form: str) -> None:
+def test_code_pickle_refusal_is_one_line_naming_the_call(tmp_path: Path, tiny_checkpoints: tuple[Path, Path], form: str) -> None:
     """One line that names the call the pickle would make, with no torch warnings and no advice to unpickle."""
     import pickle
 
     src = tmp_path / "src"
     src.mkdir()
-    shutil.copy(pristine[0] / "config.json", src / "config.json")
+    shutil.copy(tiny_checkpoints[0] / "config.json", src / "config.json")
     marker = tmp_path / "ran"
     Evil = _code_running(marker)
 

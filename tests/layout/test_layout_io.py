@@ -14,9 +14,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from ropectl.io.safetensors_header import read_header
 from ropectl.layout.convert import METADATA_KEY, ConvertSpec, convert_layout
 from ropectl.layout.detect import HALF_SPLIT, INTERLEAVED, known_layout
-from ropectl.layout.io import read_header
 from tests.helpers.checkpoints import tiny_gemma3, tiny_llama, tiny_neox
 
 
