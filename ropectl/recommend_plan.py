@@ -144,9 +144,10 @@ def plan_lines(plan: Plan, timing: Timing | None, base: Plan | None = None, budg
             lines.append(f"warning: the smallest sizes ({plan.docs} documents, {plan.samples} samples) need more "
                          f"than the budget of {minutes(budget_s)}")
     delta = task_difference(plan.samples)
-    lines.append(f"power: {plan.samples} trials per task separate a task-score difference of "
-                 + (f"{delta:.0%} or more at 80 % power at best (every disagreeing trial favouring one method)"
-                    if delta else "no size at 95 % (too few trials)"))
+    lines.append(f"power: {plan.samples} trials per task separate a task-score difference of {delta:.0%} or more at "
+                 "80 % power at best (every disagreeing trial favouring one method)" if delta else
+                 f"power: {plan.samples} trials per task cannot separate any task-score difference at 95 % (at least "
+                 f"{MIN_SAMPLES} are needed)")
     return lines
 
 

@@ -58,8 +58,8 @@ LONG_MIN = 512  # the long one at least this long, so that compute, not the fixe
 
 
 def timed_forward(model: str | None, device: str, dtype: str, tokens: int) -> Timing:
-    """PPL forwards (decoder body and chunked head) of ``tokens`` (at least LONG_MIN) and SHORT tokens, timed, and the model's
-    shape."""
+    """PPL forwards (decoder body and chunked head) of ``tokens`` (at least LONG_MIN) and of SHORT tokens, timed,
+    and the model's shape."""
     import torch
 
     from ropectl.eval.engines import DEFAULT_ENGINE, get_engine
