@@ -37,7 +37,7 @@ ResumeOpt = Annotated[bool, opt("--resume", panel=IN, help=(
     "the task sweeps skip the cells and trials they finished, with the sizes the run chose."))]
 BudgetOpt = Annotated[Optional[float], opt("--budget", panel=RULE, help=(
     "Minutes the sweeps may take: fewer documents and task samples (at least 4 and 6) until the estimate from "
-    "a timed forward fits; the plan printed first says the sizes and the differences they can separate. "
+    "timed forwards fits; the plan printed first says the sizes and the differences they can separate. "
     "Sizes that already fit (a GPU) are kept."))]
 RegressionOpt = Annotated[Optional[float], opt("--max-regression", panel=RULE, help=(
     "Largest PPL increase over `none` allowed at lengths up to the trained context [default: 0.05]."))]
@@ -76,7 +76,7 @@ def recommend_cmd(
     that does not separate from the others is not crowned: the simplest of the tied ships. Prints the
     evidence, the decision and the `ropectl patch` commands that ship it.
 
-    Before it runs the sweeps it prints the plan on stderr: cells, trials, an estimate from one timed forward
+    Before it runs the sweeps it prints the plan on stderr: cells, trials, an estimate from two timed forwards
     (--budget sizes the run to it) and the differences the sizes can separate. Stopped (Ctrl-C, SIGTERM), it
     prints the command that resumes it.
     """
