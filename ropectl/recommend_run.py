@@ -106,7 +106,7 @@ def _run(req: Request, progress: Callable[[Any], None] | None, on_ppl: Callable[
     from ropectl.eval.tasks.ruler.runner import run_tasks
     from ropectl.eval.tasks.ruler.spec import build_tasks_spec
 
-    plan, skipped, trained = _grid(req)
+    plan, skipped, _ = _grid(req)
     root = recommend_root(req.out, req.resume)
     plan, timing = _sized(req, plan, root, say)
     resume = True if req.resume else None
