@@ -11,12 +11,17 @@ no forward at the longer lengths either: no score could bring it back.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ropectl.eval.timing import Timing
+from ropectl.io.files import atomic_write_text
+from ropectl.output import dumps
 from ropectl.recommend import DEFAULT_MAX_REGRESSION, recommend, screen
+from ropectl.recommend_plan import Plan, fit_budget, plan_lines, screen_lines, spread
+
+PLAN_FILE = "plan.json"  # the sizes the run chose (a budget's), so --resume runs the same sweeps
 
 # The embedded demo (SmolLM2-135M, trained 8k, 10k target): sized to about 10 minutes of 2 CPU cores.
 # Tasks run at the target; the demo also at half the trained context ("task_at" x trained), so its effective
@@ -52,58 +57,132 @@ def candidates(methods: tuple[str, ...], base: float, grid: tuple[float, ...], s
     return out, skipped
 
 
+@dataclass(frozen=True)
+class Request:
+    """What ``recommend`` asked the sweeps for (the CLI's flags)."""
+
+    model: str | None
+    target: int
+    factor: float | None
+    out: Path | None
+    dtype: str = "auto"
+    device: str = "auto"
+    max_regression: float = DEFAULT_MAX_REGRESSION
+    serve_with: tuple[str, ...] = ()
+    engine_options: dict[str, Any] = field(default_factory=dict)
+    resume: bool = False
+    budget_min: float | None = None  # minutes the sweeps may take: documents and samples are sized to it
+
+
+def recommend_root(out: Path | None, resume: bool) -> Path:
+    """The folder the sweeps write under: --out; with --resume and no --out the newest runs/recommend-*."""
+    from ropectl.eval.output import output_dir
+
+    return output_dir(out, resume, "recommend", "recommendation")
+
+
 def run_sweeps(model: str | None, target: int, factor: float | None, out: Path | None, dtype: str, device: str,
                max_regression: float = DEFAULT_MAX_REGRESSION,
                progress: Callable[[Any], None] | None = None, on_ppl: Callable[[Any], None] | None = None,
-               serve_with: tuple[str, ...] = (), engine_options: dict[str, Any] | None = None) -> Sweeps:
+               serve_with: tuple[str, ...] = (), engine_options: dict[str, Any] | None = None, resume: bool = False,
+               budget_min: float | None = None, say: Callable[[str], None] | None = None) -> Sweeps:
+    """Plan, screen, PPL sweep, task sweep, recommendation; ``say`` gets the plan's lines (the CLI: stderr)."""
+    request = Request(model, target, factor, out, dtype, device, max_regression, serve_with, engine_options or {},
+                      resume, budget_min)
+    return run(request, progress, on_ppl, say)
+
+
+def run(req: Request, progress: Callable[[Any], None] | None = None, on_ppl: Callable[[Any], None] | None = None,
+        say: Callable[[str], None] | None = None) -> Sweeps:
     from ropectl.eval.reuse import reusing
 
-    with reusing():  # the screen, the PPL sweep and the task sweep share one load of the model
-        return _run(model, target, factor, out, dtype, device, max_regression, progress, on_ppl, serve_with,
-                    engine_options)
+    with reusing():  # the probe, the screen, the PPL sweep and the task sweep share one load of the model
+        return _run(req, progress, on_ppl, say or (lambda line: None))
 
 
-def _run(model: str | None, target: int, factor: float | None, out: Path | None, dtype: str, device: str,
-         max_regression: float, progress: Callable[[Any], None] | None, on_ppl: Callable[[Any], None] | None,
-         serve_with: tuple[str, ...], engine_options: dict[str, Any] | None) -> Sweeps:
-    from ropectl.eval.engines import DEFAULT_ENGINE, engine_name
-    from ropectl.eval.model import model_source, trained_context
-    from ropectl.eval.options import parse_lengths
+def _run(req: Request, progress: Callable[[Any], None] | None, on_ppl: Callable[[Any], None] | None,
+         say: Callable[[str], None]) -> Sweeps:
     from ropectl.eval.tasks.ppl import build_spec, run_eval
     from ropectl.eval.tasks.ruler.runner import run_tasks
     from ropectl.eval.tasks.ruler.spec import build_tasks_spec
 
-    sizes = DEMO if model is None else GENERIC
-    trained = trained_context(model_source(model).config) or target
-    grid = (1.0,) if factor else sizes["grid"]
-    methods, skipped = candidates(sizes["candidates"], factor or target / trained, grid, serve_with)
-    inside = parse_lengths(sizes.get("inside") or sorted({max(2, trained // 4), trained}))
-    root = out or Path("runs") / f"recommend-{datetime.now():%Y%m%d-%H%M%S}"
-    common = {"model": model, "methods": methods, "dtype": dtype, "device": device,
-              **(engine_options or {})}  # --engine vllm and its parallel sizes, for both sweeps
+    plan, skipped, _ = _grid(req)
+    root = recommend_root(req.out, req.resume)
+    plan, timing = _sized(req, plan, root, say)
+    resume = True if req.resume else None
+    common = {"model": req.model, "methods": list(plan.methods), "dtype": req.dtype, "device": req.device,
+              **req.engine_options}  # --engine vllm and its parallel sizes, for both sweeps
     # The screen: every method at the shortest in-window length first (cheap); one that regresses there is out
     # whatever the longer lengths say, so the second pass (resuming the same folder) skips its long forwards.
     # vLLM starts an engine per method and length, which costs more than the forwards the screen saves.
-    screens = engine_name(common.get("engine", DEFAULT_ENGINE)) == DEFAULT_ENGINE
     screened: tuple[str, ...] = ()
-    if screens:
-        first = run_eval(build_spec(lengths=[min(inside)], docs=sizes["docs"], out=root / "ppl", **common), progress)
-        screened = screen(_as_evidence(first), max_regression)
-    ppl = run_eval(build_spec(lengths=[*inside, target], docs=sizes["docs"], out=root / "ppl",
-                              resume=screens or None, screened_out=screened, **common), progress)  # the same folder
+    if plan.screen_at:
+        first = run_eval(build_spec(lengths=[plan.screen_at], docs=plan.docs, out=root / "ppl", resume=resume,
+                                    **common), progress)
+        screened = screen(_as_evidence(first), req.max_regression)
+        for line in screen_lines(plan, spread(first.cells, plan.screen_at), plan.without(set(screened)), timing):
+            say(line)
+    ppl = run_eval(build_spec(lengths=list(plan.lengths), docs=plan.docs, out=root / "ppl",
+                              resume=True if plan.screen_at else resume, screened_out=screened, **common), progress)
     if on_ppl:
         on_ppl(ppl)
     evidence = _as_evidence(ppl)
-    out_on_ppl = {e.method for e in recommend(evidence, None, target, max_regression, serve_with).evidence
+    out_on_ppl = {e.method for e in recommend(evidence, None, req.target, req.max_regression, req.serve_with).evidence
                   if not e.eligible}
-    common["methods"] = [m for m in methods if m not in out_on_ppl]
-    inside_at = sizes["task_at"]
-    task_lengths = sorted({n for n in (int(trained * inside_at) if inside_at else 0, target) if 0 < n <= target})
-    tasks = run_tasks(build_tasks_spec(tasks=sizes["tasks"], lengths=task_lengths, samples=sizes["samples"],
-                                       out=root / "tasks", **common), progress)
-    final = recommend(evidence, {"meta": tasks.meta, "rows": [r.to_dict() for r in tasks.rows]}, target, max_regression,
-                      serve_with)
+    common["methods"] = [m for m in plan.methods if m not in out_on_ppl]
+    tasks = run_tasks(build_tasks_spec(tasks=",".join(plan.tasks), lengths=list(plan.task_lengths),
+                                       samples=plan.samples, out=root / "tasks", resume=resume, **common), progress)
+    final = recommend(evidence, {"meta": tasks.meta, "rows": [r.to_dict() for r in tasks.rows]}, req.target,
+                      req.max_regression, req.serve_with)
     return Sweeps(ppl, tasks, final, skipped)
+
+
+def _grid(req: Request) -> tuple[Plan, dict[str, str], int]:
+    """The plan at the generic (or demo) sizes, the candidates not measured and why, the trained context."""
+    from ropectl.eval.engines import DEFAULT_ENGINE, engine_name
+    from ropectl.eval.model import model_source, trained_context
+    from ropectl.eval.options import parse_lengths
+    from ropectl.eval.tasks.ruler import resolve_tasks
+
+    sizes = DEMO if req.model is None else GENERIC
+    trained = trained_context(model_source(req.model).config) or req.target
+    grid = (1.0,) if req.factor else sizes["grid"]
+    methods, skipped = candidates(sizes["candidates"], req.factor or req.target / trained, grid, req.serve_with)
+    inside = parse_lengths(sizes.get("inside") or sorted({max(2, trained // 4), trained}))
+    screens = engine_name(req.engine_options.get("engine", DEFAULT_ENGINE)) == DEFAULT_ENGINE
+    task_at = sizes["task_at"]
+    task_lengths = sorted({n for n in (int(trained * task_at) if task_at else 0, req.target) if 0 < n <= req.target})
+    plan = Plan(tuple(methods), tuple(sorted({*inside, req.target})), sizes["docs"], resolve_tasks(sizes["tasks"]),
+                sizes["samples"], tuple(task_lengths), min(inside) if screens else None)
+    return plan, skipped, trained
+
+
+def _sized(req: Request, plan: Plan, root: Path, say: Callable[[str], None]) -> tuple[Plan, Timing | None]:
+    """Time one forward, size documents and samples to --budget (or take a resumed run's), print the plan."""
+    from ropectl.eval.timing import timed_forward
+
+    timing = timed_forward(req.model, req.device, req.dtype, plan.screen_at) if plan.screen_at else None
+    base, stored = plan, _read_sizes(root) if req.resume else None
+    if stored:  # a resumed run keeps its sizes: another --docs or --samples would be another run
+        plan = replace(plan, **stored)
+    elif req.budget_min is not None and timing is not None:
+        plan = fit_budget(plan, timing, req.budget_min * 60)
+    for line in plan_lines(plan, timing, base, req.budget_min * 60 if req.budget_min is not None else None):
+        say(line)
+    if req.resume or not (root / "ppl").exists():  # a fresh run into a used folder is refused by the screen
+        root.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(root / PLAN_FILE, dumps({"docs": plan.docs, "samples": plan.samples}) + "\n")
+    return plan, timing
+
+
+def _read_sizes(root: Path) -> dict[str, int] | None:
+    import json
+
+    try:
+        data = json.loads((root / PLAN_FILE).read_text())
+        return {"docs": int(data["docs"]), "samples": int(data["samples"])}
+    except (OSError, ValueError, KeyError, TypeError):  # no plan yet (stopped before it): size afresh
+        return None
 
 
 def _as_evidence(ppl: Any) -> dict[str, Any]:

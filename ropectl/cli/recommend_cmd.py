@@ -32,6 +32,13 @@ FactorOpt = Annotated[Optional[float], opt("--factor", "-f", panel=RULE, help=(
     "One factor for every candidate, instead of the grid target / trained x 1, 1.5, 2 (the embedded demo: x 1, 2)."))]
 OutOpt = Annotated[Optional[Path], opt("--out", "-o", panel=IN, help=(
     "Where the sweeps write when they run: OUT/ppl and OUT/tasks [default: runs/recommend-<timestamp>]."))]
+ResumeOpt = Annotated[bool, opt("--resume", panel=IN, help=(
+    "Resume a stopped recommendation in --out (default: the newest runs/recommend-*): the screen, the PPL and "
+    "the task sweeps skip the cells and trials they finished, with the sizes the run chose."))]
+BudgetOpt = Annotated[Optional[float], opt("--budget", panel=RULE, help=(
+    "Minutes the sweeps may take: fewer documents and task samples (at least 4 and 6) until the estimate from "
+    "timed forwards fits; the plan printed first says the sizes and the differences they can separate. "
+    "Sizes that already fit (a GPU) are kept."))]
 RegressionOpt = Annotated[Optional[float], opt("--max-regression", panel=RULE, help=(
     "Largest PPL increase over `none` allowed at lengths up to the trained context [default: 0.05]."))]
 
@@ -61,7 +68,7 @@ def recommend_cmd(
     factor: FactorOpt = None, max_regression: RegressionOpt = None, dtype: DtypeOpt = None, device: DeviceOpt = None,
     out: OutOpt = None, serve_with: ServeOpt = None, json_out: JsonOpt = False, engine: EngineOpt = None,
     tensor_parallel_size: TensorParallelOpt = None, pipeline_parallel_size: PipelineParallelOpt = None,
-    distributed_executor_backend: ExecutorOpt = None,
+    distributed_executor_backend: ExecutorOpt = None, resume: ResumeOpt = False, budget: BudgetOpt = None,
 ) -> None:
     """Rank RoPE methods and factors for --target-length, and say how sure: paired task scores and PPL.
 
@@ -69,6 +76,10 @@ def recommend_cmd(
     that does not separate from the others is not crowned: the simplest of the tied ships. The PPL ratio alone
     separates only on 6 documents or more (fewer leave no exact test able to reject). Prints the evidence,
     which of it separated (tasks, PPL ratio), the decision and the `ropectl patch` commands that ship it.
+
+    Before it runs the sweeps it prints the plan on stderr: cells, trials, an estimate from two timed forwards
+    (--budget sizes the run to it) and the differences the sizes can separate. Stopped (Ctrl-C, SIGTERM), it
+    prints the command that resumes it.
     """
     from ropectl.errors import UsageError
     from ropectl.eval.options import parse_length
@@ -85,6 +96,11 @@ def recommend_cmd(
     engine_options = {k: v for k, v in {"engine": engine, "tensor_parallel_size": tensor_parallel_size,
                                         "pipeline_parallel_size": pipeline_parallel_size,
                                         "distributed_executor_backend": distributed_executor_backend}.items() if v}
+    if ppl is not None and (resume or budget is not None):
+        raise UsageError("--resume and --budget apply when recommend runs the sweeps",
+                         "drop them with --ppl, or drop --ppl / --tasks to run the sweeps")
+    if budget is not None and not budget > 0:
+        raise UsageError(f"--budget must be a positive number of minutes, got {budget}", "pass e.g. --budget 30")
     if ppl is not None and engine_options:
         raise UsageError("--engine and the vLLM parallel options apply when recommend runs the sweeps",
                          "drop them with --ppl, or drop --ppl / --tasks to run the sweeps")
@@ -95,12 +111,11 @@ def recommend_cmd(
         result = recommend(ppl_data, load_tasks(tasks) if tasks else None, target, limit, engines)
         skipped: dict[str, str] = {}
     else:
-        from ropectl.recommend_run import run_sweeps
+        from ropectl.recommend_run import Request
 
         engines = _serve_with(serve_with, model or _default_path())
-        with progress_bar(enabled=not json_out) as on_progress:
-            sweeps = run_sweeps(model, target, factor, out, dtype or "auto", device or "auto", limit, on_progress,
-                                None if json_out else print_table, engines, engine_options)
+        sweeps = _run_sweeps(Request(model, target, factor, out, dtype or "auto", device or "auto", limit, engines,
+                                     engine_options, resume, budget), json_out)
         result, model_name, skipped = sweeps.recommendation, model or _default_path(), sweeps.skipped
         if not json_out:
             from ropectl.cli.tasks_cmd import print_tasks_table
@@ -110,6 +125,27 @@ def recommend_cmd(
         typer.echo(dumps({**result.to_dict(), "not_measured": skipped, "commands": _commands(model_name, result)}))
         return
     print_recommendation(result, model_name, skipped)
+
+
+def _run_sweeps(request: Any, json_out: bool) -> Any:
+    """The sweeps under the progress bar, the plan on stderr; stopped, one line with the command that resumes
+    the whole recommendation (this command, --resume, its --out), exit 130 (Ctrl-C) or 143 (SIGTERM)."""
+    from dataclasses import replace
+
+    from ropectl.cli.eval_options import resume_command
+    from ropectl.eval.interrupt import SweepInterrupted
+    from ropectl.recommend_run import recommend_root, run
+
+    root = recommend_root(request.out, request.resume)
+    try:
+        with progress_bar(enabled=not json_out) as on_progress:
+            return run(replace(request, out=root), on_progress, None if json_out else print_table,
+                       lambda line: typer.echo(line, err=True))
+    except SweepInterrupted as exc:
+        unit = "trials" if exc.out == root / "tasks" else "cells"
+        typer.echo(f"{exc.what}: {exc.kept} finished {unit} kept in {exc.out}; resume with: "
+                   f"{resume_command(root)}", err=True)
+        raise typer.Exit(exc.exit_code) from None
 
 
 def _default_path() -> str:

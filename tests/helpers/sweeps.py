@@ -27,10 +27,12 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def paused_run(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[str]:
-    """``python -m ropectl *args``, stopped after its first logged cells until a signal arrives (no timing races)."""
+def paused_run(args: list[str], log: Path, env: dict[str, str], after: int = 1) -> subprocess.Popen[str]:
+    """``python -m ropectl *args``, stopped once ``after`` cells are logged (counted over every sweep it runs) until
+    a signal arrives (no timing races); ``log`` is the file the paused sweep writes."""
     proc = subprocess.Popen([sys.executable, "-m", "ropectl", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**env, "ROPECTL_TEST_PAUSE_AFTER_CELLS": "1"}, preexec_fn=default_sigint)
+                            text=True, env={**env, "ROPECTL_TEST_PAUSE_AFTER_CELLS": str(after)},
+                            preexec_fn=default_sigint)
     while proc.poll() is None and not (log.is_file() and log.read_bytes().endswith(b"\n")):
         time.sleep(0.05)
     assert proc.poll() is None, proc.communicate()  # paused mid-sweep, not finished or crashed
