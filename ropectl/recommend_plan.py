@@ -18,10 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ropectl.eval.stats import samples_to_separate, trials_to_separate_binary
+from ropectl.eval.stats import min_pairs, samples_to_separate, trials_to_separate_binary
 from ropectl.eval.timing import Timing
 
-MIN_DOCS, MIN_SAMPLES = 4, 6  # a budget never goes below these (6: fewer trials never separate at 95 %)
+# A budget never goes below these: with fewer than 6 documents the PPL ratio never separates (stats.min_pairs), and
+# with fewer than 6 trials no paired task difference does.
+MIN_DOCS, MIN_SAMPLES = min_pairs(), 6
 POWER = 0.8
 
 
@@ -86,8 +88,9 @@ def task_difference(samples: int) -> float | None:
 
 def ppl_ratio(docs: int, spread: float) -> float | None:
     """The smallest PPL ratio (>= 1; its inverse likewise) ``docs`` documents separate at 80 % power, given the
-    spread (sample sd) of per-document log ratios; None with fewer than 2 documents or no spread."""
-    if docs < 2 or spread <= 0:
+    spread (sample sd) of per-document log ratios; None with fewer documents than the PPL rule needs
+    (``stats.min_pairs``) or no spread."""
+    if docs < min_pairs() or spread <= 0:
         return None
     lo, hi = 0.0, 50.0 * spread
     if (samples_to_separate(hi, spread, power=POWER) or math.inf) > docs:
@@ -157,7 +160,10 @@ def screen_lines(plan: Plan, spread: float | None, left: Plan, timing: Timing | 
 
     lines = []
     ratio = ppl_ratio(plan.docs, spread) if spread else None
-    if ratio is not None and spread is not None:
+    if plan.docs < min_pairs():
+        lines.append(f"power: {plan.docs} documents are fewer than the {min_pairs()} the PPL ratio needs to separate "
+                     "on its own: only the tasks can separate the methods")
+    elif ratio is not None and spread is not None:
         lines.append(f"power: {plan.docs} documents separate a PPL ratio of {ratio:.3f} (or 1/{ratio:.3f}) at 80 % "
                      f"power, given the screen's spread between documents (sd {spread:.4f} of per-token log "
                      f"ratios at {label(plan.screen_at or 0)})")

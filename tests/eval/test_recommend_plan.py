@@ -14,7 +14,7 @@ from ropectl.recommend_plan import MIN_DOCS, MIN_SAMPLES, Plan, fit_budget, plan
 from ropectl.recommend_run import Request, _grid
 
 Z975, Z80 = 1.959963984540054, 0.8416212335729143  # normal quantiles (published tables)
-T80_3, T975_3 = 0.9784723, 3.1824463  # Student t, 3 degrees of freedom (published tables)
+T80_5, T975_5 = 0.9195438, 2.5705818  # Student t, 5 degrees of freedom (published tables)
 
 
 def test_plan_counts_by_hand(tiny_model: Path) -> None:
@@ -121,11 +121,11 @@ def test_no_task_difference_below_six_trials() -> None:
 
 
 def test_ppl_ratio_by_hand() -> None:
-    """4 documents (3 df): the paired t separates d when 4 >= ((t_.975 + t_.8) sd / d)^2, so the boundary is
-    d = (3.1824 + 0.9785) sd / 2."""
+    """6 documents (5 df): the paired t separates d when 6 >= ((t_.975 + t_.8) sd / d)^2, so the boundary is
+    d = (2.5706 + 0.9195) sd / sqrt(6). Fewer than 6 documents never separate on the PPL ratio alone."""
     sd = 0.01
-    assert ppl_ratio(4, sd) == pytest.approx(math.exp((T975_3 + T80_3) * sd / 2), rel=1e-5)
-    assert ppl_ratio(1, sd) is None and ppl_ratio(4, 0.0) is None
+    assert ppl_ratio(6, sd) == pytest.approx(math.exp((T975_5 + T80_5) * sd / math.sqrt(6)), rel=1e-4)
+    assert ppl_ratio(5, sd) is None and ppl_ratio(1, sd) is None and ppl_ratio(6, 0.0) is None
 
 
 class _Cell:
