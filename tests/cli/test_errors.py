@@ -84,19 +84,7 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
 
 
 def _write_gguf(path: Path, arch: str) -> Path:
-    import gguf
-    import numpy as np
-
-    writer = gguf.GGUFWriter(str(path), arch)
-    writer.add_context_length(2048)
-    writer.add_embedding_length(64)
-    writer.add_head_count(4)
-    writer.add_tensor("token_embd.weight", np.zeros((8, 64), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return checkpoints.tiny_gguf(path, arch, context=2048)
 
 
 def test_gguf_of_another_architecture(tmp_path: Path) -> None:

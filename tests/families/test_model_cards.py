@@ -256,31 +256,14 @@ def test_the_docs_table_lists_every_card_and_preset() -> None:
             assert f"`{recipe['preset']}`" in doc, recipe["preset"]
 
 
-def _qwen3_gguf(path: Path) -> Path:
-    """A metadata-only Qwen3 GGUF with the card's config shape (llama.cpp's qwen3 keys, one small tensor)."""
-    import gguf
-    import numpy as np
-
-    writer = gguf.GGUFWriter(str(path), "qwen3")
-    writer.add_context_length(40960)
-    writer.add_embedding_length(4096)
-    writer.add_head_count(32)
-    writer.add_head_count_kv(8)
-    writer.add_key_length(128)
-    writer.add_value_length(128)
-    writer.add_rope_freq_base(1000000.0)
-    writer.add_tensor("token_embd.weight", np.zeros((4, 4), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
-
-
 def test_a_gguf_is_recognised_from_its_metadata(tmp_path: Path) -> None:
     import gguf
 
-    source = _qwen3_gguf(tmp_path / "qwen3.gguf")
+    from tests.helpers.checkpoints import tiny_gguf
+
+    # the card's config shape as llama.cpp's qwen3 keys
+    source = tiny_gguf(tmp_path / "qwen3.gguf", "qwen3", context=40960, embedding=4096, heads=32, kv_heads=8,
+                       theta=1e6, head_dim=128)
     data = json.loads(runner.invoke(app, ["inspect", str(source), "--json"]).stdout)
     assert data["trained_context"] == 32768 and data["model_card"]["name"] == "qwen3"
     out = tmp_path / "qwen3-128k.gguf"

@@ -233,17 +233,21 @@ def write_recommend_results(folder: Path, trials: int = RECOMMEND_TRIALS, docs: 
     return ppl, tasks
 
 
-def tiny_gguf(path: Path) -> Path:
-    """A minimal llama GGUF (metadata ropectl and llama.cpp read, one small tensor)."""
+def tiny_gguf(path: Path, arch: str = "llama", context: int = 256, embedding: int = 64, heads: int = 4, kv_heads: int = 2,
+              theta: float = 10000.0, head_dim: int | None = None) -> Path:
+    """A minimal GGUF (metadata ropectl and llama.cpp read, one small tensor): llama by default."""
     import gguf
     import numpy as np
 
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_context_length(256)
-    writer.add_embedding_length(64)
-    writer.add_head_count(4)
-    writer.add_head_count_kv(2)
-    writer.add_rope_freq_base(10000.0)
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_context_length(context)
+    writer.add_embedding_length(embedding)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    if head_dim is not None:
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
+    writer.add_rope_freq_base(theta)
     writer.add_tensor("token_embd.weight", np.arange(4096, dtype=np.float32).reshape(64, 64))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
