@@ -36,7 +36,7 @@ ResumeOpt = Annotated[bool, opt("--resume", panel=IN, help=(
     "Resume a stopped recommendation in --out (default: the newest runs/recommend-*): the screen, the PPL and "
     "the task sweeps skip the cells and trials they finished, with the sizes the run chose."))]
 BudgetOpt = Annotated[Optional[float], opt("--budget", panel=RULE, help=(
-    "Minutes the sweeps may take: fewer documents and task samples (at least 4 and 6) until the estimate from "
+    "Minutes the sweeps may take: fewer documents and task samples (at least 6 and 6) until the estimate from "
     "timed forwards fits; the plan printed first says the sizes and the differences they can separate. "
     "Sizes that already fit (a GPU) are kept."))]
 RegressionOpt = Annotated[Optional[float], opt("--max-regression", panel=RULE, help=(

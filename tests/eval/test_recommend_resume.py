@@ -3,7 +3,8 @@ recommendation (screen, PPL, tasks; no finished cell run again) and ends with wh
 
 The oracle is the same command run through without a stop, into another folder. The plan's counts are checked
 against a hand count of the grid: trained 256, target 1k, -f 4 served by llama.cpp: none, yarn:4, ntk:4, linear:4
-(dynamic is not served as evaluated); a budget of 0.6 s leaves the smallest sizes, 4 documents and 6 samples.
+(dynamic is not served as evaluated); a budget of 0.6 s leaves the smallest sizes, 6 documents (the fewest on which
+the PPL ratio can separate) and 6 samples.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from tests.helpers.sweeps import paused_run, resume_argv, strict, terminate
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
-PPL_CELLS = 4 * 4 * 3  # methods x documents x lengths (64, 256, 1k): at most this many before the task sweep
+PPL_CELLS = 4 * 6 * 3  # methods x documents x lengths (64, 256, 1k): at most this many before the task sweep
 
 
 def _args(model: Path, out: Path) -> list[str]:
@@ -48,8 +49,8 @@ def test_sigterm_then_the_printed_line_resumes_the_recommendation(isolated: Path
     whole = runner.invoke(app, _args(tiny_model, isolated / "whole"))
     assert whole.exit_code == 0, whole.output
     plan = next(ln for ln in whole.stderr.splitlines() if ln.startswith("plan:"))
-    assert "a screen of 16 cells (4 methods x 4 documents at 64)" in plan  # 4 x 4
-    assert "up to 48 PPL cells (4 x 4 documents x 64, 256, 1k)" in plan  # 4 x 4 x 3
+    assert "a screen of 24 cells (4 methods x 6 documents at 64)" in plan  # 4 x 6
+    assert "up to 72 PPL cells (4 x 6 documents x 64, 256, 1k)" in plan  # 4 x 6 x 3
     assert "up to 120 task trials (4 x 5 tasks x 6 samples at 1k)" in plan  # 4 x 5 x 6
     assert "power: 6 trials per task separate a task-score difference of 100% or more" in whole.stderr
 
