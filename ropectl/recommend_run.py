@@ -17,22 +17,22 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.recommend import DEFAULT_MAX_REGRESSION, recommend, screen
-from ropectl.rope.methods import METHODS, screened, unscaled_name
+from ropectl.rope.methods import METHODS, default_candidates, unscaled_name
 
 
 def _demo_candidates() -> tuple[str, ...]:
-    """One method of each kind, the first screened of each: a fixed scaling (yarn) and one whose frequencies change
+    """One method of each kind, the first default candidate of each: a fixed scaling (yarn) and one whose frequencies change
     with the length (dynamic)."""
-    return tuple(next(n for n in screened() if METHODS[n].length_dependent == kind) for kind in (False, True))
+    return tuple(next(n for n in default_candidates() if METHODS[n].length_dependent == kind) for kind in (False, True))
 
 
 # The embedded demo (SmolLM2-135M, trained 8k, 10k target): sized to about 10 minutes of 2 CPU cores.
 # Tasks run at the target; the demo also at half the trained context ("task_at" x trained), so its effective
 # length reads across the trained context (a real model's sweep keeps to the target: each length costs trials).
-# The candidates are the method records' ``screen_order``.
+# The candidates are the method records' ``candidate_order``.
 DEMO = {"candidates": _demo_candidates(), "grid": (1.0, 2.0), "inside": ["2k"], "docs": 2,
         "tasks": "niah_single_1", "samples": 2, "task_at": 0.5}
-GENERIC = {"candidates": screened(), "grid": (1.0, 1.5, 2.0), "docs": 8,
+GENERIC = {"candidates": default_candidates(), "grid": (1.0, 1.5, 2.0), "docs": 8,
            "tasks": "niah_single_1,niah_multikey_2,niah_multivalue,vt,fwe", "samples": 25, "task_at": None}
 
 

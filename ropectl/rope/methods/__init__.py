@@ -21,6 +21,7 @@ from ropectl.rope.methods.registry import (
     TRAINED,
     Method,
     Param,
+    default_candidates,
     find_method,
     first_where,
     get_method,
@@ -33,7 +34,6 @@ from ropectl.rope.methods.registry import (
     register_method,
     rope_types,
     rope_types_where,
-    screened,
     type_aliases,
     unscaled_name,
 )
@@ -42,7 +42,7 @@ load_all()
 
 __all__ = [
     "METHODS", "ORIGINAL", "TARGET", "TRAINED", "Method", "MethodSpec", "Param", "apply_method", "check_factor",
-    "factor_for_target", "find_method", "first_where", "get_method", "gguf_owner", "is_prope", "is_prope_type", "method_names",
-    "method_of_type", "owner_of", "parse_spec", "parse_value", "register_method", "rope_types", "rope_types_where",
-    "screened", "trained_length", "type_aliases", "unscaled_name", "validate_options",
+    "default_candidates", "factor_for_target", "find_method", "first_where", "get_method", "gguf_owner", "is_prope",
+    "is_prope_type", "method_names", "method_of_type", "owner_of", "parse_spec", "parse_value", "register_method",
+    "rope_types", "rope_types_where", "trained_length", "type_aliases", "unscaled_name", "validate_options",
 ]

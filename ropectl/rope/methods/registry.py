@@ -75,7 +75,7 @@ class Method:
     gguf_keys: Callable[[RopeParams], Mapping[str, Any]] | None = None
     gguf_read: Callable[[dict[str, Any], Callable[[str], Any]], dict[str, Any]] | None = None
     patch_note: str = ""  # a line patch prints whenever it writes this method
-    screen_order: int | None = None  # its place among the methods recommend screens without a card (lower first)
+    candidate_order: int | None = None  # its place among the methods recommend tries without a card (lower first)
 
     @property
     def max_positions_vary(self) -> bool:
@@ -172,10 +172,10 @@ def gguf_owner(gguf_type: str | None) -> Method | None:
     return next((m for m in found if _ROPE_TYPES.get(m.rope_type) is m), found[0] if found else None)
 
 
-def screened() -> tuple[str, ...]:
-    """The methods recommend screens on a model without a card recipe, in their ``screen_order``."""
-    ranked = [m for m in METHODS.values() if m.screen_order is not None]
-    return tuple(m.name for m in sorted(ranked, key=lambda m: m.screen_order or 0))
+def default_candidates() -> tuple[str, ...]:
+    """The methods recommend tries on a model without a card recipe, in their ``candidate_order``."""
+    ranked = [m for m in METHODS.values() if m.candidate_order is not None]
+    return tuple(m.name for m in sorted(ranked, key=lambda m: m.candidate_order or 0))
 
 
 def method_names(exclude: tuple[str, ...] = (), where: Callable[[Method], bool] | None = None) -> str:

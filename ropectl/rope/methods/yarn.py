@@ -97,4 +97,4 @@ METHOD = Method("yarn", "YaRN: interpolate low frequencies, keep high ones, scal
 ), build, "yarn", frequencies, validate, gguf_type="yarn", max_positions={TRAINED: TRAINED}, needs_original=True,
     implied_factor=True, original_from_max_positions=True, reextendable=True,
     carried_options=("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate"), gguf_keys=gguf_keys,
-    gguf_read=gguf_read, screen_order=1)
+    gguf_read=gguf_read, candidate_order=1)
