@@ -16,6 +16,7 @@ from ropectl.layout.detect import known_layout
 from ropectl.limits import MAX_POSITIONS
 from ropectl.rope.analysis import PairReport, first_non_rotating, pair_reports
 from ropectl.rope.frequencies import base_inv_freq, compute_frequencies, mrope_prerotated, softmax_mscale
+from ropectl.rope.methods import owner_of
 from ropectl.rope.params import Frequencies, RopeParams
 from ropectl.schema import ModelRope, read_model_rope
 from ropectl.schema.record import Record
@@ -138,9 +139,11 @@ def _contexts(rope: RopeParams, record: Record, model_type: str = "",
     if shipped and not record.base:  # Gemma 3's linear x8: max_position_embeddings is the scaled length already
         return shipped, rope.max_position_embeddings
     trained = (record.base.context if record.base else None) or native or rope.trained_context
-    if rope.rope_type in ("dynamic", "linear", "yarn") and rope.factor and (trained or rope.max_position_embeddings):
-        # The target is factor x the trained length: recorded by patch, named by the config (yarn), or, for a
-        # linear or dynamic config without either, max_position_embeddings (vLLM reads those so too).
+    owner = owner_of(rope.rope_type)
+    if owner is not None and owner.max_positions_vary and rope.factor and (trained or rope.max_position_embeddings):
+        # Where some write form keeps max_position_embeddings at the trained length (dynamic, linear, yarn), the
+        # target is factor x the trained length: recorded by patch, named by the config (yarn), or, for a linear or
+        # dynamic config without either, max_position_embeddings (vLLM reads those so too).
         target = int(round(int(trained or rope.max_position_embeddings) * rope.factor))
     else:
         target = rope.max_position_embeddings

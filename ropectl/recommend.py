@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import DataError, UsageError
+from ropectl.eval.model import REFERENCE
 from ropectl.eval.stats import (
     min_pairs,
     paired_difference,
@@ -34,9 +35,8 @@ from ropectl.eval.stats import (
 )
 from ropectl.recommend_data import load_ppl, load_tasks
 
-__all__ = ["DEFAULT_MAX_REGRESSION", "MIN_DOCS", "Evidence", "Recommendation", "Rival", "load_ppl", "load_tasks",
+__all__ = ["DEFAULT_MAX_REGRESSION", "MIN_DOCS", "Evidence", "Recommendation", "REFERENCE", "Rival", "load_ppl", "load_tasks",
            "in_window", "patch_commands", "recommend", "screen"]
-REFERENCE = ("none", "as-is")
 DEFAULT_MAX_REGRESSION = 0.05
 MIN_DOCS = min_pairs(0.95)  # 6: the fewest documents on which the PPL ratio alone may separate two methods
 

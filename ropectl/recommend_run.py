@@ -20,15 +20,24 @@ from ropectl.io.files import atomic_write_text
 from ropectl.output import dumps
 from ropectl.recommend import DEFAULT_MAX_REGRESSION, recommend, screen
 from ropectl.recommend_plan import Plan, fit_budget, plan_lines, screen_lines, spread
+from ropectl.rope.methods import METHODS, default_candidates, unscaled_name
 
 PLAN_FILE = "plan.json"  # the sizes the run chose (a budget's), so --resume runs the same sweeps
+
+
+def _demo_candidates() -> tuple[str, ...]:
+    """One method of each kind, the first default candidate of each: a fixed scaling (yarn) and one whose frequencies change
+    with the length (dynamic)."""
+    return tuple(next(n for n in default_candidates() if METHODS[n].length_dependent == kind) for kind in (False, True))
+
 
 # The embedded demo (SmolLM2-135M, trained 8k, 10k target): sized to about 10 minutes of 2 CPU cores.
 # Tasks run at the target; the demo also at half the trained context ("task_at" x trained), so its effective
 # length reads across the trained context (a real model's sweep keeps to the target: each length costs trials).
-DEMO = {"candidates": ("yarn", "dynamic"), "grid": (1.0, 2.0), "inside": ["2k"], "docs": 2,
+# The candidates are the method records' ``candidate_order``.
+DEMO = {"candidates": _demo_candidates(), "grid": (1.0, 2.0), "inside": ["2k"], "docs": 2,
         "tasks": "niah_single_1", "samples": 2, "task_at": 0.5}
-GENERIC = {"candidates": ("yarn", "ntk", "linear", "dynamic"), "grid": (1.0, 1.5, 2.0), "docs": 8,
+GENERIC = {"candidates": default_candidates(), "grid": (1.0, 1.5, 2.0), "docs": 8,
            "tasks": "niah_single_1,niah_multikey_2,niah_multivalue,vt,fwe", "samples": 25, "task_at": None}
 
 
@@ -45,7 +54,7 @@ def candidates(methods: tuple[str, ...], base: float, grid: tuple[float, ...], s
     """``none`` and method:factor for each factor of the grid; those the engines would not run, with why."""
     from ropectl.engines import why_not_served
 
-    out, skipped = ["none"], {}
+    out, skipped = [unscaled_name()], {}
     for name in methods:
         why = why_not_served(name, serve_with) if serve_with else None
         for factor in sorted({round(max(1.0, base * g), 3) for g in grid}):

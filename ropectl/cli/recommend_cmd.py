@@ -155,11 +155,11 @@ def _default_path() -> str:
 
 
 def _commands(model: str, result: Any) -> list[str]:
-    from ropectl.recommend import patch_commands
+    from ropectl.recommend import REFERENCE, patch_commands
 
     winner = result.winner.method
     engines = result.serve_with or ("vllm", "llama.cpp")
-    return [] if winner in ("none", "as-is") else patch_commands(_model_arg(model), winner, engines)
+    return [] if winner in REFERENCE else patch_commands(_model_arg(model), winner, engines)
 
 
 def _model_arg(model: str) -> str:
@@ -200,8 +200,10 @@ def print_recommendation(result: Any, model: str, skipped: dict[str, str] | None
                   "from each other method (paired, 95 %); else ship the simplest of the tied.", soft_wrap=True)
     for line in decision_lines(result):
         console.print(line, soft_wrap=True, markup=False)
+    from ropectl.recommend import REFERENCE
+
     winner = result.winner
-    if winner.method in ("none", "as-is"):
+    if winner.method in REFERENCE:
         console.print(f"winner: {winner.method} — ship the model unchanged for {t}.", soft_wrap=True)
         return
     console.print(f"winner: [bold]{winner.method}[/bold]. Ship it with:")

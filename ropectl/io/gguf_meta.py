@@ -8,6 +8,7 @@ from typing import Any
 
 from ropectl.errors import GGUFError
 from ropectl.families.gguf import GGUF_ARCHS
+from ropectl.rope.methods import gguf_owner
 
 _SCALING_KEYS = {"yarn_beta_fast": "beta_fast", "yarn_beta_slow": "beta_slow"}
 # ropectl's own record of the unscaled base; llama.cpp ignores keys outside its namespace.
@@ -92,9 +93,10 @@ def gguf_scaling(meta: Mapping[str, Any], arch: str) -> dict[str, Any] | None:
     prefix = f"{arch}.rope.scaling."
     kind = meta.get(prefix + "type")
     factor = meta.get(prefix + "factor", meta.get(f"{arch}.rope.scale_linear"))
-    if kind in (None, "none") and (kind == "none" or factor in (None, 1.0)):
+    owner = gguf_owner(kind)  # llama.cpp treats a factor without a type as linear (the ``gguf_untyped`` method)
+    if (owner is not None and owner.unscaled) or (kind is None and factor in (None, 1.0)):
         return None
-    rope_type = str(kind or "linear")  # llama.cpp treats a factor without a type as linear
+    rope_type = str(kind or (owner.gguf_type if owner else kind))
     out: dict[str, Any] = {"rope_type": rope_type, "type": rope_type}
     if factor is not None:
         out["factor"] = float(factor)
@@ -103,9 +105,6 @@ def gguf_scaling(meta: Mapping[str, Any], arch: str) -> dict[str, Any] | None:
     for key, name in _SCALING_KEYS.items():
         if meta.get(prefix + key) is not None:
             out[name] = float(meta[prefix + key])
-    if rope_type == "yarn" and meta.get(prefix + "attn_factor") is not None:
-        from ropectl.rope.frequencies import yarn_mscale
-
-        # llama.cpp multiplies attn_factor by its own 0.1 ln(s) + 1; transformers' attention_factor is the product.
-        out["attention_factor"] = float(meta[prefix + "attn_factor"]) * yarn_mscale(float(factor or 1.0))
+    if owner is not None and owner.gguf_read is not None:  # the method's own keys (yarn's attn_factor)
+        out = owner.gguf_read(out, lambda key: meta.get(prefix + key))
     return out

@@ -13,7 +13,7 @@ from typing import Any
 
 from ropectl import families
 from ropectl.errors import ConfigError, MethodError
-from ropectl.rope.methods import MethodSpec, apply_method, factor_for_target, get_method
+from ropectl.rope.methods import MethodSpec, apply_method, factor_for_target, get_method, is_prope
 from ropectl.rope.params import RopeParams
 from ropectl.rope.reextend import reextension_of, with_carried_options
 from ropectl.schema.read import ModelRope, read_model_rope
@@ -62,15 +62,15 @@ def is_scaled(model: ModelRope) -> bool:
 
 
 def _unscaled_prope(rope: RopeParams) -> bool:
-    return rope.rope_type == "proportional" and (rope.factor or 1.0) == 1.0
+    return is_prope(rope) and (rope.factor or 1.0) == 1.0
 
 
 def base_rope(model: ModelRope, replace_existing: bool = False) -> tuple[RopeParams, bool]:
     """The unscaled RoPE to scale from, and whether it came from ropectl's record."""
     base, from_record = _base_rope(model, replace_existing)
-    if model.rope.rope_type == "proportional":  # p-RoPE stays p-RoPE: its partial factor is part of the base
+    if is_prope(model.rope):  # p-RoPE stays p-RoPE: its partial factor is part of the base
         partial = {"partial_rotary_factor": model.rope.scaling.get("partial_rotary_factor", 1.0)}
-        base = base.with_(rope_type="proportional", scaling={**base.scaling, **partial})
+        base = base.with_(rope_type=model.rope.rope_type, scaling={**base.scaling, **partial})
     return base, from_record
 
 
@@ -167,8 +167,9 @@ def plan_config(
     check_schema(schema)
     _check_theta_known(config)
     before = read_model_rope(config)
-    # `none` on a config that names its original length removes the scaling: nothing stacks, nothing is guessed
-    undo = spec.name == "none" and before.rope.original_max_position_embeddings is not None
+    # `none` (the unscaled method) on a config that names its original length removes the scaling: nothing stacks,
+    # nothing is guessed
+    undo = get_method(spec.name).unscaled and before.rope.original_max_position_embeddings is not None
     base, from_record = base_rope(before, replace_existing or undo)
     re = None if from_record or replace_existing else reextension_of(before.rope)
     if re is not None:  # a shipped yarn/llama3 scaling: the new one counts from the original length, same options

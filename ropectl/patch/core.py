@@ -35,6 +35,7 @@ from ropectl.patch.spec import PatchSpec
 from ropectl.patch.summary import PatchResult, pair_counts, rope_state
 from ropectl.patch.verify import expected_ropes, verify_config, verify_folder
 from ropectl.rope.frequencies import softmax_mscale
+from ropectl.rope.methods import owner_of
 from ropectl.schema.record import BaseRope, Record
 
 CONFIG = "config.json"
@@ -173,8 +174,9 @@ def _warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[s
         out.append(f"original_max_position_embeddings {int(original):,} (from the method options) differs from the "
                    f"model's trained context {trained:,}: the scaling counts from {int(original):,}; leave it out "
                    "to count from the model's own")
-    if plan.rope.rope_type == "dynamic":
-        out.append("dynamic keeps max_position_embeddings at the trained length: transformers scales only beyond it")
+    owner = owner_of(plan.rope.rope_type)
+    if owner is not None and owner.patch_note:
+        out.append(owner.patch_note)
     if plan.before.model_type in families.SOFTMAX_MSCALE_TYPES:
         before, after = softmax_mscale(plan.before.rope), softmax_mscale(plan.rope)
         if before != after or after != 1.0:

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ropectl.engines import llama_cpp
 from ropectl.errors import GGUFError, MethodError, OutputError, VerificationError
 from ropectl.io.files import why_not_writable
 from ropectl.io.gguf_meta import BASE_CONTEXT_KEY, BASE_THETA_KEY, METHOD_KEY
 from ropectl.io.ownership import clean_stale, temp_affixes
 from ropectl.io.signals import sigterm_as_interrupt
-from ropectl.rope.params import YARN_DEFAULT_BETAS, RopeParams
+from ropectl.rope.methods import owner_of
+from ropectl.rope.params import RopeParams
 
 # Keys that describe scaling (names of ``gguf.Keys.Rope`` constants); whatever of them the new RoPE does not set
 # is removed, and ``rope.scale_linear`` (the pre-GGUF-v3 linear key, which gguf.Keys no longer names).
@@ -36,8 +36,6 @@ LEGACY_SCALE_LINEAR = "{arch}.rope.scale_linear"
 
 
 def check_expressible(rope: RopeParams, method_name: str) -> None:
-    from ropectl.rope.methods import owner_of
-
     owner = owner_of(rope.rope_type)
     if owner is not None and owner.gguf_none:
         # The method's own fix where converting would not carry it either (dynamic); else conversion can.
@@ -62,7 +60,8 @@ def gguf_updates(arch: str, rope: RopeParams, base: RopeParams, label: str) -> t
     def k(name: str) -> str:
         return str(getattr(gguf.Keys.Rope, name)).format(arch=arch)
 
-    kind = {"default": "none"}.get(rope.rope_type, rope.rope_type)
+    owner = owner_of(rope.rope_type)
+    kind = (owner.gguf_type if owner is not None else None) or rope.rope_type  # llama.cpp's name ("none": default)
     updates: dict[str, Any] = {
         gguf.Keys.LLM.CONTEXT_LENGTH.format(arch=arch): int(rope.max_position_embeddings
                                                               or base.max_position_embeddings or 0),
@@ -72,17 +71,8 @@ def gguf_updates(arch: str, rope: RopeParams, base: RopeParams, label: str) -> t
         BASE_CONTEXT_KEY: int(base.trained_context or 0),
         METHOD_KEY: label,
     }
-    if kind in ("linear", "yarn"):
-        updates[k("SCALING_FACTOR")] = float(rope.factor or 1.0)
-    if kind == "yarn":
-        sc = rope.scaling
-        updates[k("SCALING_ORIG_CTX_LEN")] = int(rope.original_max_position_embeddings or 0)
-        # Written for the architectures that read them; the others ignore them (patch warns, readers.llama_cpp).
-        updates[k("SCALING_YARN_BETA_FAST")] = float(sc.get("beta_fast") or YARN_DEFAULT_BETAS["beta_fast"])
-        updates[k("SCALING_YARN_BETA_SLOW")] = float(sc.get("beta_slow") or YARN_DEFAULT_BETAS["beta_slow"])
-        attn = llama_cpp.attn_factor(rope)
-        if not math.isclose(attn, 1.0, rel_tol=1e-7):
-            updates[k("SCALING_ATTN_FACTOR")] = attn
+    if owner is not None and owner.gguf_keys is not None:  # the method's own keys (factor; yarn's betas ...)
+        updates.update({k(name): value for name, value in owner.gguf_keys(rope).items()})
     remove = ({k(name) for name in SCALING_KEYS} | {LEGACY_SCALE_LINEAR.format(arch=arch)}) - set(updates)
     return updates, remove
 

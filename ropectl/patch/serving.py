@@ -12,6 +12,7 @@ from ropectl.io.resolve import ResolvedModel
 from ropectl.patch.config import ConfigPlan
 from ropectl.patch.spec import PatchSpec
 from ropectl.patch.verify import expected_ropes
+from ropectl.rope.methods import TARGET, TRAINED, Method, owner_of
 
 
 def reader_views(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[Any]:
@@ -75,7 +76,10 @@ def vllm_serving(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> tup
 
     reader = vllm_reader.newest()
     reading = vllm_reader.predict(reader, plan.config)
-    if not reading.ok or (reading.serving_length == target and plan.rope.rope_type != "dynamic"):
+    # where vLLM computes other RoPE than transformers (dynamic is static there), the command is printed even at the
+    # target length: it is what serves the method's meaning at that length
+    exact = vllm_reader.cannot_serve(plan.rope.rope_type) is None
+    if not reading.ok or (reading.serving_length == target and exact):
         return None, []
     served = int(reading.serving_length or 0)
     try:
@@ -83,7 +87,7 @@ def vllm_serving(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> tup
     except MethodError as exc:  # per-layer partial rotary: no override command to print, so say what is known
         return reader, [f"{reader.label}: derives a max length of {served} from this config, not the target {target}; "
                         f"ropectl prints no override for it: {exc.problem}"]
-    if served > target and plan.rope.rope_type != "dynamic":  # longer is still the same RoPE: a cap, not a fix
+    if served > target and exact:  # longer is still the same RoPE: a cap, not a fix
         return None, [f"{reader.label}: accepts up to {served} tokens from this config (max_position_embeddings x "
                       f"factor), above the target {target}; to cap it there: {emitted['command']}"]
     return reader, [f"{reader.label}: derives a max length of {served} from this config, not the target {target}; "
@@ -105,12 +109,18 @@ def lm_eval_serving(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel, vie
 
 def legacy_form_hint(spec: PatchSpec, plan: ConfigPlan, views: list[Any]) -> list[str]:
     """The target form costs transformers 4.43-4.50 their yarn reading: name the opt-in that serves them."""
-    if spec.max_positions != "target" or plan.rope.rope_type not in ("yarn", "linear"):
+    owner = owner_of(plan.rope.rope_type)
+    if spec.max_positions != TARGET or owner is None or not _forms_differ(owner):
         return []
     if not any(v.reader.engine == "transformers" and v.reading.ok and v.differs and not v.too_short for v in views):
         return []
     return ["for the transformers releases named above, patch with --max-positions trained (max_position_embeddings "
             "stays the trained length; lm-eval then needs max_length=N and vLLM the override patch prints)"]
+
+
+def _forms_differ(method: Method) -> bool:
+    """Whether --max-positions trained writes another max_position_embeddings than the target form (yarn, linear)."""
+    return method.written_max_positions(TRAINED) != method.written_max_positions(TARGET)
 
 
 def serving_warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel, views: list[Any]) -> list[str]:

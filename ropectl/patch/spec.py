@@ -17,7 +17,7 @@ from ropectl import presets
 from ropectl.errors import UsageError
 from ropectl.families import cards
 from ropectl.rope.choice import MethodChoice, layer, merge, to_method_spec
-from ropectl.rope.methods import MethodSpec, get_method
+from ropectl.rope.methods import Method, MethodSpec, first_where, get_method
 from ropectl.schema.write import check_max_positions, check_schema
 
 EMITS = ("config", "vllm", "llama.cpp")
@@ -88,8 +88,10 @@ def load_config_file(path: Path) -> dict[str, Any]:
     return presets.load_toml_table(path, "patch")
 
 
-def read_longrope_file(path: Path) -> dict[str, list[float]]:
-    """A JSON file with ``short_factor`` and ``long_factor`` lists (a config.json's rope section works too)."""
+def read_longrope_file(path: Path, keys: tuple[str, ...] = ()) -> dict[str, list[float]]:
+    """A JSON file with the ``keys`` lists (default: the file method's ``factors_file``, longrope's
+    ``short_factor`` and ``long_factor``); a config.json's rope section works too."""
+    keys = keys or _file_method().factors_file
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
@@ -98,20 +100,26 @@ def read_longrope_file(path: Path) -> dict[str, list[float]]:
         raise UsageError(f"longrope file '{path}' is not valid JSON ({exc})", "fix the JSON") from None
     if isinstance(data, dict):
         data = data.get("rope_scaling") or data.get("rope_parameters") or data
-    if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in ("short_factor", "long_factor")):
-        raise UsageError(f"longrope file '{path}' has no short_factor and long_factor lists",
-                         'write {"short_factor": [...], "long_factor": [...]}')
-    return {k: data[k] for k in ("short_factor", "long_factor")}
+    if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in keys):
+        raise UsageError(f"longrope file '{path}' has no {' and '.join(keys)} lists",
+                         "write {" + ", ".join(f'"{k}": [...]' for k in keys) + "}")
+    return {k: data[k] for k in keys}
+
+
+def _file_method() -> Method:
+    """The method whose record names options --longrope-file supplies (longrope)."""
+    return first_where(lambda m: bool(m.factors_file))
 
 
 def method_spec(choice: MethodChoice) -> MethodSpec:
     """A validated MethodSpec; a --longrope-file's lists sit under options given any other way."""
     extra = None
-    if choice.longrope_file is not None:
-        name = get_method(choice.method).name if choice.method else "longrope"
-        if name != "longrope":
-            raise UsageError(f"--longrope-file applies to longrope, not {name}", "drop --longrope-file")
-        extra = read_longrope_file(choice.longrope_file)
+    if choice.longrope_file is not None:  # the method whose record names file options (longrope)
+        owner = _file_method()
+        method = get_method(choice.method) if choice.method else owner
+        if not method.factors_file:
+            raise UsageError(f"--longrope-file applies to {owner.name}, not {method.name}", "drop --longrope-file")
+        extra = read_longrope_file(choice.longrope_file, method.factors_file)
     return to_method_spec(choice, extra)
 
 

@@ -165,7 +165,7 @@ def to_method_spec(choice: MethodChoice, extra_options: Mapping[str, Any] | None
     ``extra_options`` sit under the choice's own options (patch's --longrope-file lists).
     """
     if not choice.method:
-        raise MethodError("no scaling method given", f"pass --method ({method_names(exclude=('none',))}) "
+        raise MethodError("no scaling method given", f"pass --method ({method_names(where=lambda m: m.uses_factor)}) "
                                                      "or --preset NAME")
     method = get_method(choice.method)
     if choice.factor is not None and choice.target_length is not None:

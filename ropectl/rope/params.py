@@ -15,9 +15,9 @@ YARN_DEFAULT_BETAS: Mapping[str, float] = {"beta_fast": 32.0, "beta_slow": 1.0}
 class RopeParams:
     """Everything needed to compute one rotary embedding's inverse frequencies.
 
-    ``rope_type`` uses transformers' names (``default``, ``linear``, ``dynamic``, ``yarn``, ``llama3``,
-    ``longrope``); static NTK is ``default`` with a changed ``rope_theta``. ``scaling`` holds the
-    type's own keys (``factor``, ``original_max_position_embeddings``, ``beta_fast`` ...), never
+    ``rope_type`` uses transformers' names (``default`` for unscaled RoPE; each scaling method module in
+    ``ropectl.rope.methods`` names the type it owns); static NTK is ``default`` with a changed ``rope_theta``.
+    ``scaling`` holds the type's own keys (``factor``, ``original_max_position_embeddings``, ``beta_fast`` ...), never
     ``rope_type``, ``type`` or ``rope_theta``.
     """
 
@@ -34,9 +34,12 @@ class RopeParams:
 
     @property
     def implied_factor(self) -> bool:
-        """True when the factor is not written but implied (Phi-3-style longrope, and yarn without one): transformers
-        then takes max_position_embeddings / original_max_position_embeddings."""
-        return (self.factor is None and self.rope_type in ("longrope", "yarn")
+        """True when the factor is not written but implied (the type's ``Method.implied_factor``: Phi-3-style
+        longrope, and yarn without one): transformers then takes max_position_embeddings / original."""
+        from ropectl.rope.methods.registry import owner_of  # the registry imports this module
+
+        owner = owner_of(self.rope_type)
+        return (self.factor is None and owner is not None and owner.implied_factor
                 and bool(self.max_position_embeddings and self.original_max_position_embeddings))
 
     @property

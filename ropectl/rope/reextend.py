@@ -11,16 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ropectl.rope.methods import MethodSpec
+from ropectl.rope.methods import MethodSpec, find_method, owner_of
 from ropectl.rope.params import RopeParams
 
-# Types whose config names the pretraining length, so the published scaling can be undone exactly.
-REEXTENDABLE = ("yarn", "llama3")
-# The model's own options that a re-extension with the same method keeps.
-CARRIED = {
-    "yarn": ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate"),
-    "llama3": ("low_freq_factor", "high_freq_factor"),
-}
+# Which types can be undone exactly, and which of the shipped options a re-extension keeps, are the method
+# records' ``reextendable`` and ``carried_options``.
 
 
 @dataclass(frozen=True)
@@ -50,9 +45,11 @@ class Reextension:
 
 
 def reextension_of(rope: RopeParams) -> Reextension | None:
-    """A Reextension when ``rope`` is a published yarn/llama3 scaling with a known original length."""
+    """A Reextension when ``rope`` is a published scaling of a ``reextendable`` type (yarn, llama3) with a known
+    original length."""
     original = rope.original_max_position_embeddings
-    if rope.rope_type not in REEXTENDABLE or not original:
+    owner = owner_of(rope.rope_type)
+    if owner is None or not owner.reextendable or not original:
         return None
     return Reextension(rope, int(original))
 
@@ -66,6 +63,7 @@ def with_carried_options(re: Reextension, spec: MethodSpec) -> MethodSpec:
     if spec.name != re.shipped.rope_type:
         return spec
     given = {k for k, _ in spec.options}
-    carried = tuple((k, re.shipped.scaling[k]) for k in CARRIED.get(spec.name, ())
+    method = find_method(spec.name)
+    carried = tuple((k, re.shipped.scaling[k]) for k in (method.carried_options if method else ())
                     if k not in given and re.shipped.scaling.get(k) is not None)
     return MethodSpec(spec.name, spec.factor, spec.options + carried)

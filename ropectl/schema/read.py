@@ -16,7 +16,7 @@ from typing import Any
 from ropectl import families
 from ropectl.errors import ConfigError, NoRopeError
 from ropectl.families import cards
-from ropectl.rope.methods import rope_types, rope_types_where
+from ropectl.rope.methods import is_prope_type, method_of_type, owner_of, rope_types, rope_types_where, type_aliases
 from ropectl.rope.params import RopeParams
 from ropectl.schema import validate
 from ropectl.schema.layers import layer_head_dims, main_label
@@ -162,7 +162,8 @@ def _is_nested(section: Mapping[str, Any], cfg: Mapping[str, Any]) -> bool:
 
 # Qwen2-VL / Qwen2.5-VL hub configs say "type": "mrope": their config classes (transformers 4.x and 5) and vLLM
 # read that as default RoPE split into mrope_section, and transformers 5 saves it as rope_type "default" beside it.
-TYPE_ALIASES = {"su": "longrope", "ntk_aware": "ntk", "mrope": "default"}
+# The methods' own spellings ("su" for longrope) are their records' ``aliases``.
+TYPE_ALIASES = {"mrope": "default", **type_aliases()}
 
 
 def _rope_type(section: Mapping[str, Any]) -> str:
@@ -181,7 +182,7 @@ def _params(section: Mapping[str, Any], theta: float, rotary_dim: int, cfg: Mapp
     if section.get("rope_theta") is not None:
         theta = validate.rope_theta("rope_theta", section["rope_theta"])
     # proportional keeps its own partial factor: it pads the unrotated part with zero frequencies.
-    own = ("rope_type", "type", "rope_theta") + (() if rope_type == "proportional" else ("partial_rotary_factor",))
+    own = ("rope_type", "type", "rope_theta") + (() if is_prope_type(rope_type) else ("partial_rotary_factor",))
     scaling = {k: v for k, v in section.items() if k not in own}
     max_pos = _first(cfg, "max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
     if rope_type in SCALED_TYPES_WITH_ORIGINAL:
@@ -212,16 +213,15 @@ def _validate(params: RopeParams) -> None:
             "point ropectl at the text model's config.json (or the multimodal wrapper holding its text_config)",
         )
     if params.rope_type not in known:
-        hint = " (static NTK is a rope_theta change, not a rope type)" if params.rope_type == "ntk" else ""
+        named = method_of_type(params.rope_type)
+        hint = f" ({named.not_a_type})" if named is not None and named.not_a_type else ""
         raise ConfigError(
             f"config.json names rope type '{params.rope_type}', which transformers cannot build{hint}",
             f"use one of {', '.join(known)}; `ropectl patch --method ntk` writes NTK correctly",
         )
     factor = params.scaling.get("factor")
-    needs_factor = params.rope_type in ("linear", "dynamic", "llama3") or (
-        params.rope_type == "yarn" and params.max_position_embeddings is None
-    )
-    if factor is None and needs_factor:
+    owner = owner_of(params.rope_type)
+    if factor is None and owner is not None and owner.needs_factor(params.max_position_embeddings):
         raise ConfigError(f"rope type '{params.rope_type}' has no factor", "add a factor above 1 to the rope section")
     if factor is not None:
         validate.factor(factor)
@@ -243,7 +243,7 @@ def _nested_ropes(cfg: Mapping[str, Any], section: Mapping[str, Any], head_dim: 
             continue
         layer_dim = dims.get(label, head_dim)
         partials[label] = _partial(cfg, sub, layer_dim, model_type)
-        rotary = layer_dim if _rope_type(sub) == "proportional" else _rotary_dim(layer_dim, partials[label])
+        rotary = layer_dim if is_prope_type(_rope_type(sub)) else _rotary_dim(layer_dim, partials[label])
         ropes[label] = _params(sub, theta, rotary, cfg)
     return ropes, partials
 

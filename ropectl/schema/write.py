@@ -9,7 +9,7 @@ win over ``rope_parameters`` when both exist, so both forms must mean exactly th
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ropectl import families
@@ -22,7 +22,7 @@ from ropectl.families import (
     exact_v4_keys,
     needs_head_dim,
 )
-from ropectl.rope.methods import TARGET, TRAINED, owner_of, rope_types_where
+from ropectl.rope.methods import TARGET, TRAINED, Method, is_prope_type, owner_of, rope_types_where
 from ropectl.rope.params import RopeParams
 from ropectl.schema.read import ROPE_KEYS, ModelRope
 
@@ -71,7 +71,7 @@ def scaling_dict(rope: RopeParams) -> dict[str, Any]:
 def written_max_positions(rope: RopeParams, trained: int | None, form: str = "target") -> int | None:
     """max_position_embeddings in the write form (each method module's ``max_positions``)."""
     owner = owner_of(rope.rope_type)
-    if owner is not None and owner.max_positions.get(form, TARGET) == TRAINED:
+    if owner is not None and owner.written_max_positions(form) == TRAINED:
         return rope.original_max_position_embeddings or trained or rope.max_position_embeddings
     return rope.max_position_embeddings
 
@@ -87,7 +87,8 @@ def v4_scaling(rope: RopeParams, model_type: str = "", max_pos: int | None = Non
         # a class whose default is scaled (gpt-oss) needs unscaled RoPE spelled out, or its default applies
         return {"rope_type": "default", "type": "default"} if families.class_default_rope(model_type) else None
     out = {"rope_type": rope.rope_type, "type": rope.rope_type, **scaling_dict(rope)}
-    if rope.rope_type == "yarn" and max_pos is not None and out.get(ORIGINAL) == max_pos:
+    if (_asks(rope.rope_type, lambda m: m.original_from_max_positions) and max_pos is not None
+            and out.get(ORIGINAL) == max_pos):
         del out[ORIGINAL]
     exact = exact_v4_keys(model_type)
     if exact is not None:
@@ -98,10 +99,16 @@ def v4_scaling(rope: RopeParams, model_type: str = "", max_pos: int | None = Non
     return out
 
 
+def _asks(rope_type: str, field: Callable[[Method], bool]) -> bool:
+    """Whether the method that owns ``rope_type`` has ``field`` set (an unknown type has none)."""
+    owner = owner_of(rope_type)
+    return owner is not None and field(owner)
+
+
 def _factor_implied(scaling: dict[str, Any], original: int | None, max_pos: int | None) -> bool:
-    """longrope without a factor takes max_position_embeddings / original: is that the written factor?"""
+    """A type whose missing factor is max_position_embeddings / original (longrope): is that the written factor?"""
     factor = scaling.get("factor")
-    return scaling.get("type") == "longrope" and (factor is None or bool(
+    return _asks(str(scaling.get("type")), lambda m: m.implied_factor) and (factor is None or bool(
         original and max_pos and abs(max_pos / original - float(factor)) < 1e-12))
 
 
@@ -136,7 +143,7 @@ def write_rope(
     for key in ("rope_scaling", "rope_parameters"):
         holder.pop(key, None)
     trained = trained or rope.trained_context
-    rope = _explicit_longrope_attention(_with_mscales(model, rope), model.model_type)
+    rope = _explicit_attention_factor(_with_mscales(model, rope), model.model_type)
     max_pos = written_max_positions(rope, trained)
     scaling = v4_scaling(rope, model.model_type, max_pos)
     if layer_ropes:
@@ -153,10 +160,11 @@ def write_rope(
     return out
 
 
-def _explicit_longrope_attention(rope: RopeParams, model_type: str) -> RopeParams:
+def _explicit_attention_factor(rope: RopeParams, model_type: str) -> RopeParams:
     """transformers 4.43's validation raises on longrope without attention_factor (except Phi-3, which takes only
     three keys); writing the value every version would compute changes nothing for the others."""
-    if rope.rope_type != "longrope" or "attention_factor" in rope.scaling or exact_v4_keys(model_type) is not None:
+    if (not _asks(rope.rope_type, lambda m: m.explicit_attention_factor) or "attention_factor" in rope.scaling
+            or exact_v4_keys(model_type) is not None):
         return rope
     from ropectl.rope.frequencies import compute_frequencies
 
@@ -222,7 +230,7 @@ def _keep_other_sections(holder: dict[str, Any], old: Any) -> None:
 
 
 def _layer_partial(model: ModelRope, label: str, rope: RopeParams) -> float | None:
-    if rope.rope_type == "proportional":
+    if is_prope_type(rope.rope_type):
         return None  # p-RoPE keeps its partial factor among its own keys
     partial = model.layer_partials.get(label, model.partial_rotary_factor)
     return partial if partial != 1.0 else None
@@ -259,7 +267,8 @@ def _write_max_positions(holder: dict[str, Any], model: ModelRope, rope: RopePar
     # transformers 5 lets a top-level value override the dict's for llama3/yarn/longrope, so a stale one
     # would silently change the scaling: it is rewritten to the value that is true now. transformers 4 reads
     # longrope's original length only from the top level.
-    if ORIGINAL in holder or model.model_type in TOP_LEVEL_ORIGINAL or rope.rope_type == "longrope":
+    top_level = _asks(rope.rope_type, lambda m: m.original_at_top_level)
+    if ORIGINAL in holder or model.model_type in TOP_LEVEL_ORIGINAL or top_level:
         original = rope.original_max_position_embeddings if rope.rope_type in SCALED_WITH_ORIGINAL else trained
         if original:
             holder[ORIGINAL] = int(original)

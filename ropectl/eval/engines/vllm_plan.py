@@ -131,12 +131,14 @@ def serving_for(state: MethodState, config: Mapping[str, Any], length: int, long
 
     model = read_model_rope(state.config)
     original, served_len = state.rope.original_max_position_embeddings, None
-    if state.rope.rope_type == "longrope" and original:
-        # vLLM's attention scaling comes from max_position_embeddings / original (transformers': the configured
-        # one at every length), its factors from --max-model-len: short ones up to the original length
+    static_in_vllm = reader_mod.cannot_serve(state.rope.rope_type) is not None  # dynamic: one base per engine
+    if state.length_dependent and not static_in_vllm and original:
+        # longrope: vLLM's attention scaling comes from max_position_embeddings / original (transformers': the
+        # configured one at every length), its factors from --max-model-len: short ones up to the original length
         target = max(state.rope.max_position_embeddings or 0, length)
         served_len = original if length <= original else target
-        served_as = f"longrope (vLLM: {'short' if length <= original else 'long'} factors at {served_len})"
+        which = "short" if length <= original else "long"
+        served_as = f"{state.rope.rope_type} (vLLM: {which} factors at {served_len})"
     elif state.length_dependent:
         target = length
         served_as = f"{state.rope.rope_type} (vLLM: static at {target})"
@@ -185,14 +187,16 @@ def plan_servings(states: list[MethodState], config: Mapping[str, Any], lengths:
 
 def served_notes(states: list[MethodState], servings: Mapping[tuple[str, int], Serving]) -> list[str]:
     """One warning per method that vLLM runs otherwise than transformers evaluates it (dynamic: static)."""
+    from ropectl.engines.vllm import cannot_serve
+
     notes = []
     for state in states:
         served = [(n, s) for (label, n), s in sorted(servings.items()) if label == state.label]
         if not (state.length_dependent and served):
             continue
         runs = ", ".join(f"{n} as {s.served_as.split('(vLLM: ', 1)[-1].rstrip(')')}" for n, s in served)
-        if state.rope.rope_type == "dynamic":
-            notes.append(f"{state.label}: vLLM has no dynamic scaling; each length runs the overrides "
+        if cannot_serve(state.rope.rope_type):
+            notes.append(f"{state.label}: vLLM has no {state.rope.rope_type} scaling; each length runs the overrides "
                          f"`patch --emit vllm` prints for it ({runs})")
         else:  # longrope: vLLM picks the long factors when --max-model-len exceeds the original length
             notes.append(f"{state.label}: vLLM fixes its {state.rope.rope_type} factors per engine from "

@@ -21,19 +21,28 @@ from ropectl.rope.methods.registry import (
     TRAINED,
     Method,
     Param,
+    default_candidates,
+    find_method,
+    first_where,
     get_method,
+    gguf_owner,
+    is_prope_type,
     load_all,
     method_names,
+    method_of_type,
     owner_of,
     register_method,
     rope_types,
     rope_types_where,
+    type_aliases,
+    unscaled_name,
 )
 
 load_all()
 
 __all__ = [
     "METHODS", "ORIGINAL", "TARGET", "TRAINED", "Method", "MethodSpec", "Param", "apply_method", "check_factor",
-    "factor_for_target", "get_method", "is_prope", "method_names", "owner_of", "parse_spec", "parse_value",
-    "register_method", "rope_types", "rope_types_where", "trained_length", "validate_options",
+    "default_candidates", "factor_for_target", "find_method", "first_where", "get_method", "gguf_owner", "is_prope",
+    "is_prope_type", "method_names", "method_of_type", "owner_of", "parse_spec", "parse_value", "register_method",
+    "rope_types", "rope_types_where", "trained_length", "type_aliases", "unscaled_name", "validate_options",
 ]

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropectl.errors import MethodError
-from ropectl.rope.methods.registry import Param
+from ropectl.rope.methods.registry import Param, is_prope_type
 from ropectl.rope.params import RopeParams
 
 ORIGINAL = Param("original_max_position_embeddings", int, None, "pretraining context (default: from the config)")
@@ -34,7 +34,7 @@ def clean(options: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
 
 
 def is_prope(base: RopeParams) -> bool:
-    return base.rope_type == "proportional"
+    return is_prope_type(base.rope_type)
 
 
 def own(base: RopeParams) -> dict[str, Any]:
@@ -43,4 +43,4 @@ def own(base: RopeParams) -> dict[str, Any]:
 
 
 def unscaled_type(base: RopeParams) -> str:
-    return "proportional" if is_prope(base) else "default"
+    return base.rope_type if is_prope(base) else "default"

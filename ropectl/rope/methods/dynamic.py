@@ -26,4 +26,6 @@ METHOD = Method("dynamic", "dynamic NTK: theta grows with the sequence length pa
                 build, "dynamic", frequencies, gguf_none="llama.cpp has no dynamic NTK scaling",
                 gguf_fix="use ntk or yarn for llama.cpp",
                 max_positions={TARGET: TRAINED, TRAINED: TRAINED},
-                max_position_rule="kept at the trained context (scaling starts past it)", length_dependent=True)
+                max_position_rule="kept at the trained context (scaling starts past it)", length_dependent=True,
+                patch_note="dynamic keeps max_position_embeddings at the trained length: transformers scales only "
+                           "beyond it", candidate_order=4)

@@ -20,5 +20,10 @@ def frequencies(p: RopeParams, seq_len: int | None) -> Frequencies:
     return Frequencies(tuple(f / s for f in base_inv_freq(p.rope_theta, p.rotary_dim)), 1.0, p.rope_theta)
 
 
+def gguf_keys(p: RopeParams) -> dict[str, Any]:
+    return {"SCALING_FACTOR": float(p.factor or 1.0)}
+
+
 METHOD = Method("linear", "position interpolation: every frequency divided by the factor", (ORIGINAL,), build,
-                "linear", frequencies, gguf_type="linear", max_positions={TRAINED: TRAINED})
+                "linear", frequencies, gguf_type="linear", max_positions={TRAINED: TRAINED}, gguf_untyped=True,
+                gguf_keys=gguf_keys, candidate_order=3)

@@ -53,4 +53,5 @@ METHOD = Method("llama3", "Llama 3.1: wavelength bands, smooth blend between the
     Param("low_freq_factor", float, 1.0, "wavelengths above original/low are interpolated"),
     Param("high_freq_factor", float, 4.0, "wavelengths below original/high are kept"),
 ), build, "llama3", frequencies, validate,
-    gguf_none="llama.cpp bakes llama3 frequencies into a rope_freqs tensor when converting", needs_original=True)
+    gguf_none="llama.cpp bakes llama3 frequencies into a rope_freqs tensor when converting", needs_original=True,
+    reextendable=True, carried_options=("low_freq_factor", "high_freq_factor"))

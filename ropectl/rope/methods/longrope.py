@@ -55,4 +55,5 @@ METHOD = Method("longrope", "LongRoPE: per-dimension rescale factors (short and 
     Param("attention_factor", float, None, "cos/sin scale (default sqrt(1+ln s/ln L))"),
 ), build, "longrope", frequencies, validate,
     gguf_none="llama.cpp keeps LongRoPE factors in rope_factors_long/short tensors written when converting",
-    length_dependent=True, needs_original=True)
+    length_dependent=True, needs_original=True, aliases=("su",), implied_factor=True, original_at_top_level=True,
+    explicit_attention_factor=True, factors_file=("short_factor", "long_factor"))

@@ -20,4 +20,4 @@ def frequencies(p: RopeParams, seq_len: int | None) -> Frequencies:
 
 
 METHOD = Method("none", "unscaled RoPE (the base model)", (), build, "default", frequencies, uses_factor=False,
-                gguf_type="none", max_position_rule="reset to the trained context", keeps_prope=True)
+                gguf_type="none", max_position_rule="reset to the trained context", keeps_prope=True, unscaled=True)

@@ -17,4 +17,5 @@ def build(base: RopeParams, factor: float, o: Mapping[str, Any]) -> RopeParams:
 
 
 METHOD = Method("ntk", "static NTK-aware: rope_theta raised to theta*s^(d/(d-2))", (ORIGINAL,), build, "default",
-                gguf_type="none", keeps_prope=True)
+                gguf_type="none", keeps_prope=True, aliases=("ntk_aware",),
+                not_a_type="static NTK is a rope_theta change, not a rope type", candidate_order=2)

@@ -95,17 +95,15 @@ def validate_options(method: Method, options: Mapping[str, Any], rotary_dim: int
     return out
 
 
-def apply_method(base: RopeParams, spec: MethodSpec, target_length: int | None = None) -> RopeParams:
-    """The RoPE a model should use after scaling its unscaled ``base`` as ``spec`` says."""
+def apply_method(base: RopeParams, spec: MethodSpec) -> RopeParams:
+    """The RoPE a model should use after scaling its unscaled ``base`` as ``spec`` says (a target length is turned
+    into a factor before, by ``factor_for_target``)."""
     method = get_method(spec.name)
     _check_prope(base, method.name)
-    factor = spec.factor
-    if target_length is not None and method.uses_factor:
-        factor = factor_for_target(base, target_length)
     options = validate_options(method, dict(spec.options), base.rotary_dim)
     if options.get("original_max_position_embeddings"):
         base = base.with_(scaling={"original_max_position_embeddings": options["original_max_position_embeddings"]})
-    return method.build(base, check_factor(method, factor), options)
+    return method.build(base, check_factor(method, spec.factor), options)
 
 
 def _check_prope(base: RopeParams, name: str) -> None:
@@ -115,9 +113,9 @@ def _check_prope(base: RopeParams, name: str) -> None:
             "dimensions than its attention expects",
             "use --method proportional (position interpolation on p-RoPE) or --method ntk",
         )
-    if name == "proportional" and not is_prope(base):
+    if get_method(name).prope and not is_prope(base):
         raise MethodError(
-            "method 'proportional' keeps a p-RoPE model's layout (Gemma 4, LFM3), and this model is not p-RoPE",
+            f"method '{name}' keeps a p-RoPE model's layout (Gemma 4, LFM3), and this model is not p-RoPE",
             "use --method linear for plain position interpolation",
         )
 

@@ -34,4 +34,4 @@ def validate(o: Mapping[str, Any], rotary_dim: int) -> None:
 
 METHOD = Method("proportional", "p-RoPE (Gemma 4): every frequency divided by the factor, unrotated pairs kept at 0", (
     Param("partial_rotary_factor", float, None, "share of each head that rotates (default: the model's)"),
-), build, "proportional", frequencies, validate, keeps_prope=True)
+), build, "proportional", frequencies, validate, keeps_prope=True, prope=True)

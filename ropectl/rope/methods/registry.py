@@ -2,8 +2,10 @@
 
 A method module defines ``METHOD = Method(...)``: its options, how it builds the scaled RoPE, the frequencies of
 the rope type it writes, its validation, its GGUF form and its write rules. Everything else (CLI help and
-choices, the rope types the schema accepts, the write form, the GGUF refusals, eval-ppl's per-length switch) is
-derived from these records. Third-party methods arrive through :func:`register_method`, the ``ropectl.methods``
+choices, the rope types the schema accepts and their spellings, the write form, the GGUF keys and refusals,
+re-extension, eval-ppl's per-length switch, the reference row, recommend's default candidates) is derived from
+these records: outside the readers' package (``ropectl.engines``) no code compares a method's name, it asks the
+record (tests/rope/test_method_homes.py). Third-party methods arrive through :func:`register_method`, the ``ropectl.methods``
 entry-point group, or ``ROPECTL_METHODS`` (comma-separated module names, each defining ``METHOD``).
 """
 
@@ -53,6 +55,43 @@ class Method:
     length_dependent: bool = False  # its frequencies change with the sequence length
     needs_original: bool = False  # its rope section carries original_max_position_embeddings
     keeps_prope: bool = False  # it keeps a p-RoPE model's layout (unrotated pairs at 0)
+    # --- what the config reader, the writer, patch and recommend ask instead of comparing names ---
+    unscaled: bool = False  # it writes the model's unscaled RoPE: patch's undo, evaluation's reference row
+    prope: bool = False  # its rope type is p-RoPE's layout: rotary_dim is the whole head, partial factor its own key
+    aliases: tuple[str, ...] = ()  # other spellings of its rope type in published configs ("su" for longrope)
+    not_a_type: str = ""  # why a config naming this method as its rope type is wrong (ntk is a theta change)
+    # A section without a factor means max_position_embeddings / original_max_position_embeddings (transformers).
+    implied_factor: bool = False
+    # transformers takes the original length from max_position_embeddings when the section omits it, so an equal
+    # one is left out of the v4 form (4.51-4.55 then keep the factor).
+    original_from_max_positions: bool = False
+    original_at_top_level: bool = False  # transformers 4 reads its original length only from the top level
+    explicit_attention_factor: bool = False  # the v4 form states attention_factor (4.43's validation demands it)
+    # A published scaling of this type names the pretraining length, so patch can undo it exactly and re-extend
+    # from there, keeping these options of the shipped section unless the user sets them.
+    reextendable: bool = False
+    carried_options: tuple[str, ...] = ()
+    factors_file: tuple[str, ...] = ()  # list options patch's --longrope-file supplies from a JSON file
+    gguf_untyped: bool = False  # llama.cpp reads a factor without rope.scaling.type as this method
+    # Its rope.scaling.* GGUF keys beyond the type, by gguf.Keys.Rope attribute name, and their reading back.
+    gguf_keys: Callable[[RopeParams], Mapping[str, Any]] | None = None
+    gguf_read: Callable[[dict[str, Any], Callable[[str], Any]], dict[str, Any]] | None = None
+    patch_note: str = ""  # a line patch prints whenever it writes this method
+    candidate_order: int | None = None  # its place among the methods recommend tries without a card (lower first)
+
+    @property
+    def max_positions_vary(self) -> bool:
+        """Some write form keeps max_position_embeddings at the trained length (the target is trained x factor)."""
+        return bool(self.max_positions)
+
+    def written_max_positions(self, form: str) -> str:
+        """TARGET or TRAINED: what ``max_position_embeddings`` is in write form ``form``."""
+        return self.max_positions.get(form, TARGET)
+
+    def needs_factor(self, max_positions: int | None) -> bool:
+        """Whether a config section of its type must state a factor: not where the type is also an unscaled layout
+        (p-RoPE), nor where max_position_embeddings / original implies it."""
+        return self.uses_factor and not self.prope and not (self.implied_factor and max_positions is not None)
 
     def param(self, name: str) -> Param:
         for p in self.params:
@@ -97,9 +136,53 @@ def rope_types_where(predicate: Callable[[Method], bool]) -> tuple[str, ...]:
     return tuple(t for t, m in _ROPE_TYPES.items() if predicate(m))
 
 
-def method_names(exclude: tuple[str, ...] = ()) -> str:
-    """"a, b or c": the registered names, for help and hints."""
-    names = [n for n in METHODS if n not in exclude]
+def find_method(name: str) -> Method | None:
+    """The method named ``name``, or None (for readers that only ask)."""
+    return METHODS.get(name.strip().lower())
+
+
+def method_of_type(rope_type: str) -> Method | None:
+    """The method that owns ``rope_type`` (see ``owner_of``), else the one named so: a config naming ``ntk``."""
+    return _ROPE_TYPES.get(rope_type) or METHODS.get(rope_type)
+
+
+def first_where(predicate: Callable[[Method], bool]) -> Method:
+    """The first registered method with a property (``unscaled``: the reference row of every evaluation)."""
+    return next(m for m in METHODS.values() if predicate(m))
+
+
+def unscaled_name() -> str:
+    """The method that writes the unscaled RoPE: patch's undo and evaluation's reference row ("none")."""
+    return first_where(lambda m: m.unscaled).name
+
+
+def type_aliases() -> dict[str, str]:
+    """{spelling: rope type} for the methods' aliases; where a method owns no rope type (ntk), its name."""
+    return {a: (m.rope_type if _ROPE_TYPES.get(m.rope_type) is m else m.name)
+            for m in METHODS.values() for a in m.aliases}
+
+
+def is_prope_type(rope_type: str) -> bool:
+    """Whether ``rope_type`` is p-RoPE's layout (Gemma 4's proportional)."""
+    owner = _ROPE_TYPES.get(rope_type)
+    return owner is not None and owner.prope
+
+
+def gguf_owner(gguf_type: str | None) -> Method | None:
+    """The method llama.cpp's ``rope.scaling.type`` names (a factor with no type: the ``gguf_untyped`` one)."""
+    found = [m for m in METHODS.values() if (m.gguf_type == gguf_type if gguf_type else m.gguf_untyped)]
+    return next((m for m in found if _ROPE_TYPES.get(m.rope_type) is m), found[0] if found else None)
+
+
+def default_candidates() -> tuple[str, ...]:
+    """The methods recommend tries on a model without a card recipe, in their ``candidate_order``."""
+    ranked = [m for m in METHODS.values() if m.candidate_order is not None]
+    return tuple(m.name for m in sorted(ranked, key=lambda m: m.candidate_order or 0))
+
+
+def method_names(exclude: tuple[str, ...] = (), where: Callable[[Method], bool] | None = None) -> str:
+    """"a, b or c": the registered names (those satisfying ``where``), for help and hints."""
+    names = [n for n, m in METHODS.items() if n not in exclude and (where is None or where(m))]
     return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else "".join(names)
 
 

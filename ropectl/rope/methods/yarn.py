@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ropectl.errors import MethodError
@@ -57,6 +58,34 @@ def validate(o: Mapping[str, Any], rotary_dim: int) -> None:
         )
 
 
+def gguf_attn_factor(p: RopeParams) -> float:
+    """The multiplier llama.cpp needs so its YaRN cos/sin scale (attn_factor x its own 0.1 ln s + 1) equals
+    transformers' attention factor."""
+    return frequencies(p, None).attention_factor / yarn_mscale(p.factor or 1.0)
+
+
+def gguf_keys(p: RopeParams) -> dict[str, Any]:
+    sc = p.scaling
+    out: dict[str, Any] = {
+        "SCALING_FACTOR": float(p.factor or 1.0),
+        "SCALING_ORIG_CTX_LEN": int(p.original_max_position_embeddings or 0),
+        # Written for the architectures that read them; the others ignore them (patch warns, engines.llama_cpp).
+        "SCALING_YARN_BETA_FAST": float(sc.get("beta_fast") or YARN_DEFAULT_BETAS["beta_fast"]),
+        "SCALING_YARN_BETA_SLOW": float(sc.get("beta_slow") or YARN_DEFAULT_BETAS["beta_slow"]),
+    }
+    attn = gguf_attn_factor(p)
+    if not math.isclose(attn, 1.0, rel_tol=1e-7):
+        out["SCALING_ATTN_FACTOR"] = attn
+    return out
+
+
+def gguf_read(scaling: dict[str, Any], meta: Callable[[str], Any]) -> dict[str, Any]:
+    """llama.cpp multiplies attn_factor by its own 0.1 ln(s) + 1; transformers' attention_factor is the product."""
+    if meta("attn_factor") is not None:
+        scaling["attention_factor"] = float(meta("attn_factor")) * yarn_mscale(float(scaling.get("factor") or 1.0))
+    return scaling
+
+
 METHOD = Method("yarn", "YaRN: interpolate low frequencies, keep high ones, scale attention", (
     ORIGINAL,
     Param("beta_fast", float, YARN_DEFAULT_BETAS["beta_fast"], "rotations where the ramp ends (keep)"),
@@ -65,4 +94,7 @@ METHOD = Method("yarn", "YaRN: interpolate low frequencies, keep high ones, scal
     Param("mscale", float, None, "DeepSeek-style mscale"),
     Param("mscale_all_dim", float, None, "DeepSeek-style mscale_all_dim"),
     Param("truncate", bool, True, "round the ramp ends to whole dimensions"),
-), build, "yarn", frequencies, validate, gguf_type="yarn", max_positions={TRAINED: TRAINED}, needs_original=True)
+), build, "yarn", frequencies, validate, gguf_type="yarn", max_positions={TRAINED: TRAINED}, needs_original=True,
+    implied_factor=True, original_from_max_positions=True, reextendable=True,
+    carried_options=("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate"), gguf_keys=gguf_keys,
+    gguf_read=gguf_read, candidate_order=1)

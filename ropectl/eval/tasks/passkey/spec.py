@@ -20,12 +20,12 @@ from ropectl.eval.options import (
     parse_methods,
     parse_token_counts,
 )
-from ropectl.rope.methods import MethodSpec
+from ropectl.rope.methods import MethodSpec, unscaled_name
 
 # The embedded default: SmolLM2-135M (trained at 8192), unscaled against dynamic:2 (the demo's
 # recommendation), across and past the trained context, three depths, one trial each.
 PASSKEY_DEFAULTS: dict[str, Any] = {
-    "methods": ["none", "dynamic:2"],
+    "methods": [unscaled_name(), "dynamic:2"],
     "lengths": ["2k", "8k", "12k"],
     "depths": [0.1, 0.5, 0.9],
     "trials": 1,

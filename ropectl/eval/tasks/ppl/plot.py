@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ropectl.eval.model import REFERENCE
 from ropectl.eval.options import length_label
 from ropectl.eval.tasks.ppl.results import Aggregate
 from ropectl.io.files import save_figure
 
-REFERENCE = ("none", "as-is")
 RATIO_CAP = 1.6  # ratios above this are drawn at the panel's edge and named there
 
 

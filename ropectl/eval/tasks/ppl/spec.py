@@ -14,7 +14,7 @@ from typing import Any
 from ropectl import presets
 from ropectl.errors import UsageError
 from ropectl.eval.options import DTYPES, merge_settings, parse_lengths, parse_methods, parse_token_counts
-from ropectl.rope.methods import MethodSpec
+from ropectl.rope.methods import MethodSpec, unscaled_name
 
 MODES = ("truncate", "sliding")
 PRESET_PREFIX = "eval-"
@@ -24,7 +24,7 @@ PRESET_PREFIX = "eval-"
 # mode needs one 12k forward per method and document (~80 s each there); at 12k dynamic:2 uses exactly
 # ntk:2's base, so 4 forwards serve the 5 methods. A second document would double the time.
 DEFAULTS: dict[str, Any] = {
-    "methods": ["none", "yarn:2", "dynamic:2", "linear:2", "ntk:2"],
+    "methods": [unscaled_name(), "yarn:2", "dynamic:2", "linear:2", "ntk:2"],
     "lengths": ["1k", "2k", "4k", "8k", "12k"],
     "docs": 1,
     "mode": "truncate",

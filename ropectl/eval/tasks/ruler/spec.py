@@ -16,12 +16,12 @@ from ropectl.eval.options import (
     parse_methods,
     parse_token_counts,
 )
-from ropectl.rope.methods import MethodSpec
+from ropectl.rope.methods import MethodSpec, unscaled_name
 
 # RULER's effective length: the longest length whose mean score stays above Llama-2-7B's at 4k (85.6 %).
 RULER_THRESHOLD = 0.856
 # The embedded default (SmolLM2-135M, trained at 8k): three tasks across and past the trained context.
-TASKS_DEFAULTS: dict[str, Any] = {"tasks": "niah_single_1,niah_multikey_2,vt", "methods": ["none", "yarn:2"],
+TASKS_DEFAULTS: dict[str, Any] = {"tasks": "niah_single_1,niah_multikey_2,vt", "methods": [unscaled_name(), "yarn:2"],
                                   "lengths": ["2k", "8k", "12k"], "samples": 8}
 GENERIC: dict[str, Any] = {"tasks": "ruler", "lengths": ["4k", "8k", "16k"], "samples": 25}
 
