@@ -20,6 +20,7 @@ from typing import Any
 
 from ropectl.eval.stats import min_pairs, samples_to_separate, trials_to_separate_binary
 from ropectl.eval.timing import Timing
+from ropectl.rope.methods import unscaled_name
 
 # A budget never goes below these: with fewer than 6 documents the PPL ratio never separates (stats.min_pairs), and
 # with fewer than 6 trials no paired task difference does.
@@ -101,9 +102,10 @@ def ppl_ratio(docs: int, spread: float) -> float | None:
     return math.exp(hi)
 
 
-def spread(cells: Sequence[Any], length: int, reference: str = "none") -> float | None:
+def spread(cells: Sequence[Any], length: int, reference: str | None = None) -> float | None:
     """The median over methods of the sample sd of per-document, per-token log PPL ratios against ``reference``
-    at ``length``: what the paired PPL comparison divides by (recommend.compare)."""
+    at ``length`` (the unscaled model by default): what the paired PPL comparison divides by (recommend.compare)."""
+    reference = reference or unscaled_name()
     at = [c for c in cells if c.length == length]
     ref = {c.doc: c.nll_sum / c.tokens for c in at if c.method == reference}
     sds = []
