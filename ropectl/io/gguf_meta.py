@@ -10,7 +10,10 @@ from ropectl.errors import GGUFError
 from ropectl.families.gguf import GGUF_ARCHS
 from ropectl.rope.methods import gguf_owner
 
-_SCALING_KEYS = {"yarn_beta_fast": "beta_fast", "yarn_beta_slow": "beta_slow"}
+# gguf.Keys constant -> the config key it means (the yarn betas; other methods' keys are their modules')
+_SCALING_KEYS = {"SCALING_YARN_BETA_FAST": "beta_fast", "SCALING_YARN_BETA_SLOW": "beta_slow"}
+# The pre-GGUF-v3 linear factor key, which gguf.Keys no longer names (llama.cpp still reads it).
+LEGACY_SCALE_LINEAR = "{arch}.rope.scale_linear"
 # ropectl's own record of the unscaled base; llama.cpp ignores keys outside its namespace.
 BASE_THETA_KEY = "ropectl.base.rope_theta"
 BASE_CONTEXT_KEY = "ropectl.base.context_length"
@@ -45,18 +48,20 @@ def gguf_arch(meta: Mapping[str, Any], path: Path) -> tuple[str, str, str]:
 
 def gguf_config(meta: Mapping[str, Any], path: Path) -> dict[str, Any]:
     """An HF-style config dict that means what the GGUF metadata means to llama.cpp."""
+    from gguf import Keys  # gguf-py's constants: the one home of the key names (imported only for a GGUF)
+
     arch, model_type, layout = gguf_arch(meta, path)
 
     def get(key: str, default: Any = None) -> Any:
-        return meta.get(f"{arch}.{key}", default)
+        return meta.get(key.format(arch=arch), default)
 
-    heads = get("attention.head_count")
-    hidden = get("embedding_length")
-    if not heads or not hidden or not get("context_length"):
+    heads = get(Keys.Attention.HEAD_COUNT)
+    hidden = get(Keys.LLM.EMBEDDING_LENGTH)
+    if not heads or not hidden or not get(Keys.LLM.CONTEXT_LENGTH):
         raise GGUFError(f"'{path.name}' lacks head count, embedding length or context length",
                         "re-convert it with a current llama.cpp convert_hf_to_gguf.py")
-    head_dim = int(get("attention.key_length") or hidden // heads)
-    n_rot = int(get("rope.dimension_count") or head_dim)
+    head_dim = int(get(Keys.Attention.KEY_LENGTH) or hidden // heads)
+    n_rot = int(get(Keys.Rope.DIMENSION_COUNT) or head_dim)
     if not 0 < n_rot <= head_dim:  # said in the GGUF's own terms, not as a config.json partial_rotary_factor
         raise GGUFError(f"'{path.name}' has {arch}.rope.dimension_count {n_rot:,}, outside 1 to the head size "
                         f"{head_dim:,}", "re-convert it with a current llama.cpp convert_hf_to_gguf.py")
@@ -65,10 +70,10 @@ def gguf_config(meta: Mapping[str, Any], path: Path) -> dict[str, Any]:
         "architectures": [f"gguf:{arch}"],
         "hidden_size": int(hidden),
         "num_attention_heads": int(heads),
-        "num_key_value_heads": int(get("attention.head_count_kv") or heads),
+        "num_key_value_heads": int(get(Keys.Attention.HEAD_COUNT_KV) or heads),
         "head_dim": head_dim,
-        "max_position_embeddings": int(get("context_length")),
-        "rope_theta": float(get("rope.freq_base", 10000.0)),
+        "max_position_embeddings": int(get(Keys.LLM.CONTEXT_LENGTH)),
+        "rope_theta": float(get(Keys.Rope.FREQ_BASE, 10000.0)),
         "ropectl": _record(meta, layout, arch),
     }
     if n_rot != head_dim:
@@ -90,9 +95,15 @@ def _record(meta: Mapping[str, Any], layout: str, arch: str) -> dict[str, Any]:
 
 
 def gguf_scaling(meta: Mapping[str, Any], arch: str) -> dict[str, Any] | None:
-    prefix = f"{arch}.rope.scaling."
-    kind = meta.get(prefix + "type")
-    factor = meta.get(prefix + "factor", meta.get(f"{arch}.rope.scale_linear"))
+    from gguf import Keys
+
+    def get(key: str) -> Any:
+        return meta.get(key.format(arch=arch))
+
+    prefix = Keys.Rope.SCALING_TYPE.format(arch=arch).removesuffix("type")  # "{arch}.rope.scaling."
+    kind = get(Keys.Rope.SCALING_TYPE)
+    factor = get(Keys.Rope.SCALING_FACTOR)
+    factor = get(LEGACY_SCALE_LINEAR) if factor is None else factor
     owner = gguf_owner(kind)  # llama.cpp treats a factor without a type as linear (the ``gguf_untyped`` method)
     if (owner is not None and owner.unscaled) or (kind is None and factor in (None, 1.0)):
         return None
@@ -100,11 +111,11 @@ def gguf_scaling(meta: Mapping[str, Any], arch: str) -> dict[str, Any] | None:
     out: dict[str, Any] = {"rope_type": rope_type, "type": rope_type}
     if factor is not None:
         out["factor"] = float(factor)
-    if meta.get(prefix + "original_context_length"):
-        out["original_max_position_embeddings"] = int(meta[prefix + "original_context_length"])
+    if get(Keys.Rope.SCALING_ORIG_CTX_LEN):
+        out["original_max_position_embeddings"] = int(get(Keys.Rope.SCALING_ORIG_CTX_LEN))
     for key, name in _SCALING_KEYS.items():
-        if meta.get(prefix + key) is not None:
-            out[name] = float(meta[prefix + key])
+        if get(getattr(Keys.Rope, key)) is not None:
+            out[name] = float(get(getattr(Keys.Rope, key)))
     if owner is not None and owner.gguf_read is not None:  # the method's own keys (yarn's attn_factor)
         out = owner.gguf_read(out, lambda key: meta.get(prefix + key))
     return out

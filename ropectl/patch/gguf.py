@@ -21,7 +21,7 @@ from typing import Any
 
 from ropectl.errors import GGUFError, MethodError, OutputError, VerificationError
 from ropectl.io.files import why_not_writable
-from ropectl.io.gguf_meta import BASE_CONTEXT_KEY, BASE_THETA_KEY, METHOD_KEY
+from ropectl.io.gguf_meta import BASE_CONTEXT_KEY, BASE_THETA_KEY, LEGACY_SCALE_LINEAR, METHOD_KEY
 from ropectl.io.ownership import clean_stale, temp_affixes
 from ropectl.io.signals import sigterm_as_interrupt
 from ropectl.rope.methods import owner_of
@@ -32,7 +32,6 @@ from ropectl.rope.params import RopeParams
 SCALING_KEYS = ("SCALING_TYPE", "SCALING_FACTOR", "SCALING_ORIG_CTX_LEN", "SCALING_ATTN_FACTOR", "SCALING_YARN_BETA_FAST",
                 "SCALING_YARN_BETA_SLOW", "SCALING_YARN_ATTN_FACTOR", "SCALING_YARN_EXT_FACTOR", "SCALING_YARN_LOG_MUL",
                 "SCALING_FINETUNED")
-LEGACY_SCALE_LINEAR = "{arch}.rope.scale_linear"
 
 
 def check_expressible(rope: RopeParams, method_name: str) -> None:
