@@ -19,7 +19,6 @@ from ropectl.engines.base import Reader
 from ropectl.errors import MethodError
 from ropectl.families import GGUF_ARCHS
 from ropectl.output import dumps, exact
-from ropectl.rope.methods import owner_of
 from ropectl.rope.params import RopeParams
 from ropectl.schema.write import v5_parameters
 
@@ -93,13 +92,11 @@ def _arch_for(model_type: str) -> str | None:
 
 def llama_cpp_args(rope: RopeParams, target: int, model_type: str) -> tuple[list[str], list[str]]:
     kind = rope.rope_type
-    owner = owner_of(kind)
-    if owner is not None and owner.gguf_none:
-        # llama3 and longrope survive conversion as tensors, for the architectures whose converter writes them
-        fix = "use linear, ntk (--rope-freq-base) or yarn" + (
-            ", or convert the patched checkpoint to GGUF (llama.cpp's converter writes it for Llama-family "
-            "architectures)" if kind in llama_cpp.CONVERTER_CARRIES else "")
-        raise MethodError(f"method '{kind}' cannot be expressed as llama.cpp flags: {owner.gguf_none}", fix)
+    # llama3 and longrope survive conversion as tensors, for the architectures whose converter writes them
+    fix = "use linear, ntk (--rope-freq-base) or yarn" + (
+        ", or convert the patched checkpoint to GGUF (llama.cpp's converter writes it for Llama-family "
+        "architectures)" if kind in llama_cpp.CONVERTER_CARRIES else "")
+    llama_cpp.refuse_unexpressible(kind, kind, "expressed as llama.cpp flags", fix)
     flag = llama_cpp.FLAGS
     args = [flag["type"], "none" if kind == "default" else kind]
     if kind in ("linear", "yarn"):

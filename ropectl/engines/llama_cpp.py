@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropectl.engines.base import DICT, FAILS, MAX_POS, TOP, Quirk, Reader, Reading, VersionRange
-from ropectl.rope.methods import get_method
+from ropectl.errors import MethodError
+from ropectl.rope.methods import get_method, owner_of
 from ropectl.rope.params import YARN_DEFAULT_BETAS, RopeParams
 
 ENGINE = "llama.cpp"
@@ -185,3 +186,11 @@ def gguf_warnings(arch: str, rope: RopeParams) -> list[str]:
     flags = " ".join(f"{FLAGS[k]} {v:g}" for k, v in ignored.items())
     return [f"{READERS[-1].label}: reads the YaRN betas from the GGUF only for "
             f"{', '.join(sorted(YARN_BETA_ARCHS))}, so for '{arch}' it uses 32/1; pass {flags}"]
+
+
+def refuse_unexpressible(rope_type: str, label: str, form: str, fix: str) -> None:
+    """The one refusal of a method llama.cpp keeps only in converted tensors or not at all (``gguf_none``): patching
+    a GGUF's metadata (``form`` "written to GGUF metadata") and printing flags ("expressed as llama.cpp flags")."""
+    owner = owner_of(rope_type)
+    if owner is not None and owner.gguf_none:
+        raise MethodError(f"method '{label}' cannot be {form}: {owner.gguf_none}", fix)

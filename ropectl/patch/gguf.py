@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ropectl.errors import GGUFError, MethodError, OutputError, VerificationError
+from ropectl.engines import llama_cpp
+from ropectl.errors import GGUFError, OutputError, VerificationError
 from ropectl.io.files import why_not_writable
 from ropectl.io.gguf_meta import BASE_CONTEXT_KEY, BASE_THETA_KEY, LEGACY_SCALE_LINEAR, METHOD_KEY
 from ropectl.io.ownership import clean_stale, temp_affixes
@@ -36,11 +37,10 @@ SCALING_KEYS = ("SCALING_TYPE", "SCALING_FACTOR", "SCALING_ORIG_CTX_LEN", "SCALI
 
 def check_expressible(rope: RopeParams, method_name: str) -> None:
     owner = owner_of(rope.rope_type)
-    if owner is not None and owner.gguf_none:
-        # The method's own fix where converting would not carry it either (dynamic); else conversion can.
-        fix = owner.gguf_fix or ("patch the Hugging Face checkpoint and convert it with llama.cpp's "
-                                 "convert_hf_to_gguf.py, or use linear, ntk or yarn on the GGUF")
-        raise MethodError(f"method '{method_name}' cannot be written to GGUF metadata: {owner.gguf_none}", fix)
+    # The method's own fix where converting would not carry it either (dynamic); else conversion can.
+    fix = (owner.gguf_fix if owner else "") or ("patch the Hugging Face checkpoint and convert it with llama.cpp's "
+                                               "convert_hf_to_gguf.py, or use linear, ntk or yarn on the GGUF")
+    llama_cpp.refuse_unexpressible(rope.rope_type, method_name, "written to GGUF metadata", fix)
 
 
 def check_method_for_gguf(method_name: str) -> None:
