@@ -111,7 +111,7 @@ def recommend_cmd(
         result = recommend(ppl_data, load_tasks(tasks) if tasks else None, target, limit, engines)
         skipped: dict[str, str] = {}
     else:
-        from ropectl.recommend_run import Request
+        from ropectl.recommend.run import Request
 
         engines = _serve_with(serve_with, model or _default_path())
         sweeps = _run_sweeps(Request(model, target, factor, out, dtype or "auto", device or "auto", limit, engines,
@@ -134,7 +134,7 @@ def _run_sweeps(request: Any, json_out: bool) -> Any:
 
     from ropectl.cli.eval_options import resume_command
     from ropectl.eval.interrupt import SweepInterrupted
-    from ropectl.recommend_run import recommend_root, run
+    from ropectl.recommend.run import recommend_root, run
 
     root = recommend_root(request.out, request.resume)
     try:

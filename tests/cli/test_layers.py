@@ -19,8 +19,8 @@ LAYERS: dict[str, int] = {
     "rope": 1, "presets": 1,
     "families": 2, "schema": 2, "io": 2,
     "engines": 3,
-    "patch": 4, "layout": 4, "eval": 4, "inspection": 4, "plotting": 4, "recommend": 4, "recommend_data": 4, "recommend_plan": 4,
-    "recommend_run": 5,
+    "patch": 4, "layout": 4, "eval": 4, "inspection": 4,
+    "recommend": 5,
     "cli": 6, "__main__": 7,
 }
 

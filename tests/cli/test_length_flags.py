@@ -43,7 +43,7 @@ SWEEP_FLAGS = [
 RUNNERS = {"eval-ppl": ("ropectl.eval.tasks.ppl", "run_eval"),
            "eval-passkey": ("ropectl.eval.tasks.passkey", "run_passkey"),
            "eval-tasks": ("ropectl.eval.tasks.ruler.runner", "run_tasks"),
-           "recommend": ("ropectl.recommend_run", "run_sweeps")}
+           "recommend": ("ropectl.recommend.run", "run")}
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     seen: list[Any] = []
 
     def stop(*args: Any, **_: Any) -> None:
-        seen.append(args[1] if len(args) > 1 and isinstance(args[1], int) else args[0])
+        seen.append(args[0].target if hasattr(args[0], "target") else args[0])  # recommend's Request: its target
         raise UsageError(STOP, "none")
 
     for module, name in RUNNERS.values():

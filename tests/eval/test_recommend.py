@@ -164,7 +164,7 @@ def test_a_gguf_never_ships_what_llama_cpp_lacks(tmp_path: Path) -> None:
 
 
 def test_candidates_grid_skips_what_the_engines_lack() -> None:
-    from ropectl.recommend_run import candidates
+    from ropectl.recommend.run import candidates
 
     methods, skipped = candidates(("yarn", "dynamic"), 1.25, (1.0, 1.5, 2.0), ("llama.cpp",))
     assert methods == ["none", "yarn:1.25", "yarn:1.875", "yarn:2.5"]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from ropectl.eval.timing import Shape, Timing, model_shape
-from ropectl.recommend_plan import MIN_DOCS, MIN_SAMPLES, Plan, fit_budget, plan_lines, ppl_ratio, spread, task_difference
-from ropectl.recommend_run import Request, _grid
+from ropectl.recommend.plan import MIN_DOCS, MIN_SAMPLES, Plan, fit_budget, plan_lines, ppl_ratio, spread, task_difference
+from ropectl.recommend.run import Request, _grid
 
 Z975, Z80 = 1.959963984540054, 0.8416212335729143  # normal quantiles (published tables)
 T80_5, T975_5 = 0.9195438, 2.5705818  # Student t, 5 degrees of freedom (published tables)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ropectl import recommend_run
 from ropectl.eval.tasks.ppl.results import read_cells
+from ropectl.recommend import run as recommend_run
 
 SIZES = {"candidates": ("linear", "yarn"), "grid": (1.0,), "inside": ["256"], "docs": 2, "tasks": "niah_single_1",
          "samples": 2, "task_at": None}

@@ -19,7 +19,7 @@ from ropectl.eval.timing import Timing
 from ropectl.io.files import atomic_write_text
 from ropectl.output import dumps
 from ropectl.recommend import DEFAULT_MAX_REGRESSION, recommend, screen
-from ropectl.recommend_plan import Plan, fit_budget, plan_lines, screen_lines, spread
+from ropectl.recommend.plan import Plan, fit_budget, plan_lines, screen_lines, spread
 from ropectl.rope.methods import METHODS, default_candidates, unscaled_name
 
 PLAN_FILE = "plan.json"  # the sizes the run chose (a budget's), so --resume runs the same sweeps

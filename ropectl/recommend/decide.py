@@ -33,7 +33,7 @@ from ropectl.eval.stats import (
     samples_to_separate,
     trials_to_separate_binary,
 )
-from ropectl.recommend_data import load_ppl, load_tasks
+from ropectl.recommend.data import load_ppl, load_tasks
 
 __all__ = ["DEFAULT_MAX_REGRESSION", "MIN_DOCS", "Evidence", "Recommendation", "REFERENCE", "Rival", "load_ppl", "load_tasks",
            "in_window", "patch_commands", "recommend", "screen"]

@@ -213,7 +213,7 @@ def inspect_model(spec: InspectSpec) -> InspectReport:
         softmax_scale=softmax_mscale(rope) if model.model_type in families.SOFTMAX_MSCALE_TYPES else 1.0,
     )
     if spec.plot is not None:
-        from ropectl.plotting import plot_wavelengths
+        from ropectl.inspection.plot import plot_wavelengths
 
         plot_wavelengths(report, Path(spec.plot))
     return report
