@@ -1,4 +1,6 @@
-"""Cases of the second bad-input pass that no other test guarded (ids of that survey; docs/errors-and-guarantees.md)."""
+"""Bad inputs around files and signals that no other test guarded: pickles never unpickled, binary datasets, a resume
+with no run, signals during patch, --force adding and deleting nothing, read-only commands that import neither torch
+nor transformers, one-line refusals, unwritable plot targets (ids of the survey: docs/errors-and-guarantees.md)."""
 
 from __future__ import annotations
 
