@@ -105,6 +105,8 @@ def _built(rope: RopeParams) -> RopeParams | str:
     sc, kind = dict(rope.scaling), rope.rope_type
     if "mrope_section" in sc and kind not in ("default", "yarn"):
         return f"SGLang {_MROPE.note}; this section is {kind}"
+    if kind == "yarn" and "mrope_section" in sc and ("mscale" in sc or "mscale_all_dim" in sc):
+        return "SGLang's multimodal YaRN (YaRNScalingMRotaryEmbedding) raises TypeError on mscale / mscale_all_dim"
     if kind == "yarn":
         scale = _yarn_scale(sc) * float(sc.get("attn_factor", 1.0))
         kept = {k: v for k, v in sc.items() if k not in ("mscale", "mscale_all_dim", "attention_factor")}
@@ -173,7 +175,10 @@ def section_for(rope: RopeParams, partial: float | None) -> dict[str, Any]:
     section = v5_parameters(rope, partial)
     attention = compute_frequencies(rope).attention_factor
     if rope.rope_type == "yarn":
-        section = {"mscale": None, "mscale_all_dim": None, "extrapolation_factor": 1.0, "truncate": True, **section}
+        # multimodal YaRN takes no mscale keys (get_rope passes them on, and its class raises TypeError)
+        unset = {"extrapolation_factor": 1.0, "truncate": True} if "mrope_section" in section else {
+            "mscale": None, "mscale_all_dim": None, "extrapolation_factor": 1.0, "truncate": True}
+        section = {**unset, **section}
         section["attn_factor"] = attention / _yarn_scale(section)
     elif rope.rope_type == "longrope":
         section.update(short_mscale=attention, long_mscale=attention)
@@ -235,12 +240,21 @@ def emit(model: str, rope: RopeParams, layers: Mapping[str, RopeParams], partial
     from ropectl.engines.vllm import override_path  # where a composite config's text model reads: the same key
     from ropectl.errors import MethodError
     from ropectl.output import dumps
+    from ropectl.schema.read import text_config
 
     reader = newest()
     if layers:
         raise MethodError("--emit sglang does not write per-layer-type rope sections (SGLang's reading of them is "
                           "not measured)", "serve the patched folder: ropectl patch MODEL -m METHOD -o DIR, then "
                           "python -m sglang.launch_server --model-path DIR")
+    # the shipped multimodal layout stays: SGLang builds MRoPE from the section it is given
+    shipped = text_config(config).get("rope_parameters") or text_config(config).get("rope_scaling") or {}
+    mrope = {k: shipped[k] for k in ("mrope_section", "mrope_interleaved") if isinstance(shipped, Mapping) and k in shipped}
+    rope = rope.with_(scaling={**mrope, **rope.scaling}) if mrope else rope
+    built = _built(rope)
+    if isinstance(built, str):  # what get_rope makes of the section itself (transformers may read it otherwise)
+        raise MethodError(f"{reader.label} cannot serve this: {built}", next(
+            (q.fix for q in reader.quirks if q.note in built), "pick another method"))
     override = overrides(rope, partial, target, override_path(config))
     reading = predict(reader, applied(config, override))
     if not reading.ok:
