@@ -24,11 +24,14 @@ Predict = Callable[[Reader, Mapping[str, Any], "str | None"], Reading]
 
 # Engines a checkpoint is served with, by the name users pass (recommend --serve-with).
 SERVING_ENGINES = ("transformers", "vllm", "sglang", "llama.cpp")
+# The default when --serve-with is not given (SGLang only when asked: it would leave out what it cannot serve).
+DEFAULT_SERVING = ("transformers", "vllm", "llama.cpp")
 
 
 def serving_engines_for(model: str) -> tuple[str, ...]:
-    """The engines a checkpoint's format reaches: a GGUF file is llama.cpp's; a Hugging Face folder reaches all."""
-    return ("llama.cpp",) if str(model).lower().endswith(".gguf") else SERVING_ENGINES
+    """The engines a checkpoint's format reaches by default: a GGUF file is llama.cpp's; a Hugging Face folder the
+    others."""
+    return ("llama.cpp",) if str(model).lower().endswith(".gguf") else DEFAULT_SERVING
 
 
 def why_not_served(rope_type: str, serve_with: Iterable[str]) -> str | None:
