@@ -41,7 +41,7 @@ InPlaceOpt = Annotated[bool, opt("--in-place", panel=OUTPUT, help="Rewrite confi
 DryRunOpt = Annotated[bool, opt("--dry-run", panel=OUTPUT, help=(
     "Print a unified diff of config.json; write nothing. Only with --emit config: with --emit vllm / llama.cpp "
     "(which write nothing anyway) it is refused."))]
-EmitOpt = Annotated[str, opt("--emit", panel=OUTPUT, help="config (write), or print vllm / llama.cpp flags.")]
+EmitOpt = Annotated[str, opt("--emit", panel=OUTPUT, help="config (write), or print vllm / sglang / llama.cpp flags.")]
 SchemaOpt = Annotated[Optional[str], opt("--schema", panel=OUTPUT, help="both (default), v4 or v5 config keys.")]
 MaxPosOpt = Annotated[str, opt("--max-positions", panel=OUTPUT,
                                 help="max_position_embeddings written: target (default; what lm-eval and vLLM read as "

@@ -1,10 +1,10 @@
 """Engines in one place: how each engine and version reads a RoPE config, what it cannot run, and its command.
 
-Each engine module (``transformers``, ``vllm``, ``llama_cpp``, ``lm_eval``) exposes ``READERS``, a tuple of frozen
-``Reader`` entries, and ``predict(reader, config, version=None) -> Reading``; ``emit`` prints the vLLM and
-llama.cpp commands from them. ``patch``'s warnings, ``inspect --engines`` and docs/compatibility.md's reader table
-are all derived from these. Adding an engine is one module and its name in ``ENGINE_MODULES``
-(docs/contributing/add-an-engine.md).
+Each engine module (``transformers``, ``vllm``, ``sglang``, ``llama_cpp``, ``lm_eval``) exposes ``READERS``, a tuple
+of frozen ``Reader`` entries, and ``predict(reader, config, version=None) -> Reading``; ``emit`` prints the vLLM and
+llama.cpp commands from them (``sglang.emit`` its own). ``patch``'s warnings, ``inspect --engines`` and
+docs/compatibility.md's reader table are all derived from these. Adding an engine is one module and its name in
+``ENGINE_MODULES`` (docs/contributing/add-an-engine.md).
 """
 
 from __future__ import annotations
@@ -16,26 +16,29 @@ from typing import Any
 from ropectl.engines.base import Quirk, Reader, Reading, VersionRange
 
 # Engine modules, in the order the views list them. Each has READERS and predict().
-ENGINE_MODULES = ("ropectl.engines.transformers", "ropectl.engines.vllm", "ropectl.engines.llama_cpp",
-                  "ropectl.engines.lm_eval")
+ENGINE_MODULES = ("ropectl.engines.transformers", "ropectl.engines.vllm", "ropectl.engines.sglang",
+                  "ropectl.engines.llama_cpp", "ropectl.engines.lm_eval")
 
 Predict = Callable[[Reader, Mapping[str, Any], "str | None"], Reading]
 
 
 # Engines a checkpoint is served with, by the name users pass (recommend --serve-with).
-SERVING_ENGINES = ("transformers", "vllm", "llama.cpp")
+SERVING_ENGINES = ("transformers", "vllm", "sglang", "llama.cpp")
+# The default when --serve-with is not given (SGLang only when asked: it would leave out what it cannot serve).
+DEFAULT_SERVING = ("transformers", "vllm", "llama.cpp")
 
 
 def serving_engines_for(model: str) -> tuple[str, ...]:
-    """The engines a checkpoint's format reaches: a GGUF file is llama.cpp's; a Hugging Face folder reaches all."""
-    return ("llama.cpp",) if str(model).lower().endswith(".gguf") else SERVING_ENGINES
+    """The engines a checkpoint's format reaches by default: a GGUF file is llama.cpp's; a Hugging Face folder the
+    others."""
+    return ("llama.cpp",) if str(model).lower().endswith(".gguf") else DEFAULT_SERVING
 
 
 def why_not_served(rope_type: str, serve_with: Iterable[str]) -> str | None:
     """Why one of ``serve_with`` would not compute what transformers evaluated for ``rope_type`` (None: all do)."""
-    from ropectl.engines import llama_cpp, vllm
+    from ropectl.engines import llama_cpp, sglang, vllm
 
-    checks = {"vllm": vllm.cannot_serve, "llama.cpp": llama_cpp.cannot_express}
+    checks = {"vllm": vllm.cannot_serve, "sglang": sglang.cannot_serve, "llama.cpp": llama_cpp.cannot_express}
     return next((why for engine in serve_with if engine in checks and (why := checks[engine](rope_type))), None)
 
 

@@ -158,6 +158,11 @@ def _emit(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> tuple[dict
         differs = serving.check_vllm_builds(plan)
         emitted, warnings = serving.emit_vllm_for(spec.model, plan, target)
         return emitted, differs + warnings
+    if spec.emit == "sglang":
+        from ropectl.engines import sglang
+
+        return sglang.emit(spec.model, plan.rope, plan.layer_ropes, plan.before.partial_rotary_factor, target,
+                           dict(model.config))
     return emit_llama_cpp(spec.model, plan.rope, plan.layer_ropes, plan.before.model_type, target)
 
 

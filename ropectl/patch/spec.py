@@ -20,7 +20,7 @@ from ropectl.rope.choice import MethodChoice, layer, merge, to_method_spec
 from ropectl.rope.methods import Method, MethodSpec, first_where, get_method
 from ropectl.schema.write import check_max_positions, check_schema
 
-EMITS = ("config", "vllm", "llama.cpp")
+EMITS = ("config", "vllm", "sglang", "llama.cpp")
 PRESET_PREFIX = "patch-"
 __all__ = ["EMITS", "MethodChoice", "PatchSpec", "build_choice", "load_config_file", "load_preset", "merge",
            "method_spec", "read_longrope_file"]

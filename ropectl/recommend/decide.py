@@ -284,8 +284,9 @@ def patch_commands(model: str, method: str, serve_with: tuple[str, ...] = ("vllm
 
     base = ["ropectl", "patch", model, "-m", method]
     commands = [shlex.join([*base, "-o", out])]
-    if "vllm" in serve_with:
-        commands.append(shlex.join([*base, "--emit", "vllm"]))
+    for engine in ("vllm", "sglang"):
+        if engine in serve_with:
+            commands.append(shlex.join([*base, "--emit", engine]))
     if "llama.cpp" in serve_with:
         why_not = cannot_express(parse_spec(method).name)
         # patch refuses --emit llama.cpp for a method llama.cpp lacks: say so instead of printing a failing command

