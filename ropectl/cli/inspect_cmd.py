@@ -38,7 +38,7 @@ def inspect(model: ModelArg, json_out: JsonOpt = False, plot: PlotOpt = None, se
 
 def print_engines(views: list[dict[str, Any]]) -> None:
     """One block per reader: its RoPE per layer type, serving length, and how it differs (with the fix)."""
-    from ropectl.engines.parity import merge_runs
+    from ropectl.readers.parity import merge_runs
 
     typer.echo("\nper reader:")
     for view in merge_runs(views):

@@ -49,8 +49,8 @@ ServeOpt = Annotated[Optional[str], opt("--serve-with", panel=RULE, help=(
 
 
 def _serve_with(value: str | None, model: str) -> tuple[str, ...]:
-    from ropectl.engines import SERVING_ENGINES, serving_engines_for
     from ropectl.errors import UsageError
+    from ropectl.readers import SERVING_ENGINES, serving_engines_for
 
     if value is None:
         return serving_engines_for(model)

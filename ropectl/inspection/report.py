@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from ropectl import families
-from ropectl.engines.view import engine_section, engine_warnings
 from ropectl.errors import MethodError, UsageError
 from ropectl.families import cards
 from ropectl.io.resolve import resolve_model
 from ropectl.layout.detect import known_layout
 from ropectl.limits import MAX_POSITIONS
+from ropectl.readers.view import engine_section, engine_warnings
 from ropectl.rope.analysis import PairReport, first_non_rotating, pair_reports
 from ropectl.rope.frequencies import base_inv_freq, compute_frequencies, mrope_prerotated, softmax_mscale
 from ropectl.rope.methods import owner_of
@@ -172,8 +172,8 @@ def _with_commands(views: list[Any], resolved: Any, model: ModelRope, target: in
     """A view that serves less than the target gets the command that serves it, as patch prints it."""
     if not target:
         return views
-    from ropectl.engines import lm_eval, vllm
-    from ropectl.engines.emit import emit_vllm
+    from ropectl.readers import lm_eval, vllm
+    from ropectl.readers.emit import emit_vllm
 
     where = resolved.source if resolved.kind == "hub" else str(resolved.path)
     out = []

@@ -128,7 +128,7 @@ def _check_model(model: ModelRope, rope: RopeParams, transformers: bool) -> None
 
 def _check_theta_known(config: Mapping[str, Any]) -> None:
     """A null rope_theta would be read as the default base and written back as if it were the model's."""
-    from ropectl.engines.view import null_theta_warning
+    from ropectl.readers.view import null_theta_warning
 
     if null_theta_warning(config) and not Record.of(config).base:
         raise ConfigError(

@@ -11,8 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from ropectl import families
-from ropectl.engines import llama_cpp
-from ropectl.engines.emit import emit_llama_cpp
 from ropectl.errors import OutputError, UsageError
 from ropectl.io.files import (
     atomic_write_bytes,
@@ -34,6 +32,8 @@ from ropectl.patch.config import ConfigPlan, plan_config
 from ropectl.patch.spec import PatchSpec
 from ropectl.patch.summary import PatchResult, pair_counts, rope_state
 from ropectl.patch.verify import expected_ropes, verify_config, verify_folder
+from ropectl.readers import llama_cpp
+from ropectl.readers.emit import emit_llama_cpp
 from ropectl.rope.frequencies import softmax_mscale
 from ropectl.rope.methods import owner_of
 from ropectl.schema.record import BaseRope, Record
@@ -159,7 +159,7 @@ def _emit(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> tuple[dict
         emitted, warnings = serving.emit_vllm_for(spec.model, plan, target)
         return emitted, differs + warnings
     if spec.emit == "sglang":
-        from ropectl.engines import sglang
+        from ropectl.readers import sglang
 
         return sglang.emit(spec.model, plan.rope, plan.layer_ropes, plan.before.partial_rotary_factor, target,
                            dict(model.config))

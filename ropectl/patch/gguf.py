@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ropectl.engines import llama_cpp
 from ropectl.errors import GGUFError, OutputError, VerificationError
 from ropectl.io.files import why_not_writable
 from ropectl.io.gguf_meta import BASE_CONTEXT_KEY, BASE_THETA_KEY, LEGACY_SCALE_LINEAR, METHOD_KEY
 from ropectl.io.ownership import clean_stale, temp_affixes
 from ropectl.io.signals import sigterm_as_interrupt
+from ropectl.readers import llama_cpp
 from ropectl.rope.methods import owner_of
 from ropectl.rope.params import RopeParams
 

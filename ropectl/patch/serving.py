@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ropectl.engines.emit import emit_vllm
 from ropectl.errors import MethodError
 from ropectl.io.resolve import ResolvedModel
 from ropectl.patch.config import ConfigPlan
 from ropectl.patch.spec import PatchSpec
 from ropectl.patch.verify import expected_ropes
+from ropectl.readers.emit import emit_vllm
 from ropectl.rope.methods import TARGET, TRAINED, Method, owner_of
 
 
@@ -19,14 +19,14 @@ def reader_views(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> lis
     """Every known reader's reading of the written config, against the RoPE ropectl means it to hold."""
     if model.is_gguf or spec.emit != "config":
         return []
-    from ropectl.engines.parity import engine_views
+    from ropectl.readers.parity import engine_views
 
     lengths = (None, plan.target_context) if plan.target_context else (None,)
     return engine_views(plan.config, expected_ropes(plan.rope, plan.layer_ropes), lengths)
 
 
 def emit_vllm_for(where: str, plan: ConfigPlan, target: int) -> tuple[dict[str, Any], list[str]]:
-    from ropectl.engines import vllm as vllm_reader
+    from ropectl.readers import vllm as vllm_reader
 
     return emit_vllm(where, plan.rope, plan.layer_ropes, plan.before.partial_rotary_factor, target,
                      plan.before.model_type, vllm_reader.override_path(plan.config))
@@ -35,8 +35,8 @@ def emit_vllm_for(where: str, plan: ConfigPlan, target: int) -> tuple[dict[str, 
 def check_vllm_builds(plan: ConfigPlan) -> list[str]:
     """``--emit vllm`` for a method the model's vLLM code cannot build would print a command that crashes: refused.
     Where it builds other RoPE from the overrides, the warning says how."""
-    from ropectl.engines import vllm as vllm_reader
-    from ropectl.engines.parity import disagreement_warnings, engine_views
+    from ropectl.readers import vllm as vllm_reader
+    from ropectl.readers.parity import disagreement_warnings, engine_views
 
     views = [v for v in engine_views(plan.config, expected_ropes(plan.rope, plan.layer_ropes),
                                      (None, plan.target_context)) if v.reader.engine == vllm_reader.ENGINE]
@@ -51,7 +51,7 @@ def check_vllm_builds(plan: ConfigPlan) -> list[str]:
 def with_dynamic_fix(views: list[Any], fix: str) -> list[Any]:
     """Views where vLLM serves dynamic as static get this run's own fix, not the reader table's ``MODEL``/``F``
     template."""
-    from ropectl.engines import vllm as vllm_reader
+    from ropectl.readers import vllm as vllm_reader
 
     return [replace(v, fix=fix) if v.differs and vllm_reader.STATIC_DYNAMIC_NOTE in v.reading.notes else v
             for v in views]
@@ -60,7 +60,7 @@ def with_dynamic_fix(views: list[Any], fix: str) -> list[Any]:
 def static_dynamic_command(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> str:
     """The ``ropectl patch ... --emit vllm`` line for this model and factor, as run on what was written (or, for a
     dry run, on the source again; its --replace-existing then still needed)."""
-    from ropectl.engines import vllm as vllm_reader
+    from ropectl.readers import vllm as vllm_reader
 
     where = str(spec.output or model.folder or spec.model)
     return vllm_reader.static_dynamic_fix(where, plan.rope.factor, spec.replace_existing and not spec.writes)
@@ -72,7 +72,7 @@ def vllm_serving(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> tup
     target = int(plan.target_context or 0)
     if model.is_gguf or spec.emit != "config" or not target:
         return None, []
-    from ropectl.engines import vllm as vllm_reader
+    from ropectl.readers import vllm as vllm_reader
 
     reader = vllm_reader.newest()
     reading = vllm_reader.predict(reader, plan.config)
@@ -99,7 +99,7 @@ def lm_eval_serving(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel, vie
     short = next((v for v in views if v.reader.engine == "lm-eval" and v.too_short), None)
     if short is None:
         return []
-    from ropectl.engines import lm_eval
+    from ropectl.readers import lm_eval
 
     target = int(plan.target_context or 0)
     where = str(spec.output or model.folder or spec.model)
@@ -126,7 +126,7 @@ def _forms_differ(method: Method) -> bool:
 def serving_warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel, views: list[Any]) -> list[str]:
     """Each reader that differs, once per run of versions, then the commands that serve the target; a reader whose
     only trouble is a short default length is said once, by the line that carries its command."""
-    from ropectl.engines.parity import disagreement_warnings
+    from ropectl.readers.parity import disagreement_warnings
 
     views = with_dynamic_fix(views, static_dynamic_command(spec, plan, model))
     said, vllm_lines = vllm_serving(spec, plan, model)

@@ -208,7 +208,7 @@ def _trials(rows: list[dict[str, Any]], target: int) -> dict[str, dict[Any, floa
 
 
 def _served(e: Evidence, serve_with: tuple[str, ...]) -> Evidence:
-    from ropectl.engines import why_not_served
+    from ropectl.readers import why_not_served
     from ropectl.rope.methods import parse_spec
 
     if e.method in REFERENCE or not serve_with:
@@ -279,7 +279,7 @@ def patch_commands(model: str, method: str, serve_with: tuple[str, ...] = ("vllm
     tag = method.replace(":", "").replace(",", "-").replace("=", "")
     # into the working folder, never beside the source (the embedded GGUF sits in site-packages)
     out = f"{path.stem}-{tag}.gguf" if path.suffix == ".gguf" else f"{path.name or model}-{tag}"
-    from ropectl.engines.llama_cpp import cannot_express
+    from ropectl.readers.llama_cpp import cannot_express
     from ropectl.rope.methods import parse_spec
 
     base = ["ropectl", "patch", model, "-m", method]

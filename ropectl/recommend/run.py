@@ -52,7 +52,7 @@ class Sweeps:
 def candidates(methods: tuple[str, ...], base: float, grid: tuple[float, ...], serve_with: tuple[str, ...]
                ) -> tuple[list[str], dict[str, str]]:
     """``none`` and method:factor for each factor of the grid; those the engines would not run, with why."""
-    from ropectl.engines import why_not_served
+    from ropectl.readers import why_not_served
 
     out, skipped = [unscaled_name()], {}
     for name in methods:

@@ -1,4 +1,4 @@
-"""The layers of the package: rope <- families/schema <- engines <- patch/layout/evaluation <- cli.
+"""The layers of the package: rope <- families/schema <- readers <- patch/layout/evaluation <- cli.
 
 Every import of a ropectl module counts, at module level, inside functions (lazy) and under TYPE_CHECKING alike:
 a lower layer never imports a higher one, and no two parts of the package import each other, even indirectly.
@@ -18,7 +18,7 @@ LAYERS: dict[str, int] = {
     "errors": 0, "limits": 0, "output": 0, "__version__": 0,
     "rope": 1, "presets": 1,
     "families": 2, "schema": 2, "io": 2,
-    "engines": 3,
+    "readers": 3,
     "patch": 4, "layout": 4, "eval": 4, "inspection": 4,
     "recommend": 5,
     "cli": 6, "__main__": 7,
@@ -71,7 +71,7 @@ def test_layers_and_no_cycles() -> None:
 
 
 @pytest.mark.parametrize(("graph", "expected"), [
-    ({"schema": {"engines"}}, "schema (layer 2) imports engines (layer 3)"),
+    ({"schema": {"readers"}}, "schema (layer 2) imports readers (layer 3)"),
     ({"patch": {"layout"}, "layout": {"patch"}}, "import cycle through layout and patch"),
     ({"patch": {"newpart"}}, "newpart has no layer in tests/cli/test_layers.py"),
 ])
@@ -84,5 +84,5 @@ def test_lazy_and_type_only_imports_count(tmp_path: Path) -> None:
     (package / "rope").mkdir(parents=True)
     (package / "rope" / "x.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                                            "    from ropectl.schema import read\n"
-                                           "def f():\n    import ropectl.engines.base\n")
-    assert import_graph(package) == {"rope": {"schema", "engines"}}
+                                           "def f():\n    import ropectl.readers.base\n")
+    assert import_graph(package) == {"rope": {"schema", "readers"}}

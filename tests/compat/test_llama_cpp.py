@@ -153,9 +153,9 @@ def test_gguf_and_flags_give_the_same_logprobs(name: str, runs: dict[str, Any]) 
     plain = _case(runs, "yarn2")["gguf"]["logprobs"]
     versus_plain = max(abs(a - b) for a, b in zip(gguf_run["logprobs"], plain))
     if name == "yarn2-betas":
-        # llama.cpp ignores the GGUF's betas for 'llama', as ropectl.engines.llama_cpp says: the file reads as
+        # llama.cpp ignores the GGUF's betas for 'llama', as ropectl.readers.llama_cpp says: the file reads as
         # plain yarn, the flags (which carry the betas) differ, and patch said so
-        from ropectl.engines import llama_cpp
+        from ropectl.readers import llama_cpp
 
         assert not llama_cpp.reads_betas("llama") and versus_plain == 0.0 and diff > TOL
         assert any("YaRN betas" in w for w in case["patch"]["warnings"]), case["patch"]["warnings"]

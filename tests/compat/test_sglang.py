@@ -84,7 +84,7 @@ def _case(root: Path, family: str, method: tuple[str, ...]) -> tuple[dict[str, A
             jobs.append({"name": f"{name}/no-attn-factor", "command": shlex.join(args), "positions": POSITIONS})
     elif family == "qwen2_vl":  # negative control: what --emit would have printed, had it not refused
         sys.path.insert(0, str(ROOT))
-        from ropectl.engines import sglang
+        from ropectl.readers import sglang
         from ropectl.schema.read import read_model_rope
 
         rope = read_model_rope(json.loads((out / "config.json").read_text())).rope

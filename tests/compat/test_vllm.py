@@ -1,6 +1,6 @@
 """vLLM compat tier: the real vLLM reads ropectl's output, and the printed ``--emit vllm`` overrides, as transformers.
 
-Run on two releases, one per reader entry of ropectl.engines.vllm: 0.32 (the newest) and 0.29 (the last that derives
+Run on two releases, one per reader entry of ropectl.readers.vllm: 0.32 (the newest) and 0.29 (the last that derives
 yarn's length as original_max_position_embeddings x factor), each in its cached venv.
 
 A tiny seeded Llama (trained length 512, head_dim 32 for vLLM's CPU attention, weights std 0.1) is patched with each method to
@@ -140,8 +140,8 @@ def test_vllm_reads_as_transformers(method: str, route: str, measured: dict[str,
 
 @pytest.mark.parametrize("method", BARE)
 def test_bare_folder_as_the_reader_module_predicts(method: str, measured: dict[str, Any]) -> None:
-    """Without the override, vLLM derives the length ropectl.engines.vllm predicts for its release."""
-    from ropectl.engines import vllm
+    """Without the override, vLLM derives the length ropectl.readers.vllm predicts for its release."""
+    from ropectl.readers import vllm
 
     got = measured["results"][f"{method.replace(':', '')}/bare"]
     folder = json.loads((measured["work"] / method.replace(":", "") / "config.json").read_text())

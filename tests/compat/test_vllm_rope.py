@@ -124,7 +124,7 @@ def _max_diff(got: dict[str, Any]) -> float:
     return worst
 
 
-ONE_D = "mrope_section only when its type is default or yarn"  # ropectl's claim (engines/vllm_models.py)
+ONE_D = "mrope_section only when its type is default or yarn"  # ropectl's claim (readers/vllm_models.py)
 
 
 def _mrope(family: str) -> bool:

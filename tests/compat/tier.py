@@ -69,7 +69,7 @@ def mismatch(measured: dict[str, Any], ropes: dict[str, Any]) -> str | None:
 def cell(version: str, case: Case, measured: dict[str, Any] | None) -> tuple[str, str]:
     """(code, why): P same as ropectl, W differs and patch warned naming the range, U differs unwarned,
     X the reader module predicted something else, R refused by ropectl, E an unpatched source that fails."""
-    from ropectl.engines.transformers import predict, reader_for
+    from ropectl.readers.transformers import predict, reader_for
 
     if case.folder is None:
         return "R", case.refused or ""

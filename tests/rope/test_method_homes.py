@@ -1,6 +1,6 @@
-"""One home per method: outside the readers' package (``ropectl/engines/``), a method is named in at most 3 files.
+"""One home per method: outside the readers' package (``ropectl/readers/``), a method is named in at most 3 files.
 
-The rule, as the scan below applies it to every ``.py`` file under ``ropectl/`` except ``ropectl/engines/``:
+The rule, as the scan below applies it to every ``.py`` file under ``ropectl/`` except ``ropectl/readers/``:
 - a *mention* is a string constant in the code (``ast.Constant``) whose whole value is a built-in method's name,
   the rope type it writes, or a spelling of that type it accepts (``Method.aliases``: "su", "ntk_aware"). That is
   what ``if name == "yarn"``, ``in ("linear", "dynamic")``, ``{"yarn": ...}`` and ``else "longrope"`` all contain;
@@ -31,7 +31,7 @@ from ropectl.rope.methods import METHODS
 from ropectl.rope.methods.registry import BUILTIN
 
 PACKAGE = Path(__file__).resolve().parents[2] / "ropectl"
-READERS = "ropectl/engines/"
+READERS = "ropectl/readers/"
 REGISTRY = "ropectl/rope/methods/registry.py"
 FAMILY_DATA = "ropectl/families/config.py"
 UNSCALED_TYPE = "default"

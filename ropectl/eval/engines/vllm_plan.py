@@ -125,8 +125,8 @@ def patch_target(state: MethodState, trained: int | None) -> int | None:
 def serving_for(state: MethodState, config: Mapping[str, Any], length: int, longest: int,
                 trained: int | None) -> Serving:
     """The engine that scores ``state`` at ``length`` (prompts of ``length`` tokens)."""
-    from ropectl.engines import vllm as reader_mod
-    from ropectl.engines.emit import emit_vllm
+    from ropectl.readers import vllm as reader_mod
+    from ropectl.readers.emit import emit_vllm
     from ropectl.schema.read import read_model_rope
 
     model = read_model_rope(state.config)
@@ -153,7 +153,7 @@ def serving_for(state: MethodState, config: Mapping[str, Any], length: int, long
 
 def check_builds(serving: Serving, config: Mapping[str, Any], label: str) -> None:
     """The newest vLLM reader's prediction of the overridden config: a method its model code cannot build is refused."""
-    from ropectl.engines import vllm as reader_mod
+    from ropectl.readers import vllm as reader_mod
 
     reading = reader_mod.predict(reader_mod.newest(), overridden(config, serving.hf_overrides))
     if not reading.ok:
@@ -187,7 +187,7 @@ def plan_servings(states: list[MethodState], config: Mapping[str, Any], lengths:
 
 def served_notes(states: list[MethodState], servings: Mapping[tuple[str, int], Serving]) -> list[str]:
     """One warning per method that vLLM runs otherwise than transformers evaluates it (dynamic: static)."""
-    from ropectl.engines.vllm import cannot_serve
+    from ropectl.readers.vllm import cannot_serve
 
     notes = []
     for state in states:

@@ -4,7 +4,7 @@ A method module defines ``METHOD = Method(...)``: its options, how it builds the
 the rope type it writes, its validation, its GGUF form and its write rules. Everything else (CLI help and
 choices, the rope types the schema accepts and their spellings, the write form, the GGUF keys and refusals,
 re-extension, eval-ppl's per-length switch, the reference row, recommend's default candidates) is derived from
-these records: outside the readers' package (``ropectl.engines``) no code compares a method's name, it asks the
+these records: outside the readers' package (``ropectl.readers``) no code compares a method's name, it asks the
 record (tests/rope/test_method_homes.py). Third-party methods arrive through :func:`register_method`, the ``ropectl.methods``
 entry-point group, or ``ROPECTL_METHODS`` (comma-separated module names, each defining ``METHOD``).
 """

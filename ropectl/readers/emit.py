@@ -1,7 +1,7 @@
 """Serving-engine flags for a patched RoPE: vLLM's ``--hf-overrides`` and llama.cpp's ``--rope-*``.
 
 Both print only. What vLLM derives from the overrides (its serving length, its static reading of dynamic)
-comes from the reader entries in ``ropectl.engines.vllm``: ``max_position_embeddings`` is always overridden,
+comes from the reader entries in ``ropectl.readers.vllm``: ``max_position_embeddings`` is always overridden,
 to the value from which the newest vLLM derives exactly the target (trained length for linear, whose factor
 vLLM multiplies in; the target for every other type; vLLM up to 0.29 takes yarn's length from the original instead, which
 the overrides carry, so the same command serves the target there too).
@@ -13,12 +13,12 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from ropectl.engines import llama_cpp
-from ropectl.engines import vllm as vllm_reader
-from ropectl.engines.base import Reader
 from ropectl.errors import MethodError
 from ropectl.families import GGUF_ARCHS
 from ropectl.output import dumps, exact
+from ropectl.readers import llama_cpp
+from ropectl.readers import vllm as vllm_reader
+from ropectl.readers.base import Reader
 from ropectl.rope.params import RopeParams
 from ropectl.schema.write import v5_parameters
 

@@ -13,7 +13,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from ropectl.engines.base import Quirk, Reader, Reading, VersionRange
+from ropectl.readers.base import Quirk, Reader, Reading, VersionRange
 
 ENGINE = "lm-eval"
 LENGTH_KEYS = ("n_positions", "max_position_embeddings", "n_ctx")
@@ -39,7 +39,7 @@ def max_length(config: Mapping[str, Any]) -> int | None:
 
 def predict(reader: Reader, config: Mapping[str, Any], version: str | None = None) -> Reading:
     """lm-eval runs the model in the installed transformers (taken as the newest), up to ``max_length``."""
-    from ropectl.engines import transformers as tf
+    from ropectl.readers import transformers as tf
 
     base = tf.predict(tf.READERS[-1], config)
     if not base.ok:

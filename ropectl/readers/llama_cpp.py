@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ropectl.engines.base import DICT, FAILS, MAX_POS, TOP, Quirk, Reader, Reading, VersionRange
 from ropectl.errors import MethodError
+from ropectl.readers.base import DICT, FAILS, MAX_POS, TOP, Quirk, Reader, Reading, VersionRange
 from ropectl.rope.methods import get_method, owner_of
 from ropectl.rope.params import YARN_DEFAULT_BETAS, RopeParams
 
@@ -142,7 +142,7 @@ def ignored_betas(arch: str, scaling: Mapping[str, Any]) -> dict[str, float]:
 
 def predict(reader: Reader, config: Mapping[str, Any], version: str | None = None) -> Reading:
     """What llama.cpp computes for ``config`` once converted to GGUF (betas as it reads them)."""
-    from ropectl.engines import transformers as tf
+    from ropectl.readers import transformers as tf
     from ropectl.schema.read import text_config
 
     base = tf.predict(tf.READERS[-1], config)  # the converter reads config.json as transformers 5 does

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropectl import families
-from ropectl.engines.base import (
+from ropectl.errors import RopectlError
+from ropectl.readers.base import (
     DICT,
     EXACT_KEYS,
     FAILS,
@@ -31,7 +32,6 @@ from ropectl.engines.base import (
     Reading,
     version_key,
 )
-from ropectl.errors import RopectlError
 from ropectl.rope.params import RopeParams
 from ropectl.schema.read import TYPE_ALIASES
 

@@ -29,7 +29,7 @@ Read in the 0.32 wheel only (the release tests/compat/test_vllm_rope.py runs), a
 - ``Gemma4RotaryEmbedding`` (``proportional``, Gemma 4's global layers): built from theta, head size and
   partial_rotary_factor; ``factor`` is not read, so a proportional factor is served as 1.
 
-``ropectl.engines.vllm`` says which entry has which of these, as quirks; ``BUILDERS`` applies them.
+``ropectl.readers.vllm`` says which entry has which of these, as quirks; ``BUILDERS`` applies them.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ MROPE_FACTOR_ONE = frozenset({
     "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text",
 })
 MROPE_POSITIONS_FACTOR = 4
-# Quirk kinds (entries in ropectl.engines.vllm), each with its builder below.
+# Quirk kinds (entries in ropectl.readers.vllm), each with its builder below.
 MLA_YARN = "mla-yarn"
 ALWAYS_YARN = "always-yarn"
 MROPE_RANGE = "mrope-yarn-range"

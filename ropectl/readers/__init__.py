@@ -13,11 +13,11 @@ import importlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from ropectl.engines.base import Quirk, Reader, Reading, VersionRange
+from ropectl.readers.base import Quirk, Reader, Reading, VersionRange
 
 # Engine modules, in the order the views list them. Each has READERS and predict().
-ENGINE_MODULES = ("ropectl.engines.transformers", "ropectl.engines.vllm", "ropectl.engines.sglang",
-                  "ropectl.engines.llama_cpp", "ropectl.engines.lm_eval")
+ENGINE_MODULES = ("ropectl.readers.transformers", "ropectl.readers.vllm", "ropectl.readers.sglang",
+                  "ropectl.readers.llama_cpp", "ropectl.readers.lm_eval")
 
 Predict = Callable[[Reader, Mapping[str, Any], "str | None"], Reading]
 
@@ -36,7 +36,7 @@ def serving_engines_for(model: str) -> tuple[str, ...]:
 
 def why_not_served(rope_type: str, serve_with: Iterable[str]) -> str | None:
     """Why one of ``serve_with`` would not compute what transformers evaluated for ``rope_type`` (None: all do)."""
-    from ropectl.engines import llama_cpp, sglang, vllm
+    from ropectl.readers import llama_cpp, sglang, vllm
 
     checks = {"vllm": vllm.cannot_serve, "sglang": sglang.cannot_serve, "llama.cpp": llama_cpp.cannot_express}
     return next((why for engine in serve_with if engine in checks and (why := checks[engine](rope_type))), None)

@@ -30,7 +30,7 @@ def _with(rope: dict) -> dict:
     ({"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 32768}, True),
 ])
 def test_reader_refuses_one_dimensional_rope_on_mrope(rope: dict, ok: bool) -> None:
-    from ropectl.engines import vllm
+    from ropectl.readers import vllm
 
     reading = vllm.predict(vllm.newest(), _with(rope))
     assert reading.ok is ok, reading.error

@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropectl import families
-from ropectl.engines import vllm_models as vm
-from ropectl.engines.base import DICT, MAX_POS, TOP, Quirk, Reader, Reading, VersionRange
 from ropectl.output import exact
+from ropectl.readers import vllm_models as vm
+from ropectl.readers.base import DICT, MAX_POS, TOP, Quirk, Reader, Reading, VersionRange
 from ropectl.rope.frequencies import dynamic_theta
 from ropectl.rope.methods import rope_types_where
 from ropectl.rope.params import RopeParams
@@ -158,7 +158,7 @@ def _model_file(reader: Reader, model_type: str, rope: RopeParams, notes: list[s
 
 def predict(reader: Reader, config: Mapping[str, Any], version: str | None = None) -> Reading:
     """What vLLM builds from ``config``, and the longest sequence it accepts by default."""
-    from ropectl.engines import transformers as tf
+    from ropectl.readers import transformers as tf
     from ropectl.schema.read import text_config
 
     base = tf.predict(tf.READERS[-1], config)  # vLLM's config loading is transformers 5's

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ropectl.engines.parity import EngineView, disagreement_warnings, engine_views
+from ropectl.readers.parity import EngineView, disagreement_warnings, engine_views
 from ropectl.rope.params import RopeParams
 from ropectl.schema.read import ModelRope, text_config
 

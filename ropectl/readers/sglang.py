@@ -30,7 +30,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from ropectl.engines.base import DICT, MAX_POS, TOP, Quirk, Reader, Reading, VersionRange
+from ropectl.readers.base import DICT, MAX_POS, TOP, Quirk, Reader, Reading, VersionRange
 from ropectl.rope.formulas import dynamic_theta, yarn_mscale
 from ropectl.rope.methods import rope_types_where
 from ropectl.rope.params import RopeParams
@@ -126,7 +126,7 @@ def _built(rope: RopeParams) -> RopeParams | str:
 
 
 def _changed(p: RopeParams, built: RopeParams) -> bool:
-    from ropectl.engines.parity import rope_difference
+    from ropectl.readers.parity import rope_difference
 
     return rope_difference({"main": built}, {"main": p}, (None,)) is not None
 
@@ -143,7 +143,7 @@ def context_length(text: Mapping[str, Any], section: Mapping[str, Any] | None) -
 
 def predict(reader: Reader, config: Mapping[str, Any], version: str | None = None) -> Reading:
     """What SGLang's get_rope builds from ``config`` (loaded by transformers 5), and its derived context length."""
-    from ropectl.engines import transformers as tf
+    from ropectl.readers import transformers as tf
     from ropectl.schema.read import text_config
 
     base = tf.predict(tf.READERS[-1], config)  # SGLang loads config.json with transformers 5
@@ -189,7 +189,7 @@ def served_rope(rope: RopeParams, target: int) -> RopeParams:
     """What SGLang must be told: dynamic becomes plain RoPE with transformers' dynamic base at the target length."""
     if rope.rope_type != "dynamic":
         return rope
-    from ropectl.engines.vllm import static_dynamic  # the formula is transformers', not vLLM's
+    from ropectl.readers.vllm import static_dynamic  # the formula is transformers', not vLLM's
 
     return static_dynamic(rope, target, rope.max_position_embeddings or rope.trained_context)
 
@@ -236,10 +236,10 @@ def applied_flat(holder: Mapping[str, Any], value: Mapping[str, Any], merge: boo
 def emit(model: str, rope: RopeParams, layers: Mapping[str, RopeParams], partial: float, target: int,
          config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """``--emit sglang``: the launch line, refused where SGLang's get_rope cannot build what ropectl means."""
-    from ropectl.engines.parity import rope_difference
-    from ropectl.engines.vllm import override_path  # where a composite config's text model reads: the same key
     from ropectl.errors import MethodError
     from ropectl.output import dumps
+    from ropectl.readers.parity import rope_difference
+    from ropectl.readers.vllm import override_path  # where a composite config's text model reads: the same key
     from ropectl.schema.read import text_config
 
     reader = newest()

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropectl import families
-from ropectl.engines.base import (
+from ropectl.readers.base import (
     DICT,
     EXACT_KEYS,
     FAILS,
@@ -145,6 +145,6 @@ def reader_for(version: str) -> Reader:
 
 def predict(reader: Reader, config: Mapping[str, Any], version: str | None = None) -> Reading:
     """What ``reader`` builds from ``config`` (a config.json dict), per layer type ("main" when flat)."""
-    from ropectl.engines.interpret import interpret
+    from ropectl.readers.interpret import interpret
 
     return interpret(reader, config, version)

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ropectl.engines import engines
-from ropectl.engines.base import Reader, Reading, version_key
+from ropectl.readers import engines
+from ropectl.readers.base import Reader, Reading, version_key
 from ropectl.rope.frequencies import compute_frequencies
 from ropectl.rope.params import RopeParams
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from ropectl.engines.base import VersionRange, version_key
-from ropectl.engines.parity import engine_views
-from ropectl.engines.table import PAGE, in_sync
-from ropectl.engines.transformers import READERS, predict, reader_for
-from ropectl.engines.view import null_theta_warning
+from ropectl.readers.base import VersionRange, version_key
+from ropectl.readers.parity import engine_views
+from ropectl.readers.table import PAGE, in_sync
+from ropectl.readers.transformers import READERS, predict, reader_for
+from ropectl.readers.view import null_theta_warning
 from ropectl.schema.record import BaseRope, Record
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,14 +29,14 @@ YARN_RAISED = {**LLAMA, "rope_scaling": {"rope_type": "yarn", "type": "yarn", "f
 def test_readme_table_in_sync() -> None:
     """The generated reader table lives in docs/compatibility.md (the README links to it)."""
     assert PAGE == "docs/compatibility.md"
-    assert in_sync((ROOT / PAGE).read_text(encoding="utf-8")), "run python -m ropectl.engines.table"
+    assert in_sync((ROOT / PAGE).read_text(encoding="utf-8")), "run python -m ropectl.readers.table"
 
 
 def test_readme_table_goes_stale_when_an_entry_changes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Negative control: the sync check must notice a changed entry."""
     import dataclasses
 
-    from ropectl.engines import transformers as tf
+    from ropectl.readers import transformers as tf
 
     changed = (dataclasses.replace(tf.READERS[0], tested=("4.43.0",)), *tf.READERS[1:])
     monkeypatch.setattr(tf, "READERS", changed)
@@ -100,7 +100,7 @@ def test_views_name_each_disagreeing_range() -> None:
 def test_gemma3_cannot_load_label_ends_where_gemma3_arrived() -> None:
     """transformers added Gemma 3 in 4.50.0 (its release notes), inside the 4.48 to <4.51 entry: the warning and
     the fix name 4.50, not the entry's end."""
-    from ropectl.engines.view import engine_warnings
+    from ropectl.readers.view import engine_warnings
     from ropectl.schema.read import read_model_rope
 
     gemma = {**LLAMA, "model_type": "gemma3_text", "head_dim": 16}
