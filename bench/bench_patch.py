@@ -4,7 +4,7 @@
 
 Steps: start-up (`--help`), planning without verification, the transformers config load, the import of the
 model's modeling module, building the rotary embedding; then whole commands: inspect, `patch -o`,
-`--dry-run` and `--emit`, on the folder and on a GGUF. The best of 3 runs; docs/benchmarks.md's figures come from it.
+`--dry-run` and `--emit`, on the folder and on a GGUF. The best of 3 runs; docs/reference/benchmarks.md's figures come from it.
 """
 
 from __future__ import annotations

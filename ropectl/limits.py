@@ -1,7 +1,7 @@
 """Upper bounds on what untrusted input (config.json, flags, datasets) may make ropectl compute or allocate.
 
 Each bound sits far above every released model, so it only ever stops a corrupt or hostile input before it
-exhausts memory or overflows a float. docs/errors-and-guarantees.md (What is bounded) lists them.
+exhausts memory or overflows a float. docs/reference/errors-and-guarantees.md (What is bounded) lists them.
 """
 
 from __future__ import annotations

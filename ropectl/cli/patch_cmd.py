@@ -32,7 +32,7 @@ FactorOpt = Annotated[Optional[float], opt("--factor", "-f", panel=METHOD, help=
 TargetOpt = Annotated[Optional[str], opt("--target-length", "-t", panel=METHOD,
                                          help=f"Target context ({LENGTH_SYNTAX}); the factor is target / trained context.")]
 PresetOpt = Annotated[Optional[str], opt("--preset", panel=METHOD, help="A preset: configs/patch-NAME.toml, or a "
-                                         "model card's recipe such as qwen3-128k (docs/model-cards.md).")]
+                                         "model card's recipe such as qwen3-128k (docs/reference/model-cards.md).")]
 ConfigOpt = Annotated[Optional[Path], opt("--config", panel=METHOD, help="A TOML file with a [patch] table.")]
 SetOpt = Annotated[Optional[list[str]], opt("--set", panel=OPTIONS, help="Any method option as key=value (repeatable).")]
 LongFileOpt = Annotated[Optional[Path], opt("--longrope-file", panel=OPTIONS,

@@ -167,7 +167,7 @@ def _parse(path: Path) -> Card:
         return _card(data, path)
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"model card file '{path}' is malformed ({type(exc).__name__}: {exc})",
-                          "see docs/model-cards.md for the fields a card holds") from None
+                          "see docs/reference/model-cards.md for the fields a card holds") from None
 
 
 def _card(data: Mapping[str, Any], path: Path) -> Card:

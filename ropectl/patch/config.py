@@ -103,7 +103,7 @@ def _check_model(model: ModelRope, rope: RopeParams, transformers: bool) -> None
     types, reason = families.PATCH_REFUSED.get(model.model_type, ((), ""))
     if types is None or rope.rope_type in types:
         raise MethodError(f"cannot write rope type '{rope.rope_type}' for {model.model_type}: {reason}",
-                          "use another method (see docs/families.md, Refusals), or the model at its trained context")
+                          "use another method (see docs/reference/families.md, Refusals), or the model at its trained context")
     if model.model_type in FIXED_ROPE_TYPES:
         name = FIXED_ROPE_TYPES[model.model_type]
         raise MethodError(

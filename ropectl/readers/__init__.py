@@ -3,7 +3,7 @@
 Each engine module (``transformers``, ``vllm``, ``sglang``, ``llama_cpp``, ``lm_eval``) exposes ``READERS``, a tuple
 of frozen ``Reader`` entries, and ``predict(reader, config, version=None) -> Reading``; ``emit`` prints the vLLM and
 llama.cpp commands from them (``sglang.emit`` its own). ``patch``'s warnings, ``inspect --engines`` and
-docs/compatibility.md's reader table are all derived from these. Adding an engine is one module and its name in
+docs/reference/compatibility.md's reader table are all derived from these. Adding an engine is one module and its name in
 ``ENGINE_MODULES`` (docs/contributing/add-an-engine.md).
 """
 

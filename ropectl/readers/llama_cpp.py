@@ -1,7 +1,7 @@
 """How llama.cpp reads RoPE: the GGUF keys it takes per architecture, and the CLI flags that override them.
 
 Measured on llama-cpp-python 0.3.36 (its bundled llama.cpp, built for the CPU) by tests/compat/test_llama_cpp.py
-and by hand on SmolLM2 (docs/compatibility.md):
+and by hand on SmolLM2 (docs/reference/compatibility.md):
 - the YaRN ``beta_fast`` / ``beta_slow`` keys are read only by the architectures in ``YARN_BETA_ARCHS``; every
   other architecture (``llama`` included) uses 32 / 1 whatever the GGUF says, so only the flags set them;
 - llama.cpp applies YaRN's attention factor 0.1 ln(s) + 1 itself, and ``--yarn-attn-factor`` alone is replaced by

@@ -1,7 +1,7 @@
 """What ``recommend``'s sweeps will run, before they run: the cells and trials, an estimated time, the sizes a
 time budget allows, and the statistical power those sizes buy.
 
-The time model (docs/evaluation.md): a forward of n tokens takes a fixed cost plus seconds per FLOP times
+The time model (docs/reference/recommend.md): a forward of n tokens takes a fixed cost plus seconds per FLOP times
 ``Shape.flops(n)``, a linear term (each weight one multiply-add per token) plus causal attention's quadratic term;
 the two constants come from two timed forwards (``ropectl.eval.timing``). Each (method, document) of the PPL
 sweep costs one forward at the longest length (a causal forward serves every shorter length of the same rotary

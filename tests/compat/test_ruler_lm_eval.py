@@ -9,7 +9,7 @@ converted once to a float32 safetensors folder, which both sides read: ropectl's
 HFLM and scores ``string_match_all``). The samples differ (each side draws its own), so the scores must agree
 within sampling error, not exactly. Both sides run at once, one torch thread per process (see THREADS).
 
-Run it with ``pytest -s`` to see the table. Measured numbers: docs/compatibility.md, "RULER tasks against
+Run it with ``pytest -s`` to see the table. Measured numbers: docs/reference/compatibility.md, "RULER tasks against
 lm-evaluation-harness".
 """
 
@@ -38,7 +38,7 @@ TASKS = {"niah_single_1": "niah_single_1", "niah_multikey_2": "niah_multikey_2",
          "vt": "ruler_vt", "cwe": "ruler_cwe", "fwe": "ruler_fwe"}
 # one reference: ropectl's score is string_match_all on a greedy output cut at the answer's length; where greedy
 # decoding starts with another token (SmolLM2 often writes ": 8284194") lm-eval, which generates on, still finds
-# the answer and ropectl does not. The bound is not widened for it (measured in docs/compatibility.md)
+# the answer and ropectl does not. The bound is not widened for it (measured in docs/reference/compatibility.md)
 SINGLE = ("niah_single_1", "niah_multikey_2", "niah_multikey_3")
 BROKEN = "linear:16"  # the negative control: positions squeezed 16x inside the trained window
 # lm-eval's tasks in two subprocesses that run while ropectl runs here: three processes share the 2 cores, and the
@@ -186,7 +186,7 @@ def test_single_reference_scores_agree_with_lm_eval(task: str, measured: dict[st
 
 @pytest.mark.parametrize("task", [t for t in TASKS if t not in SINGLE])
 def test_multi_reference_score_is_at_most_lm_eval(task: str, measured: dict[str, Any]) -> None:
-    # several references: ropectl decodes the answer's length + 8 tokens (docs/long-context-tasks.md), a lower bound on
+    # several references: ropectl decodes the answer's length + 8 tokens (docs/reference/long-context-tasks.md), a lower bound on
     # lm-eval's string_match_all over its longer generation; so one-sided
     p1, n1, p2, n2 = _means(measured, task)
     assert n1 == n2 == SAMPLES

@@ -97,7 +97,7 @@ def _case(root: Path, family: str, method: tuple[str, ...]) -> tuple[dict[str, A
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if not (VENV / "bin" / "python").exists():
-        pytest.skip(f"no SGLang venv at {VENV}: run tests/compat/engine_venvs.sh sglang (see docs/compatibility.md)")
+        pytest.skip(f"no SGLang venv at {VENV}: run tests/compat/engine_venvs.sh sglang (see docs/reference/compatibility.md)")
     if "results" not in _STATE:
         root = tmp_path_factory.mktemp("sglang")
         cases, jobs = {}, []

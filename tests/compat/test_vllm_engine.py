@@ -17,7 +17,7 @@ the overrides nested under text_config; yarn:2 a known difference (vLLM's multim
 A LongRoPE Phi-3 as configured (original 128, max_position_embeddings 512, Phi-3.5's factors): lengths 64 to 512,
 the cell of exactly 128 included, within TOL (measured 9.5e-8) in two vLLM engines (short factors at
 --max-model-len 128, long at 512); at 600, past max_position_embeddings, a known, warned difference (2.4e-3).
-Wall time: see docs/compatibility.md.
+Wall time: see docs/reference/compatibility.md.
 """
 
 from __future__ import annotations

@@ -162,7 +162,7 @@ def test_stale_lock_of_a_dead_process_is_taken_over(isolated, tiny_model, tiny_c
 
 
 def test_a_fresh_non_finite_loss_is_reported_and_left_out(isolated, tiny_model, tiny_corpus, monkeypatch) -> None:
-    """docs/errors-and-guarantees.md: a cell whose forward gives a non-finite loss is reported and kept out of the
+    """docs/reference/errors-and-guarantees.md: a cell whose forward gives a non-finite loss is reported and kept out of the
     table and the files."""
     import dataclasses
 

@@ -32,7 +32,7 @@ def ruler_string_match_all(text: str, refs: tuple[str, ...]) -> float:
 
 def budget(t) -> int:
     """What a trial may generate: the canonical answer's length and the slack up to the cell's length, at most RULER's
-    budget (written from the definition in docs/long-context-tasks.md)."""
+    budget (written from the definition in docs/reference/long-context-tasks.md)."""
     from ropectl.eval.tasks.ruler import GENERATORS
 
     return min(GENERATORS[t.task].budget, t.length - len(t.ids) + t.answer_len)

@@ -43,7 +43,7 @@ CARDS = {
                                "max_model_len": 131072, "native": 32768, "preset": "qwen2.5-vl-128k"},
 }
 # https://huggingface.co/Qwen/Qwen3-VL-8B-Instruct (the README's "expandable to 1M"): factor 3 from 262,144, served at
-# 1,000,000; ropectl serves original x factor, 786,432 (docs/model-cards.md says why).
+# 1,000,000; ropectl serves original x factor, 786,432 (docs/reference/model-cards.md says why).
 QWEN3_VL = {"block": {"rope_type": "yarn", "mrope_section": [24, 20, 20], "mrope_interleaved": True, "factor": 3.0,
                       "original_max_position_embeddings": 262144}, "card_length": 1000000, "ours": 786432}
 
@@ -203,7 +203,7 @@ def test_a_malformed_user_card_is_one_line(tmp_path: Path, monkeypatch: pytest.M
 
     (tmp_path / "bad.toml").write_text('name = "bad"\ntitle = "x"\nsource = "y"\n[match]\nmax_position_embeddings = 1\n')
     monkeypatch.setenv("ROPECTL_CARDS_DIR", str(tmp_path))
-    one_line(["inspect", str(_folder(tmp_path, "qwen3-8b"))], "bad.toml", "docs/model-cards.md")
+    one_line(["inspect", str(_folder(tmp_path, "qwen3-8b"))], "bad.toml", "docs/reference/model-cards.md")
 
 
 def test_two_matching_cards_keep_the_configs_lengths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -246,9 +246,9 @@ def test_the_printed_measure_command_runs_and_counts_from_the_native_context(
 
 
 def test_the_docs_table_lists_every_card_and_preset() -> None:
-    """docs/model-cards.md is derived from the card files: a card or preset added without its row fails here."""
+    """docs/reference/model-cards.md is derived from the card files: a card or preset added without its row fails here."""
     tomllib = pytest.importorskip("tomllib")
-    doc = (Path(__file__).parents[2] / "docs" / "model-cards.md").read_text()
+    doc = (Path(__file__).parents[2] / "docs" / "reference" / "model-cards.md").read_text()
     for path in (Path(__file__).parents[2] / "ropectl" / "families" / "cards").glob("*.toml"):
         data = tomllib.loads(path.read_text())
         assert f"| `{data['name']}` [" in doc, path.name

@@ -39,7 +39,7 @@ def test_gpt_oss_yarn_64_from_its_original_4096(tmp_path: Path) -> None:
     written = json.loads((out / "config.json").read_text())
     scaling = written["rope_scaling"]
     # The yarn write form: max_position_embeddings is the target, and both sections name the original
-    # (docs/write-form.md).
+    # (docs/reference/write-form.md).
     assert scaling["factor"] == 64.0 and written["max_position_embeddings"] == 4096 * 64
     assert scaling["original_max_position_embeddings"] == 4096
     assert written["rope_parameters"]["original_max_position_embeddings"] == 4096

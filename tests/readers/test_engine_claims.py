@@ -81,7 +81,7 @@ def test_qwen25_vl_hub_config_inspects_and_patches(tmp_path: Path) -> None:
     assert code == 0, err
     overrides = data["emit"]["hf_overrides"]
     # composite: nested where vLLM's text model reads (negative control: not at the top level); x4 from the card's
-    # native 32,768 (docs/model-cards.md), not from max_position_embeddings 128,000
+    # native 32,768 (docs/reference/model-cards.md), not from max_position_embeddings 128,000
     assert set(overrides) == {"text_config"} and overrides["text_config"]["max_position_embeddings"] == 131072
     assert overrides["text_config"]["rope_parameters"]["mrope_section"] == [16, 24, 24]
     # merged key by key into the shipped section: every key vLLM's YaRN reads is spelled (unset ones as null)

@@ -1,4 +1,4 @@
-"""The reader module: entries interpreted as documented, the docs/compatibility.md table in sync, the ropectl record.
+"""The reader module: entries interpreted as documented, the docs/reference/compatibility.md table in sync, the ropectl record.
 
 Whether the entries match the real transformers versions is the compat tier's job (tests/compat/,
 `make compat`); here the interpreter is checked against values written out by hand from each version's
@@ -27,8 +27,8 @@ YARN_RAISED = {**LLAMA, "rope_scaling": {"rope_type": "yarn", "type": "yarn", "f
 
 
 def test_readme_table_in_sync() -> None:
-    """The generated reader table lives in docs/compatibility.md (the README links to it)."""
-    assert PAGE == "docs/compatibility.md"
+    """The generated reader table lives in docs/reference/compatibility.md (the README links to it)."""
+    assert PAGE == "docs/reference/compatibility.md"
     assert in_sync((ROOT / PAGE).read_text(encoding="utf-8")), "run python -m ropectl.readers.table"
 
 

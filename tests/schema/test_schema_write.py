@@ -49,7 +49,7 @@ def test_input_not_modified_and_v4_form() -> None:
     assert new["rope_theta"] == 500000.0 and new["max_position_embeddings"] == 16384
     assert rope.rope_type == "yarn" and rope.factor == 4.0
     # --max-positions trained: max_position_embeddings stays the original length, so rope_scaling need not name
-    # it (transformers 4.43-4.50 take the original from max_position_embeddings; docs/write-form.md).
+    # it (transformers 4.43-4.50 take the original from max_position_embeddings; docs/reference/write-form.md).
     new, rope = apply_to_config(LLAMA, MethodSpec("yarn", 4.0), max_positions="trained")
     assert new["rope_scaling"] == {"rope_type": "yarn", "type": "yarn", "factor": 4.0,
                                    "beta_fast": 32.0, "beta_slow": 1.0}

@@ -49,7 +49,7 @@ class Method:
     gguf_none: str = ""  # why it cannot, where gguf_type is None
     # What to do instead, where converting the patched checkpoint would not carry it either ("" where it would).
     gguf_fix: str = ""
-    # max_position_embeddings per write form, where it is not the target (docs/write-form.md says why).
+    # max_position_embeddings per write form, where it is not the target (docs/reference/write-form.md says why).
     max_positions: Mapping[str, str] = field(default_factory=dict)
     max_position_rule: str = "raised to the target context"  # in words, for patch and the docs
     length_dependent: bool = False  # its frequencies change with the sequence length
