@@ -50,15 +50,16 @@ ServeOpt = Annotated[Optional[str], opt("--serve-with", panel=RULE, help=(
 
 def _serve_with(value: str | None, model: str) -> tuple[str, ...]:
     from ropectl.errors import UsageError
-    from ropectl.readers import SERVING_ENGINES, serving_engines_for
+    from ropectl.readers import serving_engines, serving_engines_for
 
     if value is None:
         return serving_engines_for(model)
     engines = tuple(e.strip() for e in value.split(",") if e.strip())
-    unknown = [e for e in engines if e not in SERVING_ENGINES]
+    known = serving_engines()
+    unknown = [e for e in engines if e not in known]
     if unknown or not engines:
         raise UsageError(f"unknown --serve-with engine '{(unknown or [value])[0]}'",
-                         f"use a comma-separated list of {', '.join(SERVING_ENGINES)}")
+                         f"use a comma-separated list of {', '.join(known)}")
     return engines
 
 

@@ -33,7 +33,6 @@ from ropectl.patch.spec import PatchSpec
 from ropectl.patch.summary import PatchResult, pair_counts, rope_state
 from ropectl.patch.verify import expected_ropes, verify_config, verify_folder
 from ropectl.readers import llama_cpp
-from ropectl.readers.emit import emit_llama_cpp
 from ropectl.rope.frequencies import softmax_mscale
 from ropectl.rope.methods import owner_of
 from ropectl.schema.record import BaseRope, Record
@@ -153,17 +152,16 @@ def _gguf(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> dict[str, 
 
 
 def _emit(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> tuple[dict[str, Any], list[str]]:
-    target = int(plan.target_context or 0)
-    if spec.emit == "vllm":
-        differs = serving.check_vllm_builds(plan)
-        emitted, warnings = serving.emit_vllm_for(spec.model, plan, target)
-        return emitted, differs + warnings
-    if spec.emit == "sglang":
-        from ropectl.readers import sglang
+    """The serving line of the engine ``--emit`` names, from that reader's ``emit_line`` (readers.emitters)."""
+    from ropectl.readers import serving_readers
+    from ropectl.readers.base import ServeView
 
-        return sglang.emit(spec.model, plan.rope, plan.layer_ropes, plan.before.partial_rotary_factor, target,
-                           dict(model.config))
-    return emit_llama_cpp(spec.model, plan.rope, plan.layer_ropes, plan.before.model_type, target)
+    reader = serving_readers()[spec.emit]
+    differs = serving.check_builds(plan, reader) if getattr(reader, "CHECKS_OVERRIDES", False) else []
+    view = ServeView(spec.model, plan.rope, plan.layer_ropes, plan.before.partial_rotary_factor,
+                     int(plan.target_context or 0), plan.before.model_type, dict(model.config))
+    emitted, warnings = reader.emit_line(view)
+    return emitted, differs + warnings
 
 
 def _warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[str]:

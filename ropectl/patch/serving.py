@@ -32,18 +32,18 @@ def emit_vllm_for(where: str, plan: ConfigPlan, target: int) -> tuple[dict[str, 
                      plan.before.model_type, vllm_reader.override_path(plan.config))
 
 
-def check_vllm_builds(plan: ConfigPlan) -> list[str]:
-    """``--emit vllm`` for a method the model's vLLM code cannot build would print a command that crashes: refused.
-    Where it builds other RoPE from the overrides, the warning says how."""
-    from ropectl.readers import vllm as vllm_reader
+def check_builds(plan: ConfigPlan, reader_module: Any) -> list[str]:
+    """An emitted line whose overrides the engine's model code cannot build would print a command that crashes:
+    refused. Where it builds other RoPE from the overrides, the warning says how. For the readers whose line
+    overrides the config as their ``predict`` reads it (``CHECKS_OVERRIDES``: vLLM); SGLang checks its own line."""
     from ropectl.readers.parity import disagreement_warnings, engine_views
 
     views = [v for v in engine_views(plan.config, expected_ropes(plan.rope, plan.layer_ropes),
-                                     (None, plan.target_context)) if v.reader.engine == vllm_reader.ENGINE]
-    newest = next(v for v in views if v.reader is vllm_reader.newest())
+                                     (None, plan.target_context)) if v.reader.engine == reader_module.ENGINE]
+    newest = next(v for v in views if v.reader is reader_module.newest())
     if not newest.reading.ok:
         raise MethodError(f"{newest.reader.label} cannot serve this: {newest.reading.error}",
-                          "pick a method this model's vLLM code builds (yarn for DeepSeek and gpt-oss)")
+                          f"pick a method this model's {reader_module.ENGINE} code builds (yarn for DeepSeek and gpt-oss)")
     fix = f"the command printed is that static equivalent, for {plan.target_context} tokens"
     return disagreement_warnings(with_dynamic_fix([v for v in views if not v.too_short], fix))  # it sets the length
 

@@ -20,9 +20,9 @@ from ropectl.rope.choice import MethodChoice, layer, merge, to_method_spec
 from ropectl.rope.methods import Method, MethodSpec, first_where, get_method
 from ropectl.schema.write import check_max_positions, check_schema
 
-EMITS = ("config", "vllm", "sglang", "llama.cpp")
+WRITE = "config"  # --emit config writes; every other --emit value is a serving reader's (readers.emitters)
 PRESET_PREFIX = "patch-"
-__all__ = ["EMITS", "MethodChoice", "PatchSpec", "build_choice", "load_config_file", "load_preset", "merge",
+__all__ = ["WRITE", "MethodChoice", "emits", "PatchSpec", "build_choice", "load_config_file", "load_preset", "merge",
            "method_spec", "read_longrope_file"]
 
 
@@ -46,8 +46,8 @@ class PatchSpec:
     def __post_init__(self) -> None:
         check_schema(self.schema)
         check_max_positions(self.max_positions)
-        if self.emit not in EMITS:
-            raise UsageError(f"unknown --emit '{self.emit}'", f"use one of: {', '.join(EMITS)}")
+        if self.emit != WRITE and self.emit not in emits():
+            raise UsageError(f"unknown --emit '{self.emit}'", f"use one of: {', '.join(emits())}")
         writes = self.output is not None or self.in_place
         if self.output is not None and self.in_place:
             raise UsageError("--output and --in-place exclude each other", "pass only one of them")
@@ -65,6 +65,13 @@ class PatchSpec:
     @property
     def writes(self) -> bool:
         return self.emit == "config" and not self.dry_run
+
+
+def emits() -> tuple[str, ...]:
+    """``--emit`` values: ``config`` (write), then each serving reader that prints a line."""
+    from ropectl.readers import emitters
+
+    return (WRITE, *emitters())
 
 
 def list_presets() -> list[str]:

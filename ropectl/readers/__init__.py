@@ -22,24 +22,36 @@ ENGINE_MODULES = ("ropectl.readers.transformers", "ropectl.readers.vllm", "ropec
 Predict = Callable[[Reader, Mapping[str, Any], "str | None"], Reading]
 
 
-# Engines a checkpoint is served with, by the name users pass (recommend --serve-with).
-SERVING_ENGINES = ("transformers", "vllm", "sglang", "llama.cpp")
-# The default when --serve-with is not given (SGLang only when asked: it would leave out what it cannot serve).
-DEFAULT_SERVING = ("transformers", "vllm", "llama.cpp")
+def serving_readers() -> dict[str, Any]:
+    """The reader modules a checkpoint is served with, by the name users pass (recommend --serve-with): each that
+    names ``SERVE_AS`` and offers ``cannot_serve(rope_type)``, in ENGINE_MODULES' order."""
+    modules = (importlib.import_module(name) for name in ENGINE_MODULES)
+    return {m.SERVE_AS: m for m in modules if getattr(m, "SERVE_AS", None)}
+
+
+def serving_engines() -> tuple[str, ...]:
+    return tuple(serving_readers())
+
+
+def emitters() -> tuple[str, ...]:
+    """The engines ``patch --emit`` prints a serving line for: the serving readers with ``emit_line``."""
+    return tuple(name for name, m in serving_readers().items() if hasattr(m, "emit_line"))
 
 
 def serving_engines_for(model: str) -> tuple[str, ...]:
     """The engines a checkpoint's format reaches by default: a GGUF file is llama.cpp's; a Hugging Face folder the
-    others."""
-    return ("llama.cpp",) if str(model).lower().endswith(".gguf") else DEFAULT_SERVING
+    others that serve by default."""
+    readers = serving_readers()
+    if str(model).lower().endswith(".gguf"):
+        return tuple(name for name, m in readers.items() if getattr(m, "SERVES_GGUF", False))
+    return tuple(name for name, m in readers.items() if m.SERVED_BY_DEFAULT)
 
 
 def why_not_served(rope_type: str, serve_with: Iterable[str]) -> str | None:
     """Why one of ``serve_with`` would not compute what transformers evaluated for ``rope_type`` (None: all do)."""
-    from ropectl.readers import llama_cpp, sglang, vllm
-
-    checks = {"vllm": vllm.cannot_serve, "sglang": sglang.cannot_serve, "llama.cpp": llama_cpp.cannot_express}
-    return next((why for engine in serve_with if engine in checks and (why := checks[engine](rope_type))), None)
+    readers = serving_readers()
+    return next((why for engine in serve_with if engine in readers
+                 and (why := readers[engine].cannot_serve(rope_type))), None)
 
 
 def engines() -> Iterator[tuple[Reader, Predict]]:
@@ -50,5 +62,5 @@ def engines() -> Iterator[tuple[Reader, Predict]]:
             yield reader, module.predict
 
 
-__all__ = ["ENGINE_MODULES", "SERVING_ENGINES", "Quirk", "Reader", "Reading", "VersionRange", "engines",
-           "serving_engines_for", "why_not_served"]
+__all__ = ["ENGINE_MODULES", "Quirk", "Reader", "Reading", "VersionRange", "engines",
+           "emitters", "serving_engines", "serving_engines_for", "serving_readers", "why_not_served"]

@@ -137,3 +137,17 @@ class Reading:
                           "max_position_embeddings": p.max_position_embeddings, "scaling": dict(p.scaling)}
                       for k, p in self.ropes.items()},
         }
+
+
+@dataclass(frozen=True)
+class ServeView:
+    """What a serving line is printed from (``emit_line`` of a serving reader): the checkpoint as the user named it,
+    the RoPE ropectl means (per layer type where the model has several), and the length to serve."""
+
+    where: str
+    rope: Any  # RopeParams
+    layers: Mapping[str, Any]
+    partial: float
+    target: int
+    model_type: str
+    config: Mapping[str, Any]

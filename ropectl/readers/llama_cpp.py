@@ -17,11 +17,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropectl.errors import MethodError
-from ropectl.readers.base import DICT, FAILS, MAX_POS, TOP, Quirk, Reader, Reading, VersionRange
+from ropectl.readers.base import DICT, FAILS, MAX_POS, TOP, Quirk, Reader, Reading, ServeView, VersionRange
 from ropectl.rope.methods import get_method, owner_of
 from ropectl.rope.params import YARN_DEFAULT_BETAS, RopeParams
 
 ENGINE = "llama.cpp"
+SERVE_AS, SERVED_BY_DEFAULT = "llama.cpp", True  # recommend --serve-with
+SERVES_GGUF = True  # a GGUF file reaches this engine only
 IGNORES_BETAS = "ignores-yarn-betas"  # the GGUF's yarn beta keys are not read for this architecture
 CONVERTER_DROPS = "converter-drops"  # convert_hf_to_gguf.py writes no such scaling for this architecture
 MLA_LOGITS = "mla-logits"  # llama.cpp's deepseek2 graph scales the attention logits its own way
@@ -120,7 +122,7 @@ READERS: tuple[Reader, ...] = (
 )
 
 
-def cannot_express(rope_type: str) -> str | None:
+def cannot_serve(rope_type: str) -> str | None:
     """Why llama.cpp cannot run ``rope_type`` at all (e.g. dynamic NTK), or None."""
     for quirk in READERS[-1].quirks:
         if quirk.kind == FAILS and rope_type in quirk.rope_types:
@@ -194,3 +196,10 @@ def refuse_unexpressible(rope_type: str, label: str, form: str, fix: str) -> Non
     owner = owner_of(rope_type)
     if owner is not None and owner.gguf_none:
         raise MethodError(f"method '{label}' cannot be {form}: {owner.gguf_none}", fix)
+
+
+def emit_line(view: ServeView) -> tuple[dict[str, Any], list[str]]:
+    """``--emit llama.cpp``: ``llama-server`` with the ``--rope-*`` flags (readers/emit.py)."""
+    from ropectl.readers.emit import emit_llama_cpp
+
+    return emit_llama_cpp(view.where, view.rope, view.layers, view.model_type, view.target)

@@ -30,12 +30,14 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from ropectl.readers.base import DICT, MAX_POS, TOP, Quirk, Reader, Reading, VersionRange
+from ropectl.readers.base import DICT, MAX_POS, TOP, Quirk, Reader, Reading, ServeView, VersionRange
 from ropectl.rope.formulas import dynamic_theta, yarn_mscale
 from ropectl.rope.methods import rope_types_where
 from ropectl.rope.params import RopeParams
 
 ENGINE = "SGLang"
+# recommend --serve-with; only when asked, since by default it would leave out what SGLang cannot serve
+SERVE_AS, SERVED_BY_DEFAULT = "sglang", False
 COMMAND = ("python", "-m", "sglang.launch_server")
 # Quirk kinds of this engine, interpreted below.
 LENGTH_TIMES_FACTOR = "length-times-factor"
@@ -270,3 +272,8 @@ def emit(model: str, rope: RopeParams, layers: Mapping[str, RopeParams], partial
         warnings.append(f"{reader.label}: {'; '.join([differs, *reading.notes])}")
     return {"engine": "sglang", "versions": reader.versions.label, "json_model_override_args": override,
             "context_length": target, "args": args, "command": command(model, args)}, warnings
+
+
+def emit_line(view: ServeView) -> tuple[dict[str, Any], list[str]]:
+    """``--emit sglang``: ``python -m sglang.launch_server`` with ``--json-model-override-args``."""
+    return emit(view.where, view.rope, view.layers, view.partial, view.target, view.config)

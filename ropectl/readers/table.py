@@ -1,4 +1,5 @@
-"""The compatibility table of docs/reference/compatibility.md, generated from the reader entries: ``python -m ropectl.readers.table``.
+"""The compatibility table of docs/reference/compatibility.md, generated from the reader entries: ``python -m
+ropectl.readers.table``.
 
 ``--check [FILE]`` (default: docs/reference/compatibility.md) exits 1 when that page's copy (between the markers) is stale;
 tests/readers/test_readers.py checks it.

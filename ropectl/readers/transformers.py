@@ -36,6 +36,7 @@ from ropectl.readers.base import (
 from ropectl.rope.methods import rope_types_where
 
 ENGINE = "transformers"
+SERVE_AS, SERVED_BY_DEFAULT = "transformers", True  # recommend --serve-with
 V4 = ("rope_theta", "rope_scaling")
 V5 = ("rope_scaling", "rope_parameters", "rope_theta")  # rope_scaling wins when both are present
 GEMMA3, PHI3 = families.GEMMA3, families.PHI3
@@ -148,3 +149,8 @@ def predict(reader: Reader, config: Mapping[str, Any], version: str | None = Non
     from ropectl.readers.interpret import interpret
 
     return interpret(reader, config, version)
+
+
+def cannot_serve(rope_type: str) -> str | None:
+    """transformers is the reference every other reader is compared with: it serves what it evaluates."""
+    return None

@@ -20,12 +20,14 @@ from typing import Any
 from ropectl import families
 from ropectl.output import exact
 from ropectl.readers import vllm_models as vm
-from ropectl.readers.base import DICT, MAX_POS, TOP, Quirk, Reader, Reading, VersionRange
+from ropectl.readers.base import DICT, MAX_POS, TOP, Quirk, Reader, Reading, ServeView, VersionRange
 from ropectl.rope.frequencies import dynamic_theta
 from ropectl.rope.methods import rope_types_where
 from ropectl.rope.params import RopeParams
 
 ENGINE = "vLLM"
+SERVE_AS, SERVED_BY_DEFAULT = "vllm", True  # recommend --serve-with
+CHECKS_OVERRIDES = True  # patch checks that the model code builds what --emit vllm overrides (patch.serving)
 # Quirk kinds of this engine, interpreted below.
 LENGTH_TIMES_FACTOR = "length-times-factor"  # derived max length = max_position_embeddings x factor (rope_types)
 STATIC_DYNAMIC = "static-dynamic"  # dynamic is one static base, and its cos/sin table ends at max_position_embeddings
@@ -201,3 +203,11 @@ def override_path(config: Mapping[str, Any]) -> tuple[str, ...]:
 def max_positions_for(reader: Reader, model_type: str, rope: RopeParams, target: int) -> int:
     """The max_position_embeddings that makes ``reader`` derive at least ``target`` (and no more than needed)."""
     return math.ceil(target / length_multiplier(reader, model_type, rope) - 1e-9)
+
+
+def emit_line(view: ServeView) -> tuple[dict[str, Any], list[str]]:
+    """``--emit vllm``: ``vllm serve`` with ``--hf-overrides`` (readers/emit.py)."""
+    from ropectl.readers.emit import emit_vllm
+
+    return emit_vllm(view.where, view.rope, view.layers, view.partial, view.target, view.model_type,
+                     override_path(view.config))

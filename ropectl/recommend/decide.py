@@ -271,24 +271,22 @@ def _evidence(method: str, table: dict[tuple[str, int], float], trained: int, ta
 
 
 def patch_commands(model: str, method: str, serve_with: tuple[str, ...] = ("vllm", "llama.cpp")) -> list[str]:
-    """The commands that ship ``method``: write the checkpoint, and print the flags of the engines in
-    ``serve_with`` (vLLM, llama.cpp) that take them."""
+    """The commands that ship ``method``: write the checkpoint, and print the serving line of each engine in
+    ``serve_with`` that has one (readers.emitters)."""
     import shlex
 
     path = Path(model)
     tag = method.replace(":", "").replace(",", "-").replace("=", "")
     # into the working folder, never beside the source (the embedded GGUF sits in site-packages)
     out = f"{path.stem}-{tag}.gguf" if path.suffix == ".gguf" else f"{path.name or model}-{tag}"
-    from ropectl.readers.llama_cpp import cannot_express
+    from ropectl.readers import emitters, serving_readers
     from ropectl.rope.methods import parse_spec
 
     base = ["ropectl", "patch", model, "-m", method]
     commands = [shlex.join([*base, "-o", out])]
-    for engine in ("vllm", "sglang"):
-        if engine in serve_with:
-            commands.append(shlex.join([*base, "--emit", engine]))
-    if "llama.cpp" in serve_with:
-        why_not = cannot_express(parse_spec(method).name)
-        # patch refuses --emit llama.cpp for a method llama.cpp lacks: say so instead of printing a failing command
-        commands.append(f"# not for llama.cpp: {why_not}" if why_not else shlex.join([*base, "--emit", "llama.cpp"]))
+    readers = serving_readers()
+    for engine in (e for e in emitters() if e in serve_with):
+        why_not = readers[engine].cannot_serve(parse_spec(method).name)
+        # patch refuses --emit for a method the engine lacks: say so instead of printing a failing command
+        commands.append(f"# not for {engine}: {why_not}" if why_not else shlex.join([*base, "--emit", engine]))
     return commands

@@ -125,7 +125,8 @@ def test_spec_options_reach_a_written_gguf(smollm2: Path, tmp_path: Path) -> Non
 
 
 def test_e33b_eval_ppl_force_adds_and_deletes_nothing(isolated, tiny_model, tiny_corpus) -> None:
-    """docs/reference/errors-and-guarantees.md: eval-ppl's --force only allows a non-empty folder; it adds its files and deletes nothing."""
+    """docs/reference/errors-and-guarantees.md: eval-ppl's --force only allows a non-empty folder; it adds its files
+    and deletes nothing."""
     busy = Path("busy")
     busy.mkdir()
     (busy / "notes.txt").write_text("mine")
@@ -145,7 +146,8 @@ def test_e33b_eval_ppl_force_adds_and_deletes_nothing(isolated, tiny_model, tiny
                                   ["patch", "-m", "yarn", "-f", "2", "--dry-run"]],
                          ids=["inspect", "emit vllm", "emit llama.cpp", "dry-run (control)"])
 def test_read_only_commands_import_neither_torch_nor_transformers(tmp_path: Path, mode: list[str]) -> None:
-    """docs/reference/benchmarks.md (Speed of patch): only the verification of a written config pays for torch and transformers."""
+    """docs/reference/benchmarks.md (Speed of patch): only the verification of a written config pays for torch and
+    transformers."""
     folder = checkpoints.write_config(tmp_path / "m", {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
                                                      "num_key_value_heads": 2, "max_position_embeddings": 256,
                                                      "rope_theta": 10000.0})

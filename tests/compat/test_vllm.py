@@ -45,7 +45,8 @@ _STATE: dict[str, Any] = {}
 
 def _vllm_missing(version: str) -> str | None:
     if not (VENVS[version] / "bin" / "python").exists():
-        return f"no vLLM venv at {VENVS[version]}: run tests/compat/engine_venvs.sh (see docs/reference/compatibility.md, the engine tiers)"
+        return (f"no vLLM venv at {VENVS[version]}: run tests/compat/engine_venvs.sh (see "
+                "docs/reference/compatibility.md, the engine tiers)")
     return None
 
 
