@@ -4,7 +4,7 @@ Each engine module (``transformers``, ``vllm``, ``sglang``, ``llama_cpp``, ``lm_
 of frozen ``Reader`` entries, and ``predict(reader, config, version=None) -> Reading``; ``emit`` prints the vLLM and
 llama.cpp commands from them (``sglang.emit`` its own). ``patch``'s warnings, ``inspect --engines`` and
 docs/reference/compatibility.md's reader table are all derived from these. Adding an engine is one module and its name in
-``ENGINE_MODULES`` (docs/contributing/add-an-engine.md).
+``BUILTIN`` (docs/contributing/add-an-engine.md).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from ropectl.readers.base import Quirk, Reader, Reading, VersionRange
 
 # Engine modules, in the order the views list them. Each has READERS and predict().
-ENGINE_MODULES = ("ropectl.readers.transformers", "ropectl.readers.vllm", "ropectl.readers.sglang",
+BUILTIN = ("ropectl.readers.transformers", "ropectl.readers.vllm", "ropectl.readers.sglang",
                   "ropectl.readers.llama_cpp", "ropectl.readers.lm_eval")
 
 Predict = Callable[[Reader, Mapping[str, Any], "str | None"], Reading]
@@ -24,8 +24,8 @@ Predict = Callable[[Reader, Mapping[str, Any], "str | None"], Reading]
 
 def serving_readers() -> dict[str, Any]:
     """The reader modules a checkpoint is served with, by the name users pass (recommend --serve-with): each that
-    names ``SERVE_AS`` and offers ``cannot_serve(rope_type)``, in ENGINE_MODULES' order."""
-    modules = (importlib.import_module(name) for name in ENGINE_MODULES)
+    names ``SERVE_AS`` and offers ``cannot_serve(rope_type)``, in BUILTIN's order."""
+    modules = (importlib.import_module(name) for name in BUILTIN)
     return {m.SERVE_AS: m for m in modules if getattr(m, "SERVE_AS", None)}
 
 
@@ -56,11 +56,11 @@ def why_not_served(rope_type: str, serve_with: Iterable[str]) -> str | None:
 
 def engines() -> Iterator[tuple[Reader, Predict]]:
     """Every known reader with the function that predicts its reading."""
-    for name in ENGINE_MODULES:
+    for name in BUILTIN:
         module = importlib.import_module(name)
         for reader in module.READERS:
             yield reader, module.predict
 
 
-__all__ = ["ENGINE_MODULES", "Quirk", "Reader", "Reading", "VersionRange", "engines",
+__all__ = ["BUILTIN", "Quirk", "Reader", "Reading", "VersionRange", "engines",
            "emitters", "serving_engines", "serving_engines_for", "serving_readers", "why_not_served"]

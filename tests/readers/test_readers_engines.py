@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ropectl.cli.app import app
-from ropectl.readers import ENGINE_MODULES, llama_cpp, vllm
+from ropectl.readers import BUILTIN, llama_cpp, vllm
 from tests.helpers.checkpoints import write_config
 
 LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
@@ -25,7 +25,7 @@ def _cfg(max_pos: int, **scaling: object) -> dict:
 
 
 def test_both_engines_are_listed() -> None:
-    assert "ropectl.readers.vllm" in ENGINE_MODULES and "ropectl.readers.llama_cpp" in ENGINE_MODULES
+    assert "ropectl.readers.vllm" in BUILTIN and "ropectl.readers.llama_cpp" in BUILTIN
 
 
 @pytest.mark.parametrize("version, rope, max_pos, served", [
