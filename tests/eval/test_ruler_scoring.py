@@ -63,22 +63,23 @@ def test_teacher_forced_argmax_equals_greedy_generate(tiny) -> None:
     """The batched teacher forcing (passkey's scorer, vLLM's shortcut): on the model's own greedy continuation as
     the answer, the argmax at every answer position is that continuation; one changed token (control) leaves the
     argmax as it was but makes the answer differ."""
-    from ropectl.eval.forward import teacher_forced
+    from ropectl.eval.engines.hf.forward import teacher_forced
 
     model, tok = tiny
     for t in trials_for(tok, TASKS, "1400", samples=1).values():
         generated = greedy_generate(model, t.ids[:t.prompt_len], t.answer_len)
         forced = replace(t, ids=t.ids[:t.prompt_len] + generated)
-        [(mine, nll)] = teacher_forced(model, [forced], "cpu")
+        [got] = teacher_forced(model, [list(forced.ids)], [forced.answer_len], "cpu")
+        mine, nll = got.argmax, got.nll
         assert mine == generated
         assert nll == pytest.approx(answer_nll(model, forced.ids, t.prompt_len), rel=1e-4)
         wrong = replace(forced, ids=forced.ids[:-1] + ((generated[-1] + 1) % model.config.vocab_size,))
-        [(bad, _)] = teacher_forced(model, [wrong], "cpu")
+        bad = teacher_forced(model, [list(wrong.ids)], [wrong.answer_len], "cpu")[0].argmax
         assert bad == generated != wrong.ids[t.prompt_len:]
 
 
 def test_greedy_continuation_is_generate_and_its_nll_the_forward_s(tiny) -> None:
-    from ropectl.eval.forward import continuation
+    from ropectl.eval.engines.hf.greedy import continuation
 
     model, tok = tiny
     for t in trials_for(tok, ["niah_single_1", "vt"], "1400", samples=1).values():
