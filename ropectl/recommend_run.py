@@ -106,7 +106,7 @@ def _run(req: Request, progress: Callable[[Any], None] | None, on_ppl: Callable[
     from ropectl.eval.tasks.ruler.runner import run_tasks
     from ropectl.eval.tasks.ruler.spec import build_tasks_spec
 
-    plan, skipped, _ = _grid(req)
+    plan, skipped, _ = plan_grid(req)
     root = recommend_root(req.out, req.resume)
     plan, timing = _sized(req, plan, root, say)
     resume = True if req.resume else None
@@ -138,7 +138,7 @@ def _run(req: Request, progress: Callable[[Any], None] | None, on_ppl: Callable[
     return Sweeps(ppl, tasks, final, skipped)
 
 
-def _grid(req: Request) -> tuple[Plan, dict[str, str], int]:
+def plan_grid(req: Request) -> tuple[Plan, dict[str, str], int]:
     """The plan at the generic (or demo) sizes, the candidates not measured and why, the trained context."""
     from ropectl.eval.engines import DEFAULT_ENGINE, get_engine
     from ropectl.eval.model import model_source, trained_context
