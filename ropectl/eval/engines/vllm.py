@@ -146,13 +146,14 @@ class VllmEngine(Engine):
         forced = self.answer_logprobs([AnswerLogprobs(r.prompt, r.answer) for r in requests])
         out = [Continuation(f.argmax, f.nll) for f in forced]
         open_ = [i for i, (r, f) in enumerate(zip(requests, forced)) if not r.answer or f.argmax != tuple(r.answer)]
+        length = 0
         if open_:
             length = max(requests[i].context or len(requests[i].prompt) + requests[i].budget for i in open_)
             generated = self.generate([requests[i].prompt for i in open_], [requests[i].budget for i in open_], length)
             for i, tokens in zip(open_, generated, strict=True):
                 out[i] = Continuation(tuple(int(x) for x in tokens), out[i].answer_nll)
         if self.state is not None:
-            self.verify_after_forward(self.state, length if open_ else 0)
+            self.verify_after_forward(self.state, length)
         return out
 
     def token_logprobs(self, prompts: Sequence[Sequence[int]]) -> list[list[float]]:
