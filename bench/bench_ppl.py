@@ -60,7 +60,8 @@ def load(random_init: bool, dtype: str, device: str, config_name: str = "smollm2
             model = LlamaForCausalLM(config).to(torch_dtype)
     else:
         sys.path.insert(0, str(REPO))
-        from ropectl.eval.model import default_model_path, load_model
+        from ropectl.eval.engines.hf.load import load_model
+        from ropectl.eval.model import default_model_path
 
         path = default_model_path()
         model = load_model(str(path.parent), {"gguf_file": path.name}, None, "cpu", dtype).model
@@ -85,9 +86,8 @@ def measure(args: argparse.Namespace) -> dict:
     import torch
 
     sys.path.insert(0, str(REPO))
-    from ropectl.eval.tasks.passkey.prompt import Trial
-    from ropectl.eval.tasks.passkey.score import score_trials
-    from ropectl.eval.tasks.ppl.loss import sequence_nll
+    from ropectl.eval.engines.hf.forward import teacher_forced
+    from ropectl.eval.engines.hf.loss import sequence_nll
 
     if args.threads:  # 1 thread: no barriers to wait at when other jobs hold the cores, so CPU time is clean
         torch.set_num_threads(args.threads)
@@ -100,7 +100,7 @@ def measure(args: argparse.Namespace) -> dict:
         if impl == "naive":
             return model(input_ids=x[None], labels=x[None]).loss.float() * (n - 1)
         if impl == "passkey":  # eval-passkey's scoring of one trial of n tokens
-            return score_trials(model, [Trial(n, 0.5, 0, "", tuple(x.tolist()), ANSWER, 0)], args.device)
+            return teacher_forced(model, [x.tolist()], [ANSWER], args.device)
         return sequence_nll(model, x, chunk_size=1024).double().sum()
 
     def step(n: int):

@@ -35,9 +35,10 @@ def main() -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from ropectl.eval.model import default_model_path, load_model
+    from ropectl.eval.engines.hf.load import load_model
+    from ropectl.eval.engines.hf.loss import sequence_nll
+    from ropectl.eval.model import default_model_path
     from ropectl.eval.options import parse_length
-    from ropectl.eval.tasks.ppl.loss import sequence_nll
 
     length = parse_length(args.length)
     path = default_model_path()

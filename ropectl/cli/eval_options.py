@@ -13,6 +13,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ropectl.cli.options import LENGTH_SYNTAX, opt
+from ropectl.eval.engines import engine_names
 from ropectl.rope.methods import method_names
 
 DATA, RUN, OUT = "Data", "Run", "Output"
@@ -41,8 +42,8 @@ def out_option(command: str) -> Any:
 
 
 EngineOpt = Annotated[Optional[str], opt("--engine", panel=RUN, help=(
-    "transformers (alias hf) [default], or vllm: each method runs in vLLM with the overrides `patch --emit vllm` "
-    "prints (pip install 'ropectl[vllm]')."))]
+    f"{' or '.join(engine_names())} (hf = transformers) [default: transformers]. vllm: each method runs in vLLM with "
+    "the overrides `patch --emit vllm` prints (pip install 'ropectl[vllm]')."))]
 TensorParallelOpt = Annotated[Optional[int], opt("--tensor-parallel-size", "--tp", panel=RUN,
                                                  help="vLLM: GPUs (ranks) each layer is split across [default: 1].")]
 PipelineParallelOpt = Annotated[Optional[int], opt("--pipeline-parallel-size", "--pp", panel=RUN,

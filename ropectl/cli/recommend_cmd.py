@@ -21,6 +21,7 @@ from ropectl.cli.eval_options import (
 )
 from ropectl.cli.options import LENGTH_SYNTAX, JsonOpt
 from ropectl.cli.ppl_cmd import print_table
+from ropectl.eval.engines import engine_names
 from ropectl.output import dumps
 
 IN, RULE = "Inputs", "Rule"
@@ -43,19 +44,28 @@ RegressionOpt = Annotated[Optional[float], opt("--max-regression", panel=RULE, h
     "Largest PPL increase over `none` allowed at lengths up to the trained context [default: 0.05]."))]
 
 
+def serving_names() -> list[str]:
+    """What --serve-with takes: the serving readers (readers.serving_engines), then every evaluation engine
+    registered."""
+    from ropectl.readers import serving_engines
+
+    known = serving_engines()
+    return [*known, *(n for n in engine_names() if n not in known)]
+
+
 ServeOpt = Annotated[Optional[str], opt("--serve-with", panel=RULE, help=(
-    "Engines the checkpoint will be served with, comma-separated: transformers, vllm, llama.cpp. A method one of "
+    f"Engines the checkpoint will be served with, comma-separated: {', '.join(serving_names())}. A method one of "
     "them would not compute as evaluated is out [default: every engine the format reaches; a GGUF: llama.cpp]."))]
 
 
 def _serve_with(value: str | None, model: str) -> tuple[str, ...]:
     from ropectl.errors import UsageError
-    from ropectl.readers import serving_engines, serving_engines_for
+    from ropectl.readers import serving_engines_for
 
     if value is None:
         return serving_engines_for(model)
     engines = tuple(e.strip() for e in value.split(",") if e.strip())
-    known = serving_engines()
+    known = serving_names()
     unknown = [e for e in engines if e not in known]
     if unknown or not engines:
         raise UsageError(f"unknown --serve-with engine '{(unknown or [value])[0]}'",

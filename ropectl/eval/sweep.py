@@ -1,4 +1,5 @@
-"""The sweep driver every task runs through: validate everything cheap first, load weights once, run the
+"""The sweep driver every task runs through (its contract with the task: ``ropectl.eval.tasks.contract``):
+validate everything cheap first, load weights once, run the
 task's planned forwards, log each finished cell at once, write results.
 
 Order matters for users: bad flags, the output folder (locked: one writer), device, methods and the task's own
@@ -10,18 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ropectl.errors import MethodError
 from ropectl.eval import dist, lock
-from ropectl.eval.engines import DEFAULT_ENGINE, Engine, get_engine
+from ropectl.eval.engines import DEFAULT_ENGINE, check_launch, get_engine
 from ropectl.eval.interrupt import SweepInterrupted, Terminated, pause_for_tests, sigterm_as_interrupt
-from ropectl.eval.lock import OutLock
 from ropectl.eval.model import (
-    MethodState,
-    ModelSource,
     method_states,
     model_source,
     resolve_device,
@@ -31,29 +27,7 @@ from ropectl.eval.model import (
 from ropectl.eval.output import check_output, missing_root, output_dir, remove_unused
 from ropectl.eval.progress import Progress
 from ropectl.eval.tasks import Task, get_task
-
-
-@dataclass
-class Sweep:
-    """One run's shared state, handed to every task hook."""
-
-    spec: Any
-    world: dist.World
-    out: Path
-    device: str = "cpu"
-    dtype: str = "fp32"
-    dtype_choice: str = ""
-    source: ModelSource | None = None
-    states: list[MethodState] = field(default_factory=list)
-    trained: int | None = None
-    engine: Engine | None = None
-    lock: OutLock | None = None
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def model_label(self) -> str:
-        assert self.source is not None
-        return self.source.label
+from ropectl.eval.tasks.contract import Sweep
 
 
 def run_sweep(task: Task | str, spec: Any, progress: Callable[[Progress], None] | None = None,
@@ -62,9 +36,7 @@ def run_sweep(task: Task | str, spec: Any, progress: Callable[[Progress], None] 
     task = get_task(task)() if isinstance(task, str) else task
     started = time.time()
     world = dist.world_from_env()
-    check_launch = getattr(get_engine(engine), "check_launch", None)
-    if callable(check_launch):  # an engine with its own workers (vLLM) refuses a torchrun launch before it starts
-        check_launch(world.size)
+    check_launch(engine, world.size)  # an engine with its own workers (vLLM) refuses torchrun before it starts
     device = resolve_device(spec.device, world.local_rank)
     world = dist.init(world, device)
     clean, sweep = False, None
@@ -78,9 +50,8 @@ def run_sweep(task: Task | str, spec: Any, progress: Callable[[Progress], None] 
     finally:
         if sweep is not None and sweep.lock is not None:
             sweep.lock.release()
-        close = getattr(sweep.engine if sweep is not None else None, "close", None)
-        if callable(close):  # an engine with its own workers (vLLM) stops them
-            close()
+        if sweep is not None and sweep.engine is not None:  # an engine with its own workers (vLLM) stops them
+            sweep.engine.close()
         dist.finish(world, clean)
 
 
@@ -115,9 +86,7 @@ def _load(task: Task, sweep: Sweep, engine: str) -> Sweep:
     sweep.trained = trained_context(sweep.source.config)
     sweep.engine = get_engine(engine)(sweep.source, sweep.device, sweep.dtype, getattr(spec, "device_map", None),
                                       task.command)
-    check = getattr(sweep.engine, "check", None)
-    if callable(check):  # the engine's own refusals (vLLM: parallel sizes, methods it cannot build)
-        check(sweep)
+    sweep.engine.check(sweep)  # the engine's own refusals (vLLM: parallel sizes, methods it cannot build)
     sweep.engine.load_tokenizer()
     identity = task.prepare(sweep)
     if sweep.world.is_main:

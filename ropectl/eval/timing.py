@@ -57,29 +57,27 @@ SHORT = 64  # the short forward: mostly the fixed cost of a forward (dispatch, t
 LONG_MIN = 512  # the long one at least this long, so that compute, not the fixed cost, sets the slope
 
 
-def timed_forward(model: str | None, device: str, dtype: str, tokens: int) -> Timing:
-    """PPL forwards (decoder body and chunked head) of ``tokens`` (at least LONG_MIN) and of SHORT tokens, timed,
-    and the model's shape."""
+def timed_forward(model: str | None, device: str, dtype: str, tokens: int, engine_name: str = "transformers",
+                  ) -> Timing:
+    """PPL forwards (the engine's ``sequence_nll``) of ``tokens`` (at least LONG_MIN) and of SHORT tokens, timed, and
+    the model's shape (from its torch module: an engine that screens has one)."""
     import torch
 
-    from ropectl.eval.engines import DEFAULT_ENGINE, get_engine
-    from ropectl.eval.forward import body_hidden_batch, logits_fn
-    from ropectl.eval.model import model_source, resolve_device, resolve_dtype_choice
-    from ropectl.eval.tasks.ppl.loss import token_nll
+    from ropectl.eval.engines import get_engine
+    from ropectl.eval.engines.requests import SequenceNLL
+    from ropectl.eval.model import method_states, model_source, resolve_device, resolve_dtype_choice
 
     where = resolve_device(device)
-    engine = get_engine(DEFAULT_ENGINE)(model_source(model), where, resolve_dtype_choice(dtype, where)[0], None,
-                                        "recommend")
+    source = model_source(model)
+    engine = get_engine(engine_name)(source, where, resolve_dtype_choice(dtype, where)[0], None, "recommend")
     engine.load_tokenizer()
     engine.load()
+    engine.activate(method_states(source.config, ())[0])
     net = engine.model
     vocab = net.get_input_embeddings().weight.shape[0]
-    head = logits_fn(net)
 
     def forward(n: int) -> None:
-        ids = (torch.arange(n, dtype=torch.long) * 7919 % vocab)[None].to(engine.input_device())
-        with torch.inference_mode():
-            token_nll(body_hidden_batch(net, ids)[0, :-1], ids[0, 1:], head)
+        engine.sequence_nll([SequenceNLL((torch.arange(n, dtype=torch.long) * 7919 % vocab).tolist())])
         if where.startswith("cuda"):
             torch.cuda.synchronize()
 

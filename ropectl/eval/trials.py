@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ropectl.eval.engines import DEFAULT_ENGINE
 from ropectl.eval.tasks import Batch
 
 if TYPE_CHECKING:
     from ropectl.eval.model import MethodState
-    from ropectl.eval.sweep import Sweep
+    from ropectl.eval.tasks.contract import Sweep
 
 Unit = tuple[Any, ...]  # (length, ...): a trial's key, its length first
 
@@ -43,7 +42,7 @@ def trial_batches(sweep: Sweep, units: list[Unit], done: set[Any]) -> list[Batch
 
 def with_engine(ident: dict[str, Any], engine: Any) -> dict[str, Any]:
     """Another engine's rows are other outcomes: its name joins the identity (transformers' stays as it was)."""
-    return ident if engine.name == DEFAULT_ENGINE else {**ident, "engine": engine.name}
+    return {**ident, **engine.identity()}
 
 
 def write_run_file(sweep: Sweep, name: str, ident: dict[str, Any], what: str, fix: str) -> None:

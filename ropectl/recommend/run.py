@@ -115,7 +115,7 @@ def _run(req: Request, progress: Callable[[Any], None] | None, on_ppl: Callable[
     from ropectl.eval.tasks.ruler.runner import run_tasks
     from ropectl.eval.tasks.ruler.spec import build_tasks_spec
 
-    plan, skipped, _ = _grid(req)
+    plan, skipped, _ = plan_grid(req)
     root = recommend_root(req.out, req.resume)
     plan, timing = _sized(req, plan, root, say)
     resume = True if req.resume else None
@@ -123,7 +123,8 @@ def _run(req: Request, progress: Callable[[Any], None] | None, on_ppl: Callable[
               **req.engine_options}  # --engine vllm and its parallel sizes, for both sweeps
     # The screen: every method at the shortest in-window length first (cheap); one that regresses there is out
     # whatever the longer lengths say, so the second pass (resuming the same folder) skips its long forwards.
-    # vLLM starts an engine per method and length, which costs more than the forwards the screen saves.
+    # An engine whose method switch is not cheap (vLLM starts one per method and length) costs more than the
+    # forwards the screen saves: it does not screen.
     screened: tuple[str, ...] = ()
     if plan.screen_at:
         first = run_eval(build_spec(lengths=[plan.screen_at], docs=plan.docs, out=root / "ppl", resume=resume,
@@ -146,9 +147,9 @@ def _run(req: Request, progress: Callable[[Any], None] | None, on_ppl: Callable[
     return Sweeps(ppl, tasks, final, skipped)
 
 
-def _grid(req: Request) -> tuple[Plan, dict[str, str], int]:
+def plan_grid(req: Request) -> tuple[Plan, dict[str, str], int]:
     """The plan at the generic (or demo) sizes, the candidates not measured and why, the trained context."""
-    from ropectl.eval.engines import DEFAULT_ENGINE, engine_name
+    from ropectl.eval.engines import DEFAULT_ENGINE, get_engine
     from ropectl.eval.model import model_source, trained_context
     from ropectl.eval.options import parse_lengths
     from ropectl.eval.tasks.ruler import resolve_tasks
@@ -158,7 +159,7 @@ def _grid(req: Request) -> tuple[Plan, dict[str, str], int]:
     grid = (1.0,) if req.factor else sizes["grid"]
     methods, skipped = candidates(sizes["candidates"], req.factor or req.target / trained, grid, req.serve_with)
     inside = parse_lengths(sizes.get("inside") or sorted({max(2, trained // 4), trained}))
-    screens = engine_name(req.engine_options.get("engine", DEFAULT_ENGINE)) == DEFAULT_ENGINE
+    screens = get_engine(req.engine_options.get("engine", DEFAULT_ENGINE)).cheap_method_switch
     task_at = sizes["task_at"]
     task_lengths = sorted({n for n in (int(trained * task_at) if task_at else 0, req.target) if 0 < n <= req.target})
     plan = Plan(tuple(methods), tuple(sorted({*inside, req.target})), sizes["docs"], resolve_tasks(sizes["tasks"]),
@@ -168,9 +169,11 @@ def _grid(req: Request) -> tuple[Plan, dict[str, str], int]:
 
 def _sized(req: Request, plan: Plan, root: Path, say: Callable[[str], None]) -> tuple[Plan, Timing | None]:
     """Time one forward, size documents and samples to --budget (or take a resumed run's), print the plan."""
+    from ropectl.eval.engines import DEFAULT_ENGINE
     from ropectl.eval.timing import timed_forward
 
-    timing = timed_forward(req.model, req.device, req.dtype, plan.screen_at) if plan.screen_at else None
+    engine = req.engine_options.get("engine", DEFAULT_ENGINE)
+    timing = timed_forward(req.model, req.device, req.dtype, plan.screen_at, engine) if plan.screen_at else None
     base, stored = plan, _read_sizes(root) if req.resume else None
     if stored:  # a resumed run keeps its sizes: another --docs or --samples would be another run
         plan = replace(plan, **stored)

@@ -1,7 +1,7 @@
 """Run in the vLLM venv with this checkout on PYTHONPATH: ropectl's vLLM engine, driven as a task drives it.
 
 Usage: python vllm_engine_probe.py JOB.json OUT.json. JOB is {"model", "method", "prompts", "spans"}; OUT gets
-the engine's ``token_logprobs``, ``answer_logprobs`` (the spans) and ``teacher_forced`` (answers from each
+the engine's ``token_logprobs``, ``span_logprobs`` (the spans) and ``teacher_forced`` (answers from each
 span's start to the prompt's end) for the prompts, and its record.
 """
 
@@ -29,7 +29,7 @@ def main() -> None:
     engine.activate(states[0])
     spans = [tuple(s) for s in job["spans"]]
     out = {"token_logprobs": engine.token_logprobs(job["prompts"]),
-           "answer_logprobs": engine.answer_logprobs(job["prompts"], spans),
+           "answer_logprobs": engine.span_logprobs(job["prompts"], spans),
            "teacher_forced": engine.teacher_forced(job["prompts"], [start for start, _ in spans])}
     out["record"] = engine.record()
     engine.close()

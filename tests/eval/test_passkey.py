@@ -64,7 +64,6 @@ def test_teacher_forcing_equals_greedy_generate(tiny_model: Path, tok) -> None:
     import torch
 
     from ropectl.eval.tasks.passkey.prompt import PromptBuilder, Trial
-    from ropectl.eval.tasks.passkey.score import score_trials
 
     model = load(tiny_model)
     builder = PromptBuilder(tok, 400)
@@ -93,7 +92,6 @@ def test_batched_trials_equal_batch_1(tiny_model: Path, tok) -> None:
     import torch
 
     from ropectl.eval.tasks.passkey.prompt import PromptBuilder
-    from ropectl.eval.tasks.passkey.score import score_trials
 
     model = load(tiny_model)
     builder = PromptBuilder(tok, 350)
@@ -243,3 +241,12 @@ def test_non_finite_answer_nll_is_written_as_strict_json(tmp_path: Path) -> None
     assert len(back) == 2 and math.isnan(back[0].answer_nll) and back[1] == good
     write_outputs(tmp_path, back, {"meta": {}})
     assert [r["answer_nll"] for r in strict((tmp_path / JSON).read_text(encoding="utf-8"))["results"]] == [None, 0.25]
+
+
+def score_trials(model, trials, device):
+    """Passkey outcomes from the transformers engine's batched teacher forcing on ``model``."""
+    from ropectl.eval.engines.hf.forward import teacher_forced
+    from ropectl.eval.tasks.passkey.score import outcomes
+
+    got = teacher_forced(model, [list(t.ids) for t in trials], [t.answer_len for t in trials], device)
+    return outcomes(trials, [(g.argmax, g.nll) for g in got])

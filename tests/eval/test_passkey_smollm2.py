@@ -15,7 +15,6 @@ def test_smollm2_teacher_forcing_equals_generate_and_retrieves(smollm2: Path) ->
     from transformers import AutoTokenizer
 
     from ropectl.eval.tasks.passkey.prompt import PromptBuilder
-    from ropectl.eval.tasks.passkey.score import score_trials
 
     tok = AutoTokenizer.from_pretrained(smollm2.parent, gguf_file=smollm2.name)
     model = gguf_model(smollm2)
@@ -27,3 +26,12 @@ def test_smollm2_teacher_forcing_equals_generate_and_retrieves(smollm2: Path) ->
         assert outcome.predicted == generated or (not outcome.success and outcome.predicted[0] == generated[0])
         assert outcome.success == (generated == trial.ids[-trial.answer_len:])
         assert tok.decode(list(generated)).strip() == trial.key  # a real model finds the key at 1k
+
+
+def score_trials(model, trials, device):
+    """Passkey outcomes from the transformers engine's batched teacher forcing on ``model``."""
+    from ropectl.eval.engines.hf.forward import teacher_forced
+    from ropectl.eval.tasks.passkey.score import outcomes
+
+    got = teacher_forced(model, [list(t.ids) for t in trials], [t.answer_len for t in trials], device)
+    return outcomes(trials, [(g.argmax, g.nll) for g in got])

@@ -26,7 +26,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def test_chunked_equals_naive(models: dict, kind: str) -> None:
     import torch
 
-    from ropectl.eval.tasks.ppl.loss import sequence_nll
+    from ropectl.eval.engines.hf.loss import sequence_nll
 
     torch.manual_seed(0)
     ids = torch.randint(0, 100, (300,))
@@ -41,7 +41,7 @@ def test_chunked_equals_naive(models: dict, kind: str) -> None:
 def test_chunk_size_does_not_change_the_loss(models: dict, chunk: int) -> None:
     import torch
 
-    from ropectl.eval.tasks.ppl.loss import sequence_nll
+    from ropectl.eval.engines.hf.loss import sequence_nll
 
     ids = torch.arange(257) % 97
     with torch.inference_mode():
@@ -54,7 +54,7 @@ def test_chunk_size_does_not_change_the_loss(models: dict, chunk: int) -> None:
 def test_score_from_scores_only_the_tail(models: dict) -> None:
     import torch
 
-    from ropectl.eval.tasks.ppl.loss import sequence_nll
+    from ropectl.eval.engines.hf.loss import sequence_nll
 
     ids = torch.arange(120) % 50
     with torch.inference_mode():

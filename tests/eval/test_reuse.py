@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ropectl.eval.model import load_model, load_tokenizer, model_source
+from ropectl.eval.engines.hf.load import load_model
+from ropectl.eval.model import load_tokenizer, model_source
 from ropectl.eval.reuse import reusing
 from ropectl.eval.tasks.ppl import build_spec, run_eval
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -38,8 +37,17 @@ def budget(t) -> int:
     return min(GENERATORS[t.task].budget, t.length - len(t.ids) + t.answer_len)
 
 
-def hf_engine(model, tok) -> SimpleNamespace:
-    return SimpleNamespace(name="transformers", model=model, tokenizer=tok, input_device=lambda: "cpu")
+def hf_engine(model, tok, path: Path):
+    """The transformers engine around an already loaded model, its as-is RoPE in place."""
+    from ropectl.eval.engines.hf import TransformersEngine
+    from ropectl.eval.engines.hf.load import LoadedModel
+    from ropectl.eval.model import method_states, model_source
+
+    source = model_source(str(path))
+    engine = TransformersEngine(source, "cpu", "fp32")
+    engine.tokenizer, engine.loaded = tok, LoadedModel(model, tok, "cpu", "fp32")
+    engine.state = method_states(source.config, ())[0]
+    return engine
 
 
 @pytest.fixture(scope="module")
@@ -63,22 +71,23 @@ def test_teacher_forced_argmax_equals_greedy_generate(tiny) -> None:
     """The batched teacher forcing (passkey's scorer, vLLM's shortcut): on the model's own greedy continuation as
     the answer, the argmax at every answer position is that continuation; one changed token (control) leaves the
     argmax as it was but makes the answer differ."""
-    from ropectl.eval.forward import teacher_forced
+    from ropectl.eval.engines.hf.forward import teacher_forced
 
     model, tok = tiny
     for t in trials_for(tok, TASKS, "1400", samples=1).values():
         generated = greedy_generate(model, t.ids[:t.prompt_len], t.answer_len)
         forced = replace(t, ids=t.ids[:t.prompt_len] + generated)
-        [(mine, nll)] = teacher_forced(model, [forced], "cpu")
+        [got] = teacher_forced(model, [list(forced.ids)], [forced.answer_len], "cpu")
+        mine, nll = got.argmax, got.nll
         assert mine == generated
         assert nll == pytest.approx(answer_nll(model, forced.ids, t.prompt_len), rel=1e-4)
         wrong = replace(forced, ids=forced.ids[:-1] + ((generated[-1] + 1) % model.config.vocab_size,))
-        [(bad, _)] = teacher_forced(model, [wrong], "cpu")
+        bad = teacher_forced(model, [list(wrong.ids)], [wrong.answer_len], "cpu")[0].argmax
         assert bad == generated != wrong.ids[t.prompt_len:]
 
 
 def test_greedy_continuation_is_generate_and_its_nll_the_forward_s(tiny) -> None:
-    from ropectl.eval.forward import continuation
+    from ropectl.eval.engines.hf.greedy import continuation
 
     model, tok = tiny
     for t in trials_for(tok, ["niah_single_1", "vt"], "1400", samples=1).values():
@@ -95,14 +104,14 @@ def test_greedy_continuation_is_generate_and_its_nll_the_forward_s(tiny) -> None
         assert tokens == own and nll == pytest.approx(answer_nll(model, prompt + own, len(prompt)), rel=1e-4)
 
 
-def test_every_score_is_string_match_all_on_greedy_output(tiny) -> None:
+def test_every_score_is_string_match_all_on_greedy_output(tiny, tiny_model: Path) -> None:
     """Every task on the tiny model: the score equals RULER's metric on generate's output of the trial's budget; a
     reference greedy writes after its first tokens is found, and one it never writes is not (negative control)."""
     from ropectl.eval.tasks.ruler.score import score_trials
 
     model, tok = tiny
     trials = list(trials_for(tok, TASKS, "1400", samples=1).values())
-    outcomes = score_trials(hf_engine(model, tok), trials)
+    outcomes = score_trials(hf_engine(model, tok, tiny_model), trials)
     for t, o in zip(trials, outcomes, strict=True):
         text = tok.decode(list(generate(model, t.ids[:t.prompt_len], budget(t))))
         assert o.score == ruler_string_match_all(text, t.references), (t.task, text, t.references)
@@ -111,7 +120,7 @@ def test_every_score_is_string_match_all_on_greedy_output(tiny) -> None:
     inside, absent = text[3:8], "\x07never\x07"
     assert inside.strip() and absent not in text
     for refs, want in (((inside,), 1.0), ((absent,), 0.0)):
-        [o] = score_trials(hf_engine(model, tok), [replace(t, references=refs)])
+        [o] = score_trials(hf_engine(model, tok, tiny_model), [replace(t, references=refs)])
         assert o.score == want
 
 
@@ -123,7 +132,7 @@ def test_each_trial_starts_from_the_method_s_rope(tiny_model: Path, tmp_path: Pa
     import contextlib
 
     from ropectl.errors import VerificationError
-    from ropectl.eval import rotary
+    from ropectl.eval.engines.hf import rotary
     from ropectl.eval.tasks.ruler.runner import run_tasks
     from ropectl.eval.tasks.ruler.spec import build_tasks_spec
 
@@ -147,7 +156,7 @@ def test_smollm2_scores_equal_string_match_all_on_generate(smollm2: Path, smol_t
 
     model = gguf_model(smollm2)
     trials = list(trials_for(smol_tok, TASKS, "1024", samples=1).values())
-    outcomes = score_trials(hf_engine(model, smol_tok), trials)
+    outcomes = score_trials(hf_engine(model, smol_tok, smollm2), trials)
     for t, o in zip(trials, outcomes, strict=True):
         text = smol_tok.decode(list(generate(model, t.ids[:t.prompt_len], budget(t))))
         assert o.score == ruler_string_match_all(text, t.references), (t.task, text, t.references)

@@ -35,7 +35,7 @@ def test_missing_vllm_names_the_extra(tiny_model: Path, tiny_corpus: Path, isola
 
 
 def test_parallel_flags_need_the_vllm_engine(tiny_model: Path, isolated: Path) -> None:
-    one_line(["eval-ppl", str(tiny_model), "-l", "64", "--tensor-parallel-size", "2"], "vLLM options", "--engine vllm",
+    one_line(["eval-ppl", str(tiny_model), "-l", "64", "--tensor-parallel-size", "2"], "the vllm engine", "--engine vllm",
              code=2)
     one_line(["eval-ppl", str(tiny_model), "-l", "64", "--engine", "llama"], "unknown engine 'llama'", code=2)
 
@@ -118,8 +118,8 @@ def test_a_method_vllm_cannot_build_is_refused(tmp_path: Path) -> None:
 
 
 def test_passkey_tasks_and_recommend_take_the_engine_options(tiny_model: Path, tmp_path: Path) -> None:
-    one_line(["eval-passkey", str(tiny_model), "-l", "300", "--pipeline-parallel-size", "2"], "vLLM options", code=2)
-    one_line(["eval-tasks", str(tiny_model), "-l", "300", "--distributed-executor-backend", "ray"], "vLLM options",
+    one_line(["eval-passkey", str(tiny_model), "-l", "300", "--pipeline-parallel-size", "2"], "the vllm engine", code=2)
+    one_line(["eval-tasks", str(tiny_model), "-l", "300", "--distributed-executor-backend", "ray"], "the vllm engine",
              code=2)
     one_line(["recommend", str(tiny_model), "-t", "512", "--ppl", str(tmp_path), "--engine", "vllm"],
              "apply when recommend runs the sweeps", code=2)

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import UsageError
-from ropectl.eval.sweep import Sweep
-from ropectl.eval.tasks import Batch, register_task
+from ropectl.eval.engines.requests import SequenceNLL
+from ropectl.eval.tasks import Batch, Sweep, register_task
 from ropectl.io.files import atomic_write_text
 
 LOG, RESULTS, RUN_FILE = "toy.jsonl", "toy.json", "toy-run.json"
@@ -59,15 +59,11 @@ class ToyTask:
                 for state in sweep.states for n in sweep.spec.lengths if (state.label, n) not in done]
 
     def score(self, sweep: Sweep, batch: Batch, on_tokens: Callable[[int], None]) -> list[dict[str, Any]]:
-        import torch
-
-        engine = sweep.engine  # the method's RoPE is in place and checked
-        ids = torch.arange(batch.length, device=engine.input_device()).remainder(self.vocab)[None]
-        with torch.inference_mode():
-            logits = engine.model(ids).logits.float()
-        loss = torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:])
+        # the method's RoPE is in place and checked; any engine answers the three scoring calls
+        tokens = [i % self.vocab for i in range(batch.length)]
+        [scored] = sweep.engine.sequence_nll([SequenceNLL(tokens, cuts=(batch.length,))])
         on_tokens(batch.length)
-        return [{"method": batch.state.label, "length": batch.length, "loss": float(loss)}]
+        return [{"method": batch.state.label, "length": batch.length, "loss": scored.sums[0] / scored.counts[0]}]
 
     def log(self, sweep: Sweep, records: list[dict[str, Any]]) -> None:
         with open(sweep.out / LOG, "a", encoding="utf-8") as f:

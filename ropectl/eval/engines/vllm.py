@@ -3,8 +3,8 @@
 ``vllm.LLM`` per distinct override set, and scores prompts from vLLM's prompt log-probs.
 
 vLLM is imported only when the weights load; every refusal (no vLLM, torchrun, a tensor-parallel size that does not
-divide the heads, a method vLLM cannot build) comes first. Tasks score through ``token_logprobs``,
-``teacher_forced``, ``answer_logprobs`` and ``generate`` rather than a torch module.
+divide the heads, a method vLLM cannot build) comes first. The three scoring calls come from vLLM's prompt
+log-probs (``token_logprobs``, ``span_logprobs``) and its greedy ``generate``.
 """
 
 from __future__ import annotations
@@ -18,8 +18,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from ropectl.errors import EngineError, UsageError, VerificationError
-from ropectl.eval.engines import register_engine
+from ropectl.eval.engines import Engine, check_launch, register_engine
 from ropectl.eval.engines import vllm_plan as plan
+from ropectl.eval.engines.requests import (
+    AnswerLogprobs,
+    AnswerScore,
+    Continuation,
+    GreedyContinuation,
+    SequenceNLL,
+    SequenceScore,
+    sequence_score,
+)
 from ropectl.eval.model import MethodState, ModelSource, load_tokenizer
 
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -32,39 +41,29 @@ def missing_vllm(detail: str = "") -> EngineError:
 
 
 @register_engine("vllm")
-class VllmEngine:
-    name = "vllm"
+class VllmEngine(Engine):
+    tensor_parallel = True  # vLLM spreads one model over its own workers: no torchrun, each switch a new vllm.LLM
 
     def __init__(self, source: ModelSource, device: str, dtype: str, device_map: str | None = None,
                  command: str = "eval-ppl") -> None:
-        self.source, self.device, self.dtype, self.command = source, device, dtype, command
-        self.tokenizer: Any = None
+        super().__init__(source, device, dtype, device_map, command)
         self.llm: Any = None  # the vllm.LLM of the serving in place
         self.serving: plan.Serving | None = None
-        self.state: MethodState | None = None
         self.servings: dict[tuple[str, int], plan.Serving] = {}
         self.parallel = plan.Parallel()
         self.trained: int | None = None
         self.loads: list[dict[str, Any]] = []  # one entry per vllm.LLM built: what and how long
         self._version = ""
-        self.check_launch(int(os.environ.get("WORLD_SIZE", "1") or 1))
+        check_launch(self.name, int(os.environ.get("WORLD_SIZE", "1") or 1))
         if source.resolved.is_gguf:
             raise UsageError(f"--engine vllm takes a Hugging Face checkpoint folder, not the GGUF '{source.path}'",
                              "pass the checkpoint folder (or hub id), or use --engine transformers")
         if importlib.util.find_spec("vllm") is None:
             raise missing_vllm()
 
-    @staticmethod
-    def check_launch(world_size: int) -> None:
-        plan.check_not_torchrun(world_size)
-
     @property
     def model(self) -> Any:
         return self.llm
-
-    @property
-    def active(self) -> str | None:
-        return None if self.state is None else self.state.label
 
     def check(self, sweep: Any) -> None:
         """Every refusal that needs the sweep (parallel sizes, methods), before the tokenizer or weights load."""
@@ -129,14 +128,42 @@ class VllmEngine:
 
     # scoring ---------------------------------------------------------------------------------------------------
 
+    def sequence_nll(self, requests: Sequence[SequenceNLL]) -> list[SequenceScore]:
+        import torch
+
+        rows = self.token_logprobs([list(r.tokens) for r in requests])
+        return [sequence_score(r, -torch.tensor(row[r.score_from:], dtype=torch.float64))
+                for r, row in zip(requests, rows, strict=True)]
+
+    def answer_logprobs(self, requests: Sequence[AnswerLogprobs]) -> list[AnswerScore]:
+        got = self.span_logprobs([r.tokens for r in requests], [len(r.prompt) for r in requests])
+        return [AnswerScore(tuple(t for t, _ in g), tuple(lp for _, lp in g), -sum(lp for _, lp in g)) for g in got]
+
+    def greedy(self, requests: Sequence[GreedyContinuation]) -> list[Continuation]:
+        """Teacher forcing of each request's answer from the prompt log-probs first: where every answer position's
+        argmax is the answer token, greedy decoding reproduces the answer and no generation runs; the others go to
+        vLLM's ``generate`` within the cell's length. Then the overrides vLLM ran are checked."""
+        forced = self.answer_logprobs([AnswerLogprobs(r.prompt, r.answer) for r in requests])
+        out = [Continuation(f.argmax, f.nll) for f in forced]
+        open_ = [i for i, (r, f) in enumerate(zip(requests, forced)) if not r.answer or f.argmax != tuple(r.answer)]
+        length = 0
+        if open_:
+            length = max(requests[i].context or len(requests[i].prompt) + requests[i].budget for i in open_)
+            generated = self.generate([requests[i].prompt for i in open_], [requests[i].budget for i in open_], length)
+            for i, tokens in zip(open_, generated, strict=True):
+                out[i] = Continuation(tuple(int(x) for x in tokens), out[i].answer_nll)
+        if self.state is not None:
+            self.verify_after_forward(self.state, length)
+        return out
+
     def token_logprobs(self, prompts: Sequence[Sequence[int]]) -> list[list[float]]:
         """Per prompt, the log-prob of each token given the ones before it (len(prompt) - 1 values)."""
         outputs = self._prompt_logprobs(prompts, 0)
         return [[_actual(entry, tok) for tok, entry in zip(ids[1:], out[1:], strict=True)]
                 for ids, out in zip(prompts, outputs, strict=True)]
 
-    def answer_logprobs(self, prompts: Sequence[Sequence[int]], spans: Sequence[int | tuple[int, int]],
-                        ) -> list[list[tuple[int, float]]]:
+    def span_logprobs(self, prompts: Sequence[Sequence[int]], spans: Sequence[int | tuple[int, int]],
+                      ) -> list[list[tuple[int, float]]]:
         """Per prompt and its answer span (``start``: to the end, or ``(start, stop)``): the argmax token and the
         actual token's log-prob at each answer position, both predicted from the tokens before it."""
         outputs = self._prompt_logprobs(prompts, 1)
@@ -153,7 +180,7 @@ class VllmEngine:
                        ) -> list[tuple[tuple[int, ...], float]]:
         """Per prompt: (argmax token at each answer position, the answer's NLL in nats), what tasks score."""
         return [(tuple(token for token, _ in got), -sum(logprob for _, logprob in got))
-                for got in self.answer_logprobs(prompts, spans)]
+                for got in self.span_logprobs(prompts, spans)]
 
     def generate(self, prompts: Sequence[Sequence[int]], budgets: Sequence[int], length: int,
                  ) -> list[tuple[int, ...]]:

@@ -79,15 +79,6 @@ def parallel_from(spec: Any) -> Parallel:
     return Parallel(tp, pp, backend)
 
 
-def check_not_torchrun(world_size: int) -> None:
-    """vLLM spreads one model over its own workers; a torchrun launch would start one vLLM per process."""
-    if world_size > 1:
-        raise UsageError(f"--engine vllm runs under torchrun / accelerate launch (WORLD_SIZE={world_size}), "
-                         "which would start one vLLM per process",
-                         "run it as one plain process and spread the model with --tensor-parallel-size / "
-                         "--pipeline-parallel-size (multi-node: --distributed-executor-backend ray)")
-
-
 def check_heads(config: Mapping[str, Any], parallel: Parallel) -> None:
     """vLLM splits attention heads across the tensor-parallel ranks: the size must divide them."""
     from ropectl.schema.read import text_config

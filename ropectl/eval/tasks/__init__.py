@@ -3,86 +3,21 @@
 A task says what a cell is, how a batch of cells is scored, how results aggregate and what it writes (tables,
 plots, summary). The sweep driver (``ropectl.eval.sweep.run_sweep``) does the rest for every task: output
 folder, lock, resume identity, method switching with the frequency check, data parallelism, progress and
-Ctrl-C / SIGTERM. See docs/contributing/add-a-task.md.
+Ctrl-C / SIGTERM. The contract (``Task``, ``Batch``, the ``Sweep`` every hook gets) is ``contract``; tasks score
+through the sweep engine's three calls (``ropectl.eval.engines.requests``). See docs/contributing/add-a-task.md.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TypeVar
 
 from ropectl.errors import UsageError
-
-if TYPE_CHECKING:
-    from ropectl.eval.model import MethodState
-    from ropectl.eval.sweep import Sweep
+from ropectl.eval.tasks.contract import Batch, Sweep, SweepSpec, Task
 
 BUILTIN = {"ppl": "ropectl.eval.tasks.ppl", "passkey": "ropectl.eval.tasks.passkey",
            "tasks": "ropectl.eval.tasks.ruler.runner"}
-
-
-@dataclass
-class Batch:
-    """One forward's worth of cells: the method whose RoPE runs, the length, and the task's own items."""
-
-    state: MethodState
-    length: int
-    tokens: int  # for the progress bar's total
-    label: str  # what the progress bar names
-    items: Any
-
-
-class SweepSpec(Protocol):
-    """Fields of a task's spec that the sweep driver reads (a frozen dataclass per task has them)."""
-
-    model: str | None
-    methods: tuple[Any, ...]
-    lengths: tuple[int, ...]
-    dtype: str
-    device: str
-    out: Any
-    resume: bool
-    force: bool
-    replace_existing: bool
-
-
-class Task(Protocol):
-    """One evaluation: a fresh instance per run holds that run's task state."""
-
-    name: str  # registry name
-    command: str  # names runs/<command>-<timestamp> and the messages
-    run_file: str  # the run's identity, for --resume (also what a failed start may leave behind)
-    log_file: str  # one line per finished cell, appended as cells finish
-    unit: str  # what a logged line is, in messages ("cells", "trials")
-    # optional ``verifies_itself = True``: the task checks the RoPE its forwards used itself (tasks: at each prompt's
-    # length); otherwise the sweep calls engine.verify_after_forward(state, batch.length) after each batch
-
-    def prepare(self, sweep: Sweep) -> dict[str, Any]:
-        """Check every input and build the cells' inputs (tokenizer and methods are ready; no weights yet).
-        Returns the run's identity; --resume into a folder of another identity is refused."""
-
-    def write_run_file(self, sweep: Sweep, identity: dict[str, Any]) -> None:
-        """Rank 0: check ``identity`` against the folder's run file when resuming, then write it."""
-
-    def done(self, sweep: Sweep) -> set[Any]:
-        """Keys of the cells already logged (read only with --resume)."""
-
-    def plan(self, sweep: Sweep, done: set[Any]) -> list[Batch]:
-        """This rank's batches, cells in ``done`` left out."""
-
-    def score(self, sweep: Sweep, batch: Batch, on_tokens: Callable[[int], None]) -> list[Any]:
-        """Run the batch on ``sweep.engine``; the records to log."""
-
-    def log(self, sweep: Sweep, records: list[Any]) -> None:
-        """Append finished records to the log (at once: an interrupted run keeps them)."""
-
-    def kept(self, sweep: Sweep) -> int:
-        """How many records the log holds (for the interrupt message)."""
-
-    def finish(self, sweep: Sweep, new: list[Any], wall_s: float) -> Any:
-        """Gather, aggregate, write results, summary and plots (rank 0); the result object."""
 
 
 TaskFactory = Callable[[], Task]
@@ -110,3 +45,6 @@ def get_task(name: str) -> TaskFactory:
 
 def task_names() -> list[str]:
     return sorted({*TASKS, *BUILTIN})
+
+
+__all__ = ["BUILTIN", "TASKS", "Batch", "Sweep", "SweepSpec", "Task", "get_task", "register_task", "task_names"]

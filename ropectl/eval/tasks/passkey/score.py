@@ -21,18 +21,13 @@ class Outcome:
     answer_nll: float  # sum over the answer tokens, nats
 
 
-def score_trials(model: Any, trials: list[Trial], device: Any) -> list[Outcome]:
-    """transformers: trials of one length in one forward."""
-    from ropectl.eval.forward import teacher_forced
-
-    return outcomes(trials, teacher_forced(model, trials, device))
-
-
 def score_with(engine: Any, trials: list[Trial]) -> list[Outcome]:
-    """On the sweep's engine (transformers, or vLLM's prompt log-probs)."""
-    from ropectl.eval.forward import answers
+    """Trials of one length, teacher forced on the sweep's engine."""
+    from ropectl.eval.engines.requests import AnswerLogprobs
 
-    return outcomes(trials, answers(engine, trials))
+    got = engine.answer_logprobs([AnswerLogprobs(t.ids[:len(t.ids) - t.answer_len], t.ids[len(t.ids) - t.answer_len:])
+                                  for t in trials])
+    return outcomes(trials, [(g.argmax, g.nll) for g in got])
 
 
 def outcomes(trials: list[Trial], got: list[tuple[tuple[int, ...], float]]) -> list[Outcome]:

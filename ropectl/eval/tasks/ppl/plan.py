@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ropectl.eval.engines import Engine
+from ropectl.eval.engines.requests import SequenceNLL, SequenceScore
 from ropectl.eval.model import MethodState
 from ropectl.eval.tasks.ppl.data import Document
 
@@ -101,60 +103,47 @@ def batch_jobs(jobs: list[Job], mode: str, batch_tokens: int) -> list[list[Job]]
     return out
 
 
-def run_batch(jobs: list[Job], model: Any, device: Any, mode: str, stride: int, chunk_size: int, bucket: int,
+def run_batch(jobs: list[Job], engine: Engine, mode: str, stride: int, bucket: int,
               on_tokens: Callable[[int], None]) -> list[dict[tuple[str, int], Score]]:
-    """Score the jobs (one forward for a truncate batch); per job, {(method label, length): Score}."""
-    import torch
-
-    from ropectl.eval.forward import body_hidden_batch, logits_fn
-    from ropectl.eval.tasks.ppl.loss import token_nll
-
+    """Score the jobs on ``engine`` (a truncate batch in one call, its cells the cut points of each document's
+    forward; sliding mode one call per window); per job, {(method label, length): Score}."""
     if mode != "truncate":
-        return [_run_sliding(job, model, device, stride, chunk_size, bucket, on_tokens) for job in jobs]
+        return [_run_sliding(job, engine, stride, bucket, on_tokens) for job in jobs]
     length = jobs[0].length
-    ids = torch.stack([torch.as_tensor(j.doc.tokens[:length], dtype=torch.long) for j in jobs]).to(device)
-    head = logits_fn(model)
-    out = []
-    with torch.inference_mode():
-        hidden = body_hidden_batch(model, ids)
-        for row, job in enumerate(jobs):
-            nll = token_nll(hidden[row, :-1], ids[row, 1:], head, chunk_size)
-            out.append({(label, n): truncate_score(nll, n, bucket) for label, n in job.cells})
-        del hidden
+    got = engine.sequence_nll([SequenceNLL(j.doc.tokens[:length], tuple(n for _, n in j.cells)) for j in jobs])
+    out = [{(label, n): truncate_score(score, k, bucket) for k, (label, n) in enumerate(job.cells)}
+           for job, score in zip(jobs, got, strict=True)]
     on_tokens(length * len(jobs))
     return out
 
 
-def truncate_score(nll: Any, n: int, bucket: int) -> Score:
+def truncate_score(score: SequenceScore, cut: int, bucket: int) -> Score:
+    """The cell of the ``cut``-th cut point: its tokens and NLL sum, and the same split by position."""
     from ropectl.eval.tasks.ppl.positions import bucket_sums
 
-    head = nll[: n - 1].double()
+    head = score.nll[: score.counts[cut]].double()
     sums, counts = bucket_sums(head, 1, bucket)
-    return Score(n - 1, float(head.sum()), tuple(sums), tuple(counts))
+    return Score(score.counts[cut], score.sums[cut], tuple(sums), tuple(counts))
 
 
-def _run_sliding(job: Job, model: Any, device: Any, stride: int, chunk_size: int, bucket: int,
+def _run_sliding(job: Job, engine: Engine, stride: int, bucket: int,
                  on_tokens: Callable[[int], None]) -> dict[tuple[str, int], Score]:
-    import torch
-
-    from ropectl.eval.tasks.ppl.loss import sequence_nll
     from ropectl.eval.tasks.ppl.positions import bucket_sums, merge
 
-    tokens = torch.as_tensor(job.doc.tokens, dtype=torch.long)
     total, acc = 0.0, ([], [])
-    with torch.inference_mode():
-        for start, first_target in windows(job.doc.n_tokens, job.length, stride):
-            window = tokens[start:start + job.length].to(device)
-            nll = sequence_nll(model, window, chunk_size, score_from=first_target - 1 - start).double()
-            total += float(nll.sum())
-            acc = merge(acc, bucket_sums(nll, first_target - start, bucket))  # position inside the window
-            on_tokens(job.length)
+    for start, first_target in windows(job.doc.n_tokens, job.length, stride):
+        request = SequenceNLL(job.doc.tokens[start:start + job.length], score_from=first_target - 1 - start)
+        nll = engine.sequence_nll([request])[0].nll.double()
+        total += float(nll.sum())
+        acc = merge(acc, bucket_sums(nll, first_target - start, bucket))  # position inside the window
+        on_tokens(job.length)
     score = Score(job.doc.n_tokens - 1, total, tuple(acc[0]), tuple(acc[1]))
     return {cell: score for cell in job.cells}
 
 
 def by_serving(batches: list[list[Job]], states: list[MethodState]) -> list[list[Job]]:
-    """Batches ordered by method, then length (stable): an engine that reloads its weights for each RoPE it serves
-    (vLLM) then starts each once, where sliding mode's per-document order would start one again for each document."""
+    """Batches ordered by method, then length (stable): an engine whose method switch is not cheap (vLLM reloads
+    its weights for each RoPE it serves) then starts each once, where sliding mode's per-document order would start
+    one again for each document."""
     order = {s.label: i for i, s in enumerate(states)}
     return sorted(batches, key=lambda b: (order[b[0].state.label], b[0].length))

@@ -12,13 +12,11 @@ from typing import Any
 
 from ropectl.errors import DataError
 from ropectl.eval import identity
-from ropectl.eval.engines import DEFAULT_ENGINE
 from ropectl.eval.progress import Progress
 from ropectl.eval.sweep import Sweep, run_sweep
 from ropectl.eval.tasks import Batch, register_task
 from ropectl.eval.tasks.ppl.data import Corpus, load_corpus, make_source, tokenizer_identity
 from ropectl.eval.tasks.ppl.plan import Job, batch_jobs, by_serving, job_tokens, plan_jobs, run_batch
-from ropectl.eval.tasks.ppl.prompt_scores import run_batch_logprobs
 from ropectl.eval.tasks.ppl.results import LOG, Cell, append_cells, read_cells
 from ropectl.eval.tasks.ppl.spec import EvalSpec
 from ropectl.eval.tasks.ppl.summary import EvalResult, finish_run
@@ -44,8 +42,7 @@ class PplTask:
         check_corpus(self.corpus, spec.lengths)
         ident = identity.run_identity(identity.model_identity(source.resolved), tokenizer_identity(engine.tokenizer),
                                       data.identity, spec.docs, spec.mode, spec.stride, sweep.dtype)
-        if engine.name != DEFAULT_ENGINE:  # another engine's cells are other numbers; transformers' ids stay as they were
-            ident["engine"] = engine.name
+        ident.update(engine.identity())  # another engine's cells are other numbers; transformers' ids stay as they were
         self.run_id = identity.run_id(ident)
         return ident
 
@@ -69,7 +66,7 @@ class PplTask:
         screened = {(m, n, d.doc_id) for m in spec.screened_out for n in spec.lengths if n > shortest for d in docs}
         jobs = plan_jobs(sweep.states, list(spec.lengths), docs, spec.mode, done | screened)
         batched = batch_jobs(jobs, spec.mode, spec.batch_tokens)
-        if sweep.engine is not None and sweep.engine.name != DEFAULT_ENGINE:
+        if sweep.engine is not None and not sweep.engine.cheap_method_switch:
             batched = by_serving(batched, sweep.states)  # a method switch there reloads the weights
         return [Batch(b[0].state, b[0].length, sum(job_tokens(j, spec.mode, spec.stride_for(j.length)) for j in b),
                       b[0].label, b) for b in batched]
@@ -79,11 +76,7 @@ class PplTask:
         assert engine is not None
         jobs: list[Job] = batch.items  # a batch shares one method and length
         stride = spec.stride_for(batch.length)
-        if engine.name == DEFAULT_ENGINE:
-            scores = run_batch(jobs, engine.model, engine.input_device(), spec.mode, stride, spec.chunk_size,
-                               spec.bucket, on_tokens)
-        else:  # an engine that is not a torch module scores from its prompt log-probs
-            scores = run_batch_logprobs(jobs, engine.token_logprobs, spec.mode, stride, spec.bucket, on_tokens)
+        scores = run_batch(jobs, engine, spec.mode, stride, spec.bucket, on_tokens)
         by_label = {s.label: s for s in sweep.states}
         cells = [Cell(sweep.model_label, label, length, one.doc.doc_id, sc.tokens, sc.nll_sum, spec.mode,
                       stride if spec.mode == "sliding" else None, by_label[label].params(), spec.bucket,

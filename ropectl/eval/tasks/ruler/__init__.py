@@ -17,7 +17,7 @@ from ropectl.errors import UsageError
 from ropectl.eval.tasks.ruler.build import Layout, Tokens
 from ropectl.eval.tasks.ruler.haystack import Haystack
 
-MODULES = ("niah", "vt", "cwe", "fwe", "passkey")
+BUILTIN = ("niah", "vt", "cwe", "fwe", "passkey")  # generator modules, imported on first use
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def register_generator(gen: Generator, groups: tuple[str, ...] = ()) -> Generato
 
 def _load() -> None:
     if not GENERATORS:
-        for module in MODULES:
+        for module in BUILTIN:
             importlib.import_module(f"ropectl.eval.tasks.ruler.{module}")
 
 

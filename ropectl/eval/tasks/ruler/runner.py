@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.eval import dist
-from ropectl.eval.engines import DEFAULT_ENGINE, engine_record
+from ropectl.eval.engines import engine_record
 from ropectl.eval.progress import Progress
 from ropectl.eval.sweep import Sweep, run_sweep
 from ropectl.eval.tasks import Batch, register_task
@@ -76,8 +76,8 @@ def build_trials(tokenizer: Any, spec: TasksSpec, texts: Any) -> dict[Unit, Tria
 
 @register_task("tasks")
 class TasksTask:
-    # a trial's forward is its prompt (shorter than the cell), then greedy decoding past it: the check of
-    # length-dependent RoPE runs after each prompt's forward, at its length (score), not once at the cell's
+    # a trial's forward is its prompt (shorter than the cell), then greedy decoding past it: the engine checks
+    # length-dependent RoPE after each prompt's forward, at its length, not once at the cell's
     verifies_itself = True
     name, command, run_file, log_file, unit = "tasks", "eval-tasks", RUN_FILE, LOG, "trials"
 
@@ -113,9 +113,7 @@ class TasksTask:
         engine, (labels, todo) = sweep.engine, batch.items
         assert engine is not None
         trials = [self.trials[u] for u in todo]
-        outcomes = score_trials(engine, trials, lambda n: engine.verify_after_forward(batch.state, n))
-        if engine.name != DEFAULT_ENGINE:
-            engine.verify_after_forward(batch.state, batch.length)
+        outcomes = score_trials(engine, trials)
         params = {s.label: s.params() for s in sweep.states}
         decode = engine.tokenizer.decode
         rows = [Row(sweep.model_label, m, t.task, t.length, t.index, o.score, o.found, len(t.references), o.answer_nll,

@@ -8,10 +8,9 @@ vLLM's RoPE table for the served length ends. RULER generates up to its whole bu
 answer that needs still more tokens (a sentence around the number) is found by RULER and not here: within that
 budget, the score is RULER's.
 
-transformers decodes each trial with the KV cache and stops as soon as every reference is in the output (more
-tokens cannot lose one) or at end of sequence; the same pass gives the answer's teacher-forced NLL. vLLM first
-teacher-forces the canonical answer from its prompt log-probs: where every argmax is the answer token, greedy
-decoding reproduces the answer, so every reference is found and nothing is generated (``forward.greedy_answers``).
+Each trial is one ``GreedyContinuation`` request on the sweep's engine: decoding stops as soon as every reference is
+in the output (more tokens cannot lose one) or at end of sequence, and the canonical answer's teacher-forced NLL
+comes with it. The engine checks the RoPE each prompt's forward used (a prompt is shorter than its cell).
 """
 
 from __future__ import annotations
@@ -37,9 +36,9 @@ def string_match_all(text: str, references: tuple[str, ...]) -> int:
     return sum(1 for ref in references if ref.lower() in low)
 
 
-def score_trials(engine: Any, trials: list[Trial], on_prefill: Callable[[int], None] | None = None) -> list[Outcome]:
-    """Trials of one length, each scored on its greedy output (``on_prefill``: see ``forward.greedy_answers``)."""
-    from ropectl.eval.forward import greedy_answers
+def score_trials(engine: Any, trials: list[Trial]) -> list[Outcome]:
+    """Trials of one length, each scored on its greedy output."""
+    from ropectl.eval.engines.requests import GreedyContinuation
     from ropectl.eval.tasks.ruler import GENERATORS
 
     decode = engine.tokenizer.decode
@@ -48,9 +47,10 @@ def score_trials(engine: Any, trials: list[Trial], on_prefill: Callable[[int], N
         return lambda tokens: string_match_all(decode(tokens), trial.references) == len(trial.references)
 
     budgets = [min(GENERATORS[t.task].budget, t.answer_len + SLACK) for t in trials]
-    got = greedy_answers(engine, trials, budgets, [all_found(t) for t in trials], on_prefill)
+    got = engine.greedy([GreedyContinuation(t.ids[:t.prompt_len], n, all_found(t), t.ids[t.prompt_len:], t.length)
+                         for t, n in zip(trials, budgets, strict=True)])
     out = []
-    for trial, (tokens, nll) in zip(trials, got, strict=True):
-        found = string_match_all(decode(list(tokens)), trial.references)
-        out.append(Outcome(found / len(trial.references), found, tuple(tokens), nll))
+    for trial, one in zip(trials, got, strict=True):
+        found = string_match_all(decode(list(one.tokens)), trial.references)
+        out.append(Outcome(found / len(trial.references), found, tuple(one.tokens), one.answer_nll))
     return out

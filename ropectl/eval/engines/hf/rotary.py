@@ -8,7 +8,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from ropectl.errors import VerificationError
-from ropectl.eval.model import LoadedModel, MethodState
+from ropectl.eval.engines.hf.load import LoadedModel
+from ropectl.eval.model import MethodState
 from ropectl.rope.frequencies import compute_frequencies
 
 TOLERANCE = 1e-5

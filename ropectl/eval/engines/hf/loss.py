@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ropectl.eval.forward import body_hidden_batch, logits_fn
+from ropectl.eval.engines.hf.forward import body_hidden_batch, logits_fn
 
 DEFAULT_CHUNK = 1024
 
@@ -34,12 +34,22 @@ def token_nll(
     return out
 
 
-def body_hidden(model: Any, input_ids: Any) -> Any:
-    """The last hidden state [T, H] of one sequence, from the decoder body only (no lm_head)."""
-    return body_hidden_batch(model, input_ids)[0]
-
-
 def sequence_nll(model: Any, ids: Any, chunk_size: int = DEFAULT_CHUNK, score_from: int = 0) -> Any:
     """Per-token NLL of ``ids[1:]`` (predictions from position ``score_from`` on), fp32 [len(ids)-1-score_from]."""
-    hidden = body_hidden(model, ids[None])
+    hidden = body_hidden_batch(model, ids[None])[0]
     return token_nll(hidden[score_from:-1], ids[score_from + 1:], logits_fn(model), chunk_size)
+
+
+def batch_nll(model: Any, rows: list[Any], score_from: list[int], device: Any, chunk_size: int = DEFAULT_CHUNK,
+              ) -> list[Any]:
+    """Per row (token lists of one length), the per-token NLL of its tokens from ``score_from + 1`` on: one forward,
+    no padding, each row its batch-1 self."""
+    import torch
+
+    ids = torch.stack([torch.as_tensor(r, dtype=torch.long) for r in rows]).to(device)
+    head = logits_fn(model)
+    with torch.inference_mode():
+        hidden = body_hidden_batch(model, ids)
+        out = [token_nll(hidden[row, s:-1], ids[row, s + 1:], head, chunk_size) for row, s in enumerate(score_from)]
+        del hidden
+    return out

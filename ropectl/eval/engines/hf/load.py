@@ -1,0 +1,88 @@
+"""Loading a transformers model once per (path, device, dtype): SDPA attention (eager where a model has none), the
+vision-language class where the language model is only reachable through it, no per-tensor progress bars."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ropectl.eval.model import quiet_transformers
+from ropectl.eval.reuse import freeze, shared
+
+TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+@dataclass
+class LoadedModel:
+    model: Any
+    tokenizer: Any
+    device: str
+    dtype: str
+    active: str | None = None
+
+    def input_device(self) -> Any:
+        return self.model.get_input_embeddings().weight.device
+
+
+@contextlib.contextmanager
+def _no_gguf_bar() -> Iterator[None]:
+    """transformers' GGUF loader draws a plain tqdm bar per tensor, which our progress bar replaces."""
+    try:
+        import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:  # pragma: no cover - transformers without GGUF support
+        yield
+        return
+    original = gguf_utils.tqdm
+    gguf_utils.tqdm = functools.partial(original, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = original
+
+
+def load_model(path: str, kwargs: Mapping[str, Any], tokenizer: Any, device: str, dtype: str,
+               device_map: str | None = None) -> LoadedModel:
+    """Weights loaded once, in ``dtype``, with SDPA attention (eager only where a model has no SDPA)."""
+    key = ("model", path, freeze(kwargs), device, dtype, device_map)
+    return shared(key, lambda: _load_model(path, kwargs, tokenizer, device, dtype, device_map))
+
+
+def _load_model(path: str, kwargs: Mapping[str, Any], tokenizer: Any, device: str, dtype: str,
+                device_map: str | None) -> LoadedModel:
+    import torch
+
+    quiet_transformers()
+    torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
+    extra: dict[str, Any] = {"device_map": "auto"} if device_map == "auto" else {}
+    auto = _auto_class(path, kwargs)
+    with _no_gguf_bar():
+        try:
+            model = auto.from_pretrained(path, dtype=torch_dtype, attn_implementation="sdpa", **extra, **kwargs)
+        except ValueError as exc:
+            if "sdpa" not in str(exc).lower():
+                raise
+            model = auto.from_pretrained(path, dtype=torch_dtype, attn_implementation="eager", **extra, **kwargs)
+    if device_map != "auto":
+        model = model.to(device)
+    return LoadedModel(model.eval(), tokenizer, device, dtype)
+
+
+def _auto_class(path: str, kwargs: Mapping[str, Any]) -> Any:
+    """AutoModelForCausalLM, or the image-text-to-text class for vision-language models (Qwen2-VL, Qwen3-VL)
+    whose language model is only reachable through it; their text-only forward is a causal LM."""
+    from transformers import AutoModelForCausalLM
+    from transformers.models.auto import modeling_auto
+
+    if str(path).lower().endswith(".gguf"):
+        return AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    config = AutoConfig.from_pretrained(path, **kwargs)
+    causal = modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    vlm = modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+    if config.model_type not in causal and config.model_type in vlm:
+        return AutoModelForImageTextToText
+    return AutoModelForCausalLM
