@@ -39,7 +39,7 @@ LongFileOpt = Annotated[Optional[Path], opt("--longrope-file", panel=OPTIONS,
                                             help="longrope: JSON with short_factor/long_factor.")]
 InPlaceOpt = Annotated[bool, opt("--in-place", panel=OUTPUT, help="Rewrite config.json in place (backup kept).")]
 DryRunOpt = Annotated[bool, opt("--dry-run", panel=OUTPUT, help=(
-    "Print a unified diff of config.json; write nothing. Only with --emit config: with --emit vllm / llama.cpp "
+    "Print a unified diff of config.json; write nothing. Only with --emit config: with --emit vllm / sglang / llama.cpp "
     "(which write nothing anyway) it is refused."))]
 EmitOpt = Annotated[str, opt("--emit", panel=OUTPUT, help="config (write), or print vllm / sglang / llama.cpp flags.")]
 SchemaOpt = Annotated[Optional[str], opt("--schema", panel=OUTPUT, help="both (default), v4 or v5 config keys.")]
@@ -134,7 +134,7 @@ def patch(**kw: Any) -> None:
     """Rewrite a checkpoint's RoPE scaling (config.json or GGUF metadata), verified against transformers.
 
     The weight files are checked first (headers and sizes, as their loaders check them, not their values): a
-    truncated or corrupt checkpoint is refused with nothing written, in --dry-run and --in-place too.
+    truncated or corrupt checkpoint is refused with nothing written, in --dry-run, --in-place and --emit too.
     """
     from ropectl.patch import MethodChoice, PatchSpec, build_choice, method_spec, patch_checkpoint
 

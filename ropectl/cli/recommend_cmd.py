@@ -54,7 +54,8 @@ def serving_names() -> list[str]:
 
 
 ServeOpt = Annotated[Optional[str], opt("--serve-with", panel=RULE, help=(
-    f"Engines the checkpoint will be served with, comma-separated: {', '.join(serving_names())}. A method one of "
+    "Engines the checkpoint will be served with, comma-separated: transformers, vllm, sglang, llama.cpp, or a "
+    "registered evaluation engine. A method one of "
     "them would not compute as evaluated is out [default: every engine the format reaches; a GGUF: llama.cpp]."))]
 
 

@@ -9,13 +9,17 @@ from typing import Any
 from ropectl.families import cards
 from ropectl.patch.config import ConfigPlan
 
-# The lengths that show a static scaling's cost on short inputs: well inside any trained context ropectl extends.
-MEASURE_LENGTHS = "2k,8k"
+def measure_lengths(trained: int) -> str:
+    """Two lengths well inside the trained context, where a static scaling's cost on short inputs shows: 1/16 and
+    1/4 of it (2k and 8k for Qwen3's 32,768), as k where whole (every length flag reads both forms)."""
+    lengths = (max(2, trained // d) for d in (16, 4))
+    return ",".join(f"{n // 1024}k" if n % 1024 == 0 else str(n) for n in lengths)
 
 
-def measure_command(model: str, label: str) -> str:
+def measure_command(model: str, label: str, trained: int) -> str:
     """The eval-ppl run that compares the unscaled model with ``label`` on short texts."""
-    return f"ropectl eval-ppl {shlex.quote(model)} -m none -m {shlex.quote(label)} -l {MEASURE_LENGTHS}"
+    return (f"ropectl eval-ppl {shlex.quote(model)} -m none -m {shlex.quote(label)} "
+            f"-l {measure_lengths(trained)}")
 
 
 def card_lines(model: str, plan: ConfigPlan) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
@@ -33,6 +37,7 @@ def card_lines(model: str, plan: ConfigPlan) -> tuple[dict[str, Any] | None, tup
         notes.append(f"trained context {plan.before.native_context:,} from the {card.title} model card "
                      f"({card.native_note}; {card.source})")
     if caveat is not None:
-        out["caveat"], out["measure"] = caveat.text, measure_command(model, label)
+        trained = int(plan.base.trained_context or plan.before.rope.max_position_embeddings or 8192)
+        out["caveat"], out["measure"] = caveat.text, measure_command(model, label, trained)
         notes.append(f"{card.title}: {caveat.text}; measure it on this model: {out['measure']}")
     return out, tuple(notes)

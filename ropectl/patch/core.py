@@ -229,10 +229,11 @@ def _execute(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> tuple[d
 def _check_weights(spec: PatchSpec, model: ResolvedModel) -> WeightCheck | None:
     """The weight files' headers and sizes, before anything is written: refuses a truncated or corrupt checkpoint.
 
-    Every mode that reports "verified" (output, --in-place, --dry-run) checks them, so a dry run refuses what the
-    real run would; --emit reads only config.json and a GGUF is checked when it is read.
+    Every mode checks them: output, --in-place and --dry-run (which refuses what the real run would), and --emit on a
+    local folder, whose printed line serves those very files. A hub model's --emit fetches only config.json; a GGUF
+    is checked when it is read.
     """
-    if model.is_gguf or spec.emit != "config":
+    if model.is_gguf or (spec.emit != "config" and model.kind == "hub"):
         return None
     return check_weight_files(model.folder)
 

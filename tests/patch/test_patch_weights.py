@@ -14,7 +14,8 @@ from ropectl.cli.app import app
 from tests.helpers.checkpoints import safetensors_loads, write_gguf
 
 runner = CliRunner()
-MODES = {"output": ["-o"], "in-place": ["--in-place"], "dry-run": ["--dry-run"]}
+MODES = {"output": ["-o"], "in-place": ["--in-place"], "dry-run": ["--dry-run"],
+         "emit": ["--emit", "vllm"]}  # the printed line would serve the broken files
 
 
 def snapshot(root: Path) -> dict[str, bytes | None]:

@@ -25,10 +25,15 @@ def test_the_serving_engines_as_users_name_them() -> None:
     assert serving_engines_for("./folder") == ("transformers", "vllm", "llama.cpp")  # SGLang only when asked
 
 
-def test_emit_help_names_every_emitter() -> None:
+def test_help_names_every_emitter_and_serving_engine() -> None:
+    """The help strings are written out (deriving them would import every reader at start-up): checked here."""
     text = " ".join(runner.invoke(app, ["patch", "--help"], env={"COLUMNS": "200"}).stdout.split())
     for engine in emitters():
         assert engine in text.split("--emit TEXT", 1)[1].split(" --", 1)[0], engine
+        assert engine in text.split("--dry-run", 1)[1].split(" --emit TEXT", 1)[0], engine
+    text = " ".join(runner.invoke(app, ["recommend", "--help"], env={"COLUMNS": "200"}).stdout.split())
+    for engine in serving_engines():
+        assert engine in text.split("--serve-with", 1)[1].split(" --", 1)[0], engine
 
 
 def test_a_new_serving_reader_reaches_every_list(monkeypatch: pytest.MonkeyPatch) -> None:

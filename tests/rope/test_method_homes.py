@@ -36,7 +36,7 @@ REGISTRY = "ropectl/rope/methods/registry.py"
 FAMILY_DATA = "ropectl/families/config.py"
 UNSCALED_TYPE = "default"
 NOT_THE_METHOD = {
-    ("ropectl/eval/tasks/ppl/loss.py", "none"): 1,  # F.cross_entropy(reduction="none")
+    ("ropectl/eval/engines/hf/loss.py", "none"): 1,  # F.cross_entropy(reduction="none")
     ("ropectl/schema/read.py", "none"): 2,  # ModelRope.schema: v4, v5, both or none
     ("ropectl/families/layouts.py", "none"): 1,  # shown for a config without model_type
     ("ropectl/rope/methods/ntk.py", "none"): 1,  # gguf_type: llama.cpp's rope.scaling.type for a theta change
