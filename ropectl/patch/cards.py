@@ -9,6 +9,7 @@ from typing import Any
 from ropectl.families import cards
 from ropectl.patch.config import ConfigPlan
 
+
 def measure_lengths(trained: int) -> str:
     """Two lengths well inside the trained context, where a static scaling's cost on short inputs shows: 1/16 and
     1/4 of it (2k and 8k for Qwen3's 32,768), as k where whole (every length flag reads both forms)."""
