@@ -53,9 +53,15 @@ def serving_names() -> list[str]:
     return [*known, *(n for n in engine_names() if n not in known)]
 
 
+def _serve_help_names() -> list[str]:
+    """The serving readers written out (deriving them imports every reader at start-up; tests/readers/
+    test_serving_registry.py checks the list), then every evaluation engine registered."""
+    readers = ("transformers", "vllm", "sglang", "llama.cpp")
+    return [*readers, *(n for n in engine_names() if n not in readers)]
+
+
 ServeOpt = Annotated[Optional[str], opt("--serve-with", panel=RULE, help=(
-    "Engines the checkpoint will be served with, comma-separated: transformers, vllm, sglang, llama.cpp, or a "
-    "registered evaluation engine. A method one of "
+    f"Engines the checkpoint will be served with, comma-separated: {', '.join(_serve_help_names())}. A method one of "
     "them would not compute as evaluated is out [default: every engine the format reaches; a GGUF: llama.cpp]."))]
 
 

@@ -83,7 +83,8 @@ def _card_rows(card: dict[str, Any] | None) -> list[tuple[str, str]]:
     if not card:
         return []
     presets = f"  [dim](presets: {', '.join(card['presets'])})[/dim]" if card["presets"] else ""
-    return [("model card", f"{escape(card['title'])}  {card['source']}{presets}")]
+    note = f"  [dim]({escape(card['note'])})[/dim]" if card.get("note") and not card["presets"] else ""
+    return [("model card", f"{escape(card['title'])}  {card['source']}{presets}{note}")]
 
 
 def _print_model(d: dict[str, Any], console: Console, indent: int) -> None:

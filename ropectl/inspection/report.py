@@ -124,6 +124,7 @@ def card_summary(name: str | None) -> dict[str, Any] | None:
     if card is None:
         return None
     return {"name": card.name, "title": card.title, "source": card.source, "native_context": card.native_context,
+            "note": card.native_note,
             "presets": [r.preset for r in card.recipes], "caveat": card.caveat.text if card.caveat else None}
 
 

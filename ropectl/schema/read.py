@@ -275,8 +275,11 @@ def read_model_rope(raw: Mapping[str, Any]) -> ModelRope:
             local = validate.theta_or_default(cfg.get("rope_local_base_freq"), GEMMA_LOCAL_THETA, "rope_local_base_freq")
             layer_ropes["sliding_attention"] = RopeParams("default", local, full.rotary_dim, full.max_position_embeddings)
     main = layer_ropes[main_name] if main_name else _params(section, theta, _rotary_dim(head_dim, partial), cfg)
-    found = cards.match_card(raw)
-    native = cards.native_context(raw) if found.card else None
+    published = _as_published(raw, cfg)
+    found = cards.match_card(published or raw)
+    if published is not None and found.card is None:
+        found = cards.CardMatch()  # ropectl's own output: its lengths are its record's, no "resembles" note
+    native = cards.native_context(published or raw) if found.card else None
     return ModelRope(
         model_type=model_type,
         architectures=tuple(cfg.get("architectures") or raw.get("architectures") or ()),  # a wrapper's, if composite
@@ -298,6 +301,21 @@ def read_model_rope(raw: Mapping[str, Any]) -> ModelRope:
         card=found.card.name if found.card else None,
         card_note=found.note,
     )
+
+
+def _as_published(raw: Mapping[str, Any], cfg: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The config a model card is matched against when ropectl patched this one: as its publisher shipped it (the
+    record's unscaled theta and max_position_embeddings, no scaling), so the card still applies. None when the
+    config carries no record of its unscaled base."""
+    record = cfg.get("ropectl")
+    base = record.get("base") if isinstance(record, Mapping) else None
+    if not isinstance(base, Mapping) or not base.get("rope_theta"):
+        return None
+    shipped = {"rope_theta": base["rope_theta"], "original_max_position_embeddings": None, "rope_scaling": None,
+               "rope_parameters": None}
+    if base.get("max_position_embeddings"):
+        shipped["max_position_embeddings"] = base["max_position_embeddings"]
+    return {**raw, **shipped}
 
 
 def _warnings(cfg: Mapping[str, Any], section: Mapping[str, Any], schema: str, rope: RopeParams) -> list[str]:

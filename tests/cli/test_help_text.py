@@ -23,7 +23,7 @@ def test_patch_help_shows_the_table_name_without_an_escape() -> None:
 
 
 def test_patch_help_says_dry_run_is_refused_with_emit() -> None:
-    assert "Only with --emit config: with --emit vllm / llama.cpp (which write nothing anyway) it is refused." \
+    assert "Only with --emit config: with --emit vllm / sglang / llama.cpp (which write nothing anyway) it is refused." \
         in help_text("patch")
 
 
