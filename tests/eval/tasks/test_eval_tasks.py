@@ -17,7 +17,7 @@ from ropectl.eval.options import parse_lengths, parse_methods
 from ropectl.eval.sweep import run_sweep
 from ropectl.eval.tasks import TASKS, get_task, task_names
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TESTS = ROOT / "tests"
 EVAL = ROOT / "ropectl" / "eval"
 

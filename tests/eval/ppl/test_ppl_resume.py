@@ -20,7 +20,7 @@ from tests.helpers import eval_data as fx
 from tests.helpers.sweeps import assert_busy, paused_run, resume_argv, strict, terminate
 
 runner = CliRunner()
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def evaluate(model: str, corpus: Path, out: str, *extra: str) -> Any:

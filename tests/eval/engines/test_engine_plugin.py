@@ -47,7 +47,7 @@ def test_plugin_is_listed_and_its_options_checked(tiny_model: Path, plugin: Path
     assert engines.get_engine("toy").cheap_method_switch  # inherited from transformers: recommend may screen
     one_line(["eval-ppl", str(tiny_model), "-l", "64", "--engine", "toy", "--tensor-parallel-size", "2"],
              "--tensor-parallel-size", "vllm", code=2)
-    env = {**os.environ, "COLUMNS": "300", "PYTHONPATH": str(Path(__file__).parents[2])}
+    env = {**os.environ, "COLUMNS": "300", "PYTHONPATH": str(Path(__file__).parents[3])}
     shown = subprocess.run([sys.executable, "-m", "ropectl", "recommend", "--help"], capture_output=True, text=True,
                            env=env, check=True).stdout  # help is built at import: a fresh process with the plugin
     assert "transformers or vllm or toy" in shown and "llama.cpp, toy" in shown  # --engine, --serve-with

@@ -13,7 +13,7 @@ from ropectl.errors import MethodError, UsageError
 from ropectl.eval.options import parse_length, parse_lengths
 from ropectl.eval.tasks.ppl.spec import DEFAULTS, GENERIC, build_spec, load_preset
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @given(st.integers(min_value=2, max_value=10**7))

@@ -1,5 +1,5 @@
 """ropectl.eval.stats (t, exact tests, sample sizes) against independent values: published tables, closed forms and
-hand arithmetic. The intervals: tests/eval/test_intervals.py."""
+hand arithmetic. The intervals: tests/eval/stats/test_intervals.py."""
 
 from __future__ import annotations
 

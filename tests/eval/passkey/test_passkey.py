@@ -186,7 +186,7 @@ def test_the_printed_resume_line_runs(tiny_model: Path, tmp_path: Path) -> None:
     import time
 
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "XDG_CACHE_HOME": str(tmp_path / "cache"),
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[3]), "XDG_CACHE_HOME": str(tmp_path / "cache"),
            "ROPECTL_TEST_PAUSE_AFTER_CELLS": "1"}
     args = [sys.executable, "-m", "ropectl", "eval-passkey", str(tiny_model), "-m", "none", "-m", "ntk:2",
             "-l", "300,400", "-n", "2", "-o", str(out)]
@@ -210,7 +210,7 @@ def test_the_printed_resume_line_runs(tiny_model: Path, tmp_path: Path) -> None:
 def test_one_writer_per_out_and_sigterm_keeps_trials(tiny_model: Path, tmp_path: Path) -> None:
     """As eval-ppl: a second run into a busy --out gets one line; SIGTERM ends like Ctrl-C but exits 143."""
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[3]), "XDG_CACHE_HOME": str(tmp_path / "cache")}
     log = out / "passkey.jsonl"
     proc = paused_run(["eval-passkey", str(tiny_model), "-m", "none", "-m", "ntk:2", "-l", "300,400", "-n", "2", "-o",
                        str(out)], log, env)
