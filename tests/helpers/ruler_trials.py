@@ -8,7 +8,7 @@ TASKS = ["niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "
 
 
 def trials_for(tok, tasks: list[str], lengths: str, samples: int, seed: int = 0):
-    from ropectl.eval.tasks.ppl.data import make_source
+    from ropectl.eval.corpus import make_source
     from ropectl.eval.tasks.ruler.runner import build_trials
     from ropectl.eval.tasks.ruler.spec import build_tasks_spec
 

@@ -14,12 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ropectl.errors import UsageError
+from ropectl.eval.tasks.passkey_text import FILLER, KEY_LINE, QUESTION, TASK
 
-TASK = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
-        "I will quiz you about the important information there.")
-FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
-KEY_LINE = "The pass key is {key}. Remember it. {key} is the pass key."
-QUESTION = "What is the pass key? The pass key is"
 PROMPT_VERSION = "yarn-longlora-v1"  # part of a run's identity: another wording is another run
 
 

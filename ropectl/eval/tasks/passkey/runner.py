@@ -8,7 +8,6 @@ length too short for the prompt is an error before any forward.
 
 from __future__ import annotations
 
-import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 from ropectl.eval import dist
 from ropectl.eval.engines import engine_record
 from ropectl.eval.model import MethodState
+from ropectl.eval.packages import library_versions
 from ropectl.eval.progress import Progress
 from ropectl.eval.sweep import Sweep, run_sweep
 from ropectl.eval.tasks import Batch, register_task
@@ -132,9 +132,6 @@ def _finish(out: Path, spec: PasskeySpec, states: list[MethodState], gathered: l
 
 def _meta(spec: PasskeySpec, label: str, states: list[MethodState], trained: int | None, dtype: str, why: str,
           device: str, world: dist.World, new: int, wall_s: float) -> dict[str, Any]:
-    import torch
-    import transformers
-
     return {
         "model": label, "methods": [s.label for s in states], "method_params": {s.label: s.params() for s in states},
         "lengths": list(spec.lengths), "depths": list(spec.depths), "trials": spec.trials, "seed": spec.seed,
@@ -142,6 +139,5 @@ def _meta(spec: PasskeySpec, label: str, states: list[MethodState], trained: int
         "dtype_choice": why, "device": device, "world_size": world.size, "batch_tokens": spec.batch_tokens,
         "new_trials": new, "wall_s": round(wall_s, 2),
         "scoring": "teacher forcing: success when the argmax at every answer position is the answer token",
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "python": platform.python_version()},
+        "versions": library_versions(),
     }

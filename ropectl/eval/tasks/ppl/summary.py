@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import platform
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ropectl.eval import dist
+from ropectl.eval.corpus import Corpus
 from ropectl.eval.engines import engine_record
 from ropectl.eval.model import MethodState
-from ropectl.eval.tasks.ppl.data import Corpus
+from ropectl.eval.packages import library_versions
 from ropectl.eval.tasks.ppl.positions import PositionCurve, curves
 from ropectl.eval.tasks.ppl.results import PLOT, Aggregate, Cell, order_cells, read_cells, summarize, write_outputs
 from ropectl.eval.tasks.ppl.spec import EvalSpec
@@ -83,9 +83,6 @@ def position_curves(cells: list[Cell], bucket: int) -> list[PositionCurve]:
 
 def _meta(spec: EvalSpec, model_label: str, states: list[MethodState], corpus: Corpus, trained: int | None,
           wall_s: float, device: str, dtype: str, world: dist.World, new_cells: int) -> dict[str, Any]:
-    import torch
-    import transformers
-
     return {
         "model": model_label,
         "dataset": corpus.name,
@@ -109,8 +106,7 @@ def _meta(spec: EvalSpec, model_label: str, states: list[MethodState], corpus: C
         "new_cells": new_cells,
         "wall_s": round(wall_s, 2),
         "aggregation": "token-weighted: exp(sum NLL / sum tokens); s.e. across documents by the delta method",
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "python": platform.python_version()},
+        "versions": library_versions(),
     }
 
 

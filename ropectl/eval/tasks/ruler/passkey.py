@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from ropectl.eval.tasks.passkey.prompt import FILLER, KEY_LINE, QUESTION, TASK
+from ropectl.eval.tasks.passkey_text import FILLER, KEY_LINE, QUESTION, TASK
 from ropectl.eval.tasks.ruler import Generator, register_generator
 from ropectl.eval.tasks.ruler.build import Layout, Tokens
 from ropectl.eval.tasks.ruler.haystack import Haystack

@@ -7,7 +7,6 @@ short for a task fails first), from the eval corpus; the same trials go to every
 
 from __future__ import annotations
 
-import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 from ropectl.eval import dist
 from ropectl.eval.engines import engine_record
+from ropectl.eval.packages import library_versions
 from ropectl.eval.progress import Progress
 from ropectl.eval.sweep import Sweep, run_sweep
 from ropectl.eval.tasks import Batch, register_task
@@ -86,7 +86,7 @@ class TasksTask:
         self.done_keys: set[Any] = set()
 
     def prepare(self, sweep: Sweep) -> dict[str, Any]:
-        from ropectl.eval.tasks.ppl.data import make_source
+        from ropectl.eval.corpus import make_source
 
         spec, engine = sweep.spec, sweep.engine
         assert engine is not None
@@ -164,9 +164,6 @@ def finish_run(out: Path, spec: TasksSpec, methods: list[str], gathered: list[Ro
 
 
 def _meta(sweep: Sweep, new: int, wall_s: float) -> dict[str, Any]:
-    import torch
-    import transformers
-
     spec, states, world = sweep.spec, sweep.states, sweep.world
     return {
         "model": sweep.model_label, "tasks": list(spec.tasks), "methods": [s.label for s in states],
@@ -179,6 +176,5 @@ def _meta(sweep: Sweep, new: int, wall_s: float) -> dict[str, Any]:
                    "the canonical answer up to and including it (string_match_all for one reference)",
         "intervals": "95 %: Wilson on the summed scores over trials; paired differences: Newcombe's square-and-add "
                      "interval with the exact sign test (McNemar on 0/1 scores)",
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "python": platform.python_version()},
+        "versions": library_versions(),
     }
