@@ -35,7 +35,7 @@ def default_model_path() -> Path:
 
 def apply_method_to_config(config: Mapping[str, Any], spec: MethodSpec, replace_existing: bool) -> dict[str, Any]:
     """The one place eval-ppl turns a method into a config: exactly what ``ropectl patch`` writes."""
-    from ropectl.patch import apply_to_config
+    from ropectl.schema.apply import apply_to_config
 
     new, _ = apply_to_config(config, spec, schema="v5", replace_existing=replace_existing)
     return new

@@ -7,7 +7,7 @@ import shlex
 from typing import Any
 
 from ropectl.families import cards
-from ropectl.patch.config import ConfigPlan
+from ropectl.schema.apply import ConfigPlan
 
 
 def measure_lengths(trained: int) -> str:

@@ -28,13 +28,13 @@ from ropectl.output import dumps
 from ropectl.patch import gguf as gguf_out
 from ropectl.patch import serving
 from ropectl.patch.cards import card_lines
-from ropectl.patch.config import ConfigPlan, plan_config
 from ropectl.patch.spec import PatchSpec
 from ropectl.patch.summary import PatchResult, pair_counts, rope_state
 from ropectl.patch.verify import expected_ropes, verify_config, verify_folder
 from ropectl.readers import llama_cpp
 from ropectl.rope.frequencies import softmax_mscale
 from ropectl.rope.methods import owner_of
+from ropectl.schema.apply import ConfigPlan, plan_config
 from ropectl.schema.record import BaseRope, Record
 
 CONFIG = "config.json"

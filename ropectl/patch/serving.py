@@ -8,11 +8,11 @@ from typing import Any
 
 from ropectl.errors import MethodError
 from ropectl.io.resolve import ResolvedModel
-from ropectl.patch.config import ConfigPlan
 from ropectl.patch.spec import PatchSpec
 from ropectl.patch.verify import expected_ropes
 from ropectl.readers.emit import emit_vllm
 from ropectl.rope.methods import TARGET, TRAINED, Method, owner_of
+from ropectl.schema.apply import ConfigPlan
 
 
 def reader_views(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[Any]:

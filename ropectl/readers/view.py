@@ -12,25 +12,12 @@ from typing import Any
 
 from ropectl.readers.parity import EngineView, disagreement_warnings, engine_views
 from ropectl.rope.params import RopeParams
-from ropectl.schema.read import ModelRope, text_config
+from ropectl.schema.read import ModelRope
+from ropectl.schema.validate import null_theta_warning
 
 
 def expected_of(model: ModelRope) -> dict[str, RopeParams]:
     return dict(model.layer_ropes) or {"main": model.rope}
-
-
-def null_theta_warning(config: Mapping[str, Any]) -> str | None:
-    """transformers 5 saves ``"rope_theta": null`` after ``config.rope_scaling = {...}`` on a config without it."""
-    cfg = text_config(config)
-    sections = [cfg.get("rope_parameters"), cfg.get("rope_scaling")]
-    nested = [s for s in sections if isinstance(s, Mapping)]
-    flat = [s for s in nested if "rope_theta" in s and s["rope_theta"] is None]
-    top_null = "rope_theta" in cfg and cfg["rope_theta"] is None
-    if not flat and not top_null:
-        return None
-    return ("rope_theta is null in config.json (transformers 5 saves that after `config.rope_scaling = {...}` on a "
-            "config without rope_theta): transformers 5 cannot build the model and 4.x uses the default base, so "
-            "the theta shown is a default, not the model's; set rope_theta to the model's base")
 
 
 def engine_section(config: Mapping[str, Any], model: ModelRope, target: int | None) -> list[EngineView]:

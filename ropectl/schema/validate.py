@@ -7,6 +7,7 @@ of 1e12 must be refused here, before any arithmetic or allocation uses it.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from ropectl.errors import ConfigError
@@ -80,3 +81,19 @@ def warnings_for(cfg: dict[str, Any] | Any, factor_value: float | None) -> list[
     if factor_value is not None and factor_value < 1:
         out.append(f"rope scaling factor {factor_value:g} is below 1: it shortens the context instead of extending it")
     return out
+
+
+def null_theta_warning(config: Mapping[str, Any]) -> str | None:
+    """transformers 5 saves ``"rope_theta": null`` after ``config.rope_scaling = {...}`` on a config without it."""
+    from ropectl.schema.read import text_config  # read imports this module
+
+    cfg = text_config(config)
+    sections = [cfg.get("rope_parameters"), cfg.get("rope_scaling")]
+    nested = [s for s in sections if isinstance(s, Mapping)]
+    flat = [s for s in nested if "rope_theta" in s and s["rope_theta"] is None]
+    top_null = "rope_theta" in cfg and cfg["rope_theta"] is None
+    if not flat and not top_null:
+        return None
+    return ("rope_theta is null in config.json (transformers 5 saves that after `config.rope_scaling = {...}` on a "
+            "config without rope_theta): transformers 5 cannot build the model and 4.x uses the default base, so "
+            "the theta shown is a default, not the model's; set rope_theta to the model's base")

@@ -1,4 +1,5 @@
-"""Apply a scaling method to a config dict: the one code path shared by ``patch`` and ``eval-ppl``.
+"""Apply a scaling method to a config dict: the one code path shared by ``patch`` and the evaluation commands, in the
+schema layer below both (it reads and writes configs, and needs nothing of either command).
 
 Scaling always starts from the unscaled base (theta and trained context), recorded under
 ``config["ropectl"]["base"]`` (``ropectl.schema.record``) the first time ropectl patches a model, so patching twice replaces the
@@ -128,7 +129,7 @@ def _check_model(model: ModelRope, rope: RopeParams, transformers: bool) -> None
 
 def _check_theta_known(config: Mapping[str, Any]) -> None:
     """A null rope_theta would be read as the default base and written back as if it were the model's."""
-    from ropectl.readers.view import null_theta_warning
+    from ropectl.schema.validate import null_theta_warning
 
     if null_theta_warning(config) and not Record.of(config).base:
         raise ConfigError(
