@@ -13,7 +13,7 @@ from typing import Any
 
 from ropectl import presets
 from ropectl.errors import UsageError
-from ropectl.eval.options import DTYPES, merge_settings, parse_lengths, parse_methods, parse_token_counts
+from ropectl.eval.options import TrialRunFields, check_run, merge_settings, parse_lengths, parse_methods, parse_token_counts
 from ropectl.rope.methods import MethodSpec, unscaled_name
 
 MODES = ("truncate", "sliding")
@@ -35,8 +35,9 @@ GENERIC: dict[str, Any] = {"lengths": ["2k", "4k", "8k", "16k"], "docs": 10}
 
 
 @dataclass(frozen=True)
-class EvalSpec:
-    """One perplexity sweep: methods x lengths x documents."""
+class EvalSpec(TrialRunFields):
+    """One perplexity sweep: methods x lengths x documents. How and where it runs (dtype, device, output, resume,
+    batch, engine and its parallel sizes) are the fields every sweep shares (``TrialRunFields``)."""
 
     model: str | None = None  # None: the embedded SmolLM2-135M GGUF
     methods: tuple[MethodSpec, ...] = ()  # empty: evaluate the checkpoint as it is
@@ -45,23 +46,13 @@ class EvalSpec:
     docs: int | None = None  # None: every document
     mode: str = "truncate"
     stride: int | None = None  # sliding mode; None: half the window
-    dtype: str = "auto"
-    device: str = "auto"
     device_map: str | None = None
-    out: Path | None = None
-    resume: bool = False
-    force: bool = False
     chunk_size: int = 1024
     cache_dir: Path | None = None
     split: str = "test"
     text_field: str = "text"
-    replace_existing: bool = False
     bucket: int = 512  # loss-by-position bucket, in tokens
-    batch_tokens: int = 8192  # truncate mode: documents per forward = batch_tokens // length (at least 1)
-    engine: str = "transformers"  # or vllm (ropectl.eval.engines); hf is transformers
-    tensor_parallel_size: int = 1  # vLLM only, like the two below
-    pipeline_parallel_size: int = 1
-    distributed_executor_backend: str | None = None
+    # (batch_tokens, from TrialRunFields: in truncate mode, documents per forward = batch_tokens // length, >= 1)
     # Methods scored at the shortest length only: recommend's in-window screen ruled them out there, and no
     # longer length can bring them back, so their long forwards are skipped.
     screened_out: tuple[str, ...] = ()
@@ -91,15 +82,13 @@ def validate(spec: EvalSpec) -> None:
             raise UsageError(f"length {length!r} is too short to score a prediction", "use lengths of 2 tokens or more")
     if spec.mode not in MODES:
         raise UsageError(f"unknown mode '{spec.mode}'", f"use one of: {', '.join(MODES)}")
-    if spec.dtype not in DTYPES:
-        raise UsageError(f"unknown dtype '{spec.dtype}'", f"use one of: {', '.join(DTYPES)}")
+    check_run(spec.dtype, spec.batch_tokens, spec.methods)  # the checks every sweep spec shares
     if spec.docs is not None and spec.docs < 1:
         raise UsageError(f"--docs must be at least 1, got {spec.docs}", "pass --docs 1 or more, or leave it out")
     if spec.chunk_size < 1:
         raise UsageError(f"chunk size must be positive, got {spec.chunk_size}", "pass e.g. --chunk-size 1024")
-    if spec.bucket < 1 or spec.batch_tokens < 1:
-        raise UsageError(f"--bucket and --batch-tokens must be positive, got {spec.bucket} and {spec.batch_tokens}",
-                         "pass e.g. --bucket 512 --batch-tokens 8192")
+    if spec.bucket < 1:
+        raise UsageError(f"--bucket must be positive, got {spec.bucket}", "pass e.g. --bucket 512")
     if spec.stride is not None:
         if spec.mode != "sliding":
             raise UsageError("--stride only applies to --mode sliding", "add --mode sliding, or drop --stride")
@@ -111,9 +100,6 @@ def validate(spec: EvalSpec) -> None:
         raise UsageError(f"unknown device map '{spec.device_map}'", "use --device-map auto, or leave it out")
     _validate_engine(spec)
     labels = [m.label for m in spec.methods]
-    dupes = sorted({x for x in labels if labels.count(x) > 1})
-    if dupes:
-        raise UsageError(f"method {dupes[0]} is given twice", "pass each --method once")
     unknown = [m for m in spec.screened_out if m not in labels]
     if unknown:
         raise UsageError(f"screened-out method {unknown[0]} is not among the methods", "screen only methods it runs")
