@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml constraints.txt
 # The embedded demo: recommend for a 10k target on SmolLM2 (trained 8k): a PPL screen at 2k on none and yarn at two
 # factors (a GGUF is served by llama.cpp, so dynamic is not measured), PPL at 10k and eval-tasks on those it keeps,
 # then the paired decision. Measured on a quiet 2-core EPYC: 6 min 34 s (AVX512-BF16, bf16), 8 min 11 s (held to
-# AVX2, fp32); see docs/reference/evaluation.md.
+# AVX2, fp32); 2 min 1 s on a 2-core AMX Xeon (bf16); see docs/reference/recommend.md.
 demo: $(STAMP)
 	$(BIN)/ropectl recommend --target-length 10k
 
