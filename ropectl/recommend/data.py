@@ -1,10 +1,10 @@
-"""What ``recommend`` reads: an eval-ppl folder (summary.json, and results.json's per-document cells for paired
-intervals) and an eval-tasks folder (tasks.json's per-trial scores; an eval-passkey folder reads as the one task
-``passkey``). Each becomes plain dicts: the rule in ``recommend`` is pure."""
+"""What ``recommend`` reads: an eval-ppl folder and an eval-tasks (or eval-passkey) folder, through the readers their
+results modules define (``load_outputs``: one parser per results format), as plain dicts; the rule in ``decide`` is
+pure. This module only chooses the reader and turns a missing or foreign folder into one line."""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,39 +12,27 @@ from ropectl.errors import DataError
 
 
 def load_ppl(folder: Path) -> dict[str, Any]:
-    data = _read(Path(folder) / "summary.json", "eval-ppl", "--ppl", ("meta", "table"))
-    cells = Path(folder) / "results.json"
-    if cells.is_file():
-        rows = _read(cells, "eval-ppl", "--ppl", ("results",))["results"]
-        data["cells"] = [{k: r[k] for k in ("method", "length", "doc", "tokens", "nll_sum")} for r in rows]
-    return data
+    from ropectl.eval.tasks.ppl import results
+
+    return _load(results.load_outputs, Path(folder), Path(folder) / results.SUMMARY, "eval-ppl", "--ppl")
 
 
 def load_tasks(folder: Path) -> dict[str, Any]:
     """Per-trial rows {task, method, length, trial, score} from eval-tasks (or eval-passkey) results."""
+    from ropectl.eval.tasks.passkey import results as passkey
+    from ropectl.eval.tasks.ruler import results as ruler
+
     folder = Path(folder)
-    if (folder / "passkey.json").is_file() and not (folder / "tasks.json").is_file():
-        data = _read(folder / "passkey.json", "eval-passkey", "--tasks", ("meta", "results"))
-        depths = sorted({float(r["depth"]) for r in data["results"]})
-        per = max((int(r["trial"]) for r in data["results"]), default=0) + 1
-        rows = [{"task": "passkey", "method": r["method"], "length": int(r["length"]),
-                 "trial": depths.index(float(r["depth"])) * per + int(r["trial"]), "score": float(bool(r["success"]))}
-                for r in data["results"]]
-        return {"meta": data["meta"], "rows": rows}
-    data = _read(folder / "tasks.json", "eval-tasks", "--tasks", ("meta", "results"))
-    rows = [{k: r[k] for k in ("task", "method", "length", "trial", "score")} for r in data["results"]]
-    return {"meta": data["meta"], "rows": rows}
+    if (folder / passkey.JSON).is_file() and not (folder / ruler.JSON).is_file():
+        return _load(passkey.load_outputs, folder, folder / passkey.JSON, "eval-passkey", "--tasks")
+    return _load(ruler.load_outputs, folder, folder / ruler.JSON, "eval-tasks", "--tasks")
 
 
-def _read(path: Path, command: str, flag: str, keys: tuple[str, ...]) -> dict[str, Any]:
+def _load(read: Callable[[Path], dict[str, Any]], folder: Path, main: Path, command: str, flag: str) -> dict[str, Any]:
+    fix = f"pass {flag} the --out folder of a finished `ropectl {command}` run"
+    if not main.is_file():
+        raise DataError(f"'{main}' does not exist", fix)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        for key in keys:
-            data[key]  # noqa: B018  # each must be there
-        return data
-    except FileNotFoundError:
-        raise DataError(f"'{path}' does not exist", f"pass {flag} the --out folder of a finished `ropectl "
-                        f"{command}` run") from None
+        return read(folder)
     except (OSError, ValueError, KeyError, TypeError):
-        raise DataError(f"'{path}' is not {command} results", f"pass {flag} the --out folder of a finished "
-                        f"`ropectl {command}` run") from None
+        raise DataError(f"'{main}' is not {command} results", fix) from None

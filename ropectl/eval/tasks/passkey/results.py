@@ -106,3 +106,16 @@ def accuracies(rows: list[Row], methods: list[str], lengths: list[int], depths: 
 
 def write_outputs(out: Path, rows: list[Row], summary: Mapping[str, Any]) -> None:
     write_results(out, (JSON, CSV, SUMMARY), [r.to_dict() for r in rows], COLUMNS, summary)
+
+
+def load_outputs(out: Path) -> dict[str, Any]:
+    """passkey.json as the one task ``passkey``: per-trial rows {task, method, length, trial, score}, a trial
+    numbered across depths, for readers of results (recommend). OSError, ValueError and KeyError propagate."""
+    data = json.loads((Path(out) / JSON).read_text(encoding="utf-8"))
+    results, meta = data["results"], data["meta"]
+    depths = sorted({float(r["depth"]) for r in results})
+    per = max((int(r["trial"]) for r in results), default=0) + 1
+    rows = [{"task": "passkey", "method": r["method"], "length": int(r["length"]),
+             "trial": depths.index(float(r["depth"])) * per + int(r["trial"]), "score": float(bool(r["success"]))}
+            for r in results]
+    return {"meta": meta, "rows": rows}

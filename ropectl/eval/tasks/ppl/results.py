@@ -197,3 +197,15 @@ def order_cells(cells: list[Cell], methods: list[str], lengths: list[int], docs:
 def write_outputs(out: Path, cells: list[Cell], summary: Mapping[str, Any]) -> None:
     """results.json, results.csv and summary.json, each written atomically."""
     write_results(out, (JSON, CSV, SUMMARY), [c.to_dict() for c in cells], COLUMNS, summary, LIST_COLUMNS)
+
+
+def load_outputs(out: Path) -> dict[str, Any]:
+    """What a finished run's files say, for readers of results (recommend): summary.json's meta and table, and
+    results.json's per-document cells where that file exists. OSError, ValueError and KeyError propagate."""
+    data = json.loads((Path(out) / SUMMARY).read_text(encoding="utf-8"))
+    data["meta"], data["table"]  # noqa: B018  # both must be there
+    cells = Path(out) / JSON
+    if cells.is_file():
+        rows = json.loads(cells.read_text(encoding="utf-8"))["results"]
+        data["cells"] = [{k: r[k] for k in ("method", "length", "doc", "tokens", "nll_sum")} for r in rows]
+    return data

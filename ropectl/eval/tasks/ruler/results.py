@@ -4,6 +4,7 @@ effective length per method (RULER's definition)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -160,3 +161,11 @@ def effective_lengths(table: list[Score], methods: list[str], lengths: list[int]
 
 def write_outputs(out: Path, rows: list[Row], summary: Mapping[str, Any]) -> None:
     write_results(out, (JSON, CSV, SUMMARY), [r.to_dict() for r in rows], COLUMNS, summary)
+
+
+def load_outputs(out: Path) -> dict[str, Any]:
+    """tasks.json's meta and per-trial rows {task, method, length, trial, score}, for readers of results (recommend).
+    OSError, ValueError and KeyError propagate."""
+    data = json.loads((Path(out) / JSON).read_text(encoding="utf-8"))
+    rows = [{k: r[k] for k in ("task", "method", "length", "trial", "score")} for r in data["results"]]
+    return {"meta": data["meta"], "rows": rows}
