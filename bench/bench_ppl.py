@@ -265,7 +265,7 @@ def lengths_arg(text: str) -> tuple[int, ...]:
     """--lengths exactly as eval-ppl reads them: 8192, 8k, 1.5k; comma-separated, sorted, deduplicated."""
     sys.path.insert(0, str(REPO))
     from ropectl.errors import RopectlError
-    from ropectl.eval.options import parse_lengths
+    from ropectl.eval.settings import parse_lengths
 
     try:
         return parse_lengths(text)

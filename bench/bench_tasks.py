@@ -51,7 +51,7 @@ def measure(length: int, dtype: str, rounds: int, tasks: tuple[str, ...]) -> dic
 
 
 def main() -> None:
-    from ropectl.eval.options import parse_length
+    from ropectl.eval.settings import parse_length
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--length", default="4k")

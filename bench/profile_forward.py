@@ -38,7 +38,7 @@ def main() -> None:
     from ropectl.eval.engines.hf.load import load_model
     from ropectl.eval.engines.hf.loss import sequence_nll
     from ropectl.eval.model import default_model_path
-    from ropectl.eval.options import parse_length
+    from ropectl.eval.settings import parse_length
 
     length = parse_length(args.length)
     path = default_model_path()

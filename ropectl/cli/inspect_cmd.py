@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ropectl.cli.errors import handle_errors
-from ropectl.cli.options import JsonOpt, ModelArg, SeqLenOpt
+from ropectl.cli.flags import JsonOpt, ModelArg, SeqLenOpt
 from ropectl.output import dumps, plain
 
 PlotOpt = Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG of wavelength per dimension pair.")]
@@ -21,7 +21,7 @@ EnginesOpt = Annotated[bool, typer.Option(
 def inspect(model: ModelArg, json_out: JsonOpt = False, plot: PlotOpt = None, seq_len: SeqLenOpt = None,
             engines: EnginesOpt = False) -> None:
     """Explain a checkpoint's RoPE: frequencies, wavelengths against the trained context, layout."""
-    from ropectl.eval.options import parse_length
+    from ropectl.eval.settings import parse_length
     from ropectl.inspection import InspectSpec, inspect_model
 
     length = None if seq_len is None else parse_length(seq_len)

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ropectl.cli.errors import handle_errors
-from ropectl.cli.options import ForceOpt, JsonOpt, ModelArg, OutputOpt
+from ropectl.cli.flags import ForceOpt, JsonOpt, ModelArg, OutputOpt
 from ropectl.cli.render import print_warning
 from ropectl.output import dumps
 

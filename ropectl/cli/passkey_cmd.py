@@ -6,9 +6,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ropectl.cli import eval_options as eo
+from ropectl.cli import eval_flags as eo
 from ropectl.cli.errors import handle_errors
-from ropectl.cli.options import ForceOpt, JsonOpt
+from ropectl.cli.flags import ForceOpt, JsonOpt
 
 OutOpt = eo.out_option("eval-passkey")
 

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ropectl.cli.errors import handle_errors
-from ropectl.cli.options import (
+from ropectl.cli.flags import (
     LENGTH_SYNTAX,
     ForceOpt,
     JsonOpt,
@@ -139,7 +139,7 @@ def patch(**kw: Any) -> None:
     from ropectl.patch import MethodChoice, PatchSpec, build_choice, method_spec, patch_checkpoint
 
     options = {k[len(OPT):]: kw.pop(k) for k in list(kw) if k.startswith(OPT)}
-    from ropectl.eval.options import parse_length  # the one length parser: 32k here is 32k in eval-ppl and recommend
+    from ropectl.eval.settings import parse_length  # the one length parser: 32k here is 32k in eval-ppl and recommend
 
     target = None if kw["target_length"] is None else parse_length(kw["target_length"])
     flags = MethodChoice(None, kw["factor"], target, options, kw["longrope_file"], kw["schema"])

@@ -7,9 +7,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ropectl.cli import eval_options
+from ropectl.cli import eval_flags
 from ropectl.cli.errors import handle_errors
-from ropectl.cli.eval_options import (
+from ropectl.cli.eval_flags import (
     DATA,
     OUT,
     RUN,
@@ -27,7 +27,7 @@ from ropectl.cli.eval_options import (
     opt,
     out_option,
 )
-from ropectl.cli.options import LENGTH_SYNTAX, ForceOpt, JsonOpt
+from ropectl.cli.flags import LENGTH_SYNTAX, ForceOpt, JsonOpt
 
 OutOpt = out_option("eval-ppl")
 
@@ -79,22 +79,22 @@ def eval_ppl(
                       bucket=bucket, batch_tokens=batch_tokens, engine=engine,
                       tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
                       distributed_executor_backend=distributed_executor_backend)
-    result = eval_options.run_sweep_command(lambda on_progress: run_eval(spec, on_progress), "cells")
+    result = eval_flags.run_sweep_command(lambda on_progress: run_eval(spec, on_progress), "cells")
     if result is None:
         return
     for warning in result.meta.get("warnings", ()):
         typer.echo(f"warning: {warning}", err=True)
-    eval_options.echo_result(result, json_out, print_table)
+    eval_flags.echo_result(result, json_out, print_table)
 
 
 def print_table(result: Any) -> None:
     """Methods x lengths: PPL ± s.e., the documents used at each length, and where the files are."""
     meta = result.meta
     trained = meta.get("trained_context")
-    table = eval_options.sweep_table(meta, "perplexity", meta["dataset"], meta["mode"], meta["dtype"])
+    table = eval_flags.sweep_table(meta, "perplexity", meta["dataset"], meta["mode"], meta["dtype"])
     for n in result.lengths:
         used = meta["docs_used"][str(n)]
-        header = f"{eval_options.length_header(n, trained)}\n({used} doc{'s' if used != 1 else ''})"
+        header = f"{eval_flags.length_header(n, trained)}\n({used} doc{'s' if used != 1 else ''})"
         table.add_column(header, justify="right")
     for method in result.methods:
         row = []
@@ -102,7 +102,7 @@ def print_table(result: Any) -> None:
             agg = result.cell(method, n)
             row.append("-" if agg is None else f"{agg.ppl:.2f}" + se_text(agg.ppl_se))
         table.add_row(method, *row)
-    eval_options.print_sweep_table(
+    eval_flags.print_sweep_table(
         table, trained, result.lengths, "PPL = exp(sum NLL / sum tokens); ± is the standard error across documents.",
         f"results: {result.out}/results.json, results.csv, summary.json, ppl.png, loss-by-position.png "
         f"({meta['wall_s']:.0f} s; dtype {meta['dtype']}: {meta.get('dtype_choice', '')})")

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ropectl.cli.errors import handle_errors
-from ropectl.cli.eval_options import (
+from ropectl.cli.eval_flags import (
     DeviceOpt,
     DtypeOpt,
     EngineOpt,
@@ -19,7 +19,7 @@ from ropectl.cli.eval_options import (
     opt,
     progress_bar,
 )
-from ropectl.cli.options import LENGTH_SYNTAX, JsonOpt
+from ropectl.cli.flags import LENGTH_SYNTAX, JsonOpt
 from ropectl.cli.ppl_cmd import print_table
 from ropectl.eval.engines import engine_names
 from ropectl.output import dumps
@@ -100,7 +100,7 @@ def recommend_cmd(
     prints the command that resumes it.
     """
     from ropectl.errors import UsageError
-    from ropectl.eval.options import parse_length
+    from ropectl.eval.settings import parse_length
     from ropectl.recommend import DEFAULT_MAX_REGRESSION, load_ppl, load_tasks, recommend
 
     if not target_length:
@@ -150,7 +150,7 @@ def _run_sweeps(request: Any, json_out: bool) -> Any:
     the whole recommendation (this command, --resume, its --out), exit 130 (Ctrl-C) or 143 (SIGTERM)."""
     from dataclasses import replace
 
-    from ropectl.cli.eval_options import resume_command
+    from ropectl.cli.eval_flags import resume_command
     from ropectl.eval.interrupt import SweepInterrupted
     from ropectl.recommend.run import recommend_root, run
 
@@ -191,7 +191,7 @@ def print_recommendation(result: Any, model: str, skipped: dict[str, str] | None
     from rich.console import Console
     from rich.table import Table
 
-    from ropectl.eval.options import length_label
+    from ropectl.eval.settings import length_label
 
     t = length_label(result.target)
     table = Table(title=f"recommendation for {t} tokens (trained context {length_label(result.trained)})")

@@ -6,9 +6,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ropectl.cli import eval_options as eo
+from ropectl.cli import eval_flags as eo
 from ropectl.cli.errors import handle_errors
-from ropectl.cli.options import ForceOpt, JsonOpt
+from ropectl.cli.flags import ForceOpt, JsonOpt
 
 OutOpt = eo.out_option("eval-tasks")
 
@@ -63,7 +63,7 @@ def print_tasks_table(result: Any) -> None:
     """Mean score [95 % interval] per task x method (rows) and length (columns); then effective lengths."""
     from rich.console import Console
 
-    from ropectl.eval.options import length_label
+    from ropectl.eval.settings import length_label
 
     meta = result.meta
     trained = meta.get("trained_context")

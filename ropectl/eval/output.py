@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ropectl.errors import OutputError, UsageError
 from ropectl.eval import lock
-from ropectl.eval.options import DEFAULT_OUT_ROOT
+from ropectl.eval.settings import DEFAULT_OUT_ROOT
 from ropectl.io.files import check_output_dir, why_not_writable
 
 

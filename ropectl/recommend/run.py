@@ -151,7 +151,7 @@ def plan_grid(req: Request) -> tuple[Plan, dict[str, str], int]:
     """The plan at the generic (or demo) sizes, the candidates not measured and why, the trained context."""
     from ropectl.eval.engines import DEFAULT_ENGINE, get_engine
     from ropectl.eval.model import model_source, trained_context
-    from ropectl.eval.options import parse_lengths
+    from ropectl.eval.settings import parse_lengths
     from ropectl.eval.tasks.ruler import resolve_tasks
 
     sizes = DEMO if req.model is None else GENERIC

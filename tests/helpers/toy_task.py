@@ -26,7 +26,7 @@ class ToySpec:
     """The fields the sweep driver reads, plus the task's own (none here)."""
 
     model: str | None = None
-    methods: tuple[Any, ...] = ()  # ropectl.rope.methods.MethodSpec, e.g. from ropectl.eval.options.parse_methods
+    methods: tuple[Any, ...] = ()  # ropectl.rope.methods.MethodSpec, e.g. from ropectl.eval.settings.parse_methods
     lengths: tuple[int, ...] = (32,)
     dtype: str = "fp32"
     device: str = "cpu"

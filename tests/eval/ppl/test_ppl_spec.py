@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ropectl.errors import MethodError, UsageError
-from ropectl.eval.options import parse_length, parse_lengths
+from ropectl.eval.settings import parse_length, parse_lengths
 from ropectl.eval.tasks.ppl.spec import DEFAULTS, GENERIC, build_spec, load_preset
 
 REPO = Path(__file__).resolve().parents[3]

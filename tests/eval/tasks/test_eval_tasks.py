@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ropectl.eval.engines import ENGINES, Engine, get_engine
-from ropectl.eval.options import parse_lengths, parse_methods
+from ropectl.eval.settings import parse_lengths, parse_methods
 from ropectl.eval.sweep import run_sweep
 from ropectl.eval.tasks import TASKS, get_task, task_names
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import UsageError
-from ropectl.eval.options import (
+from ropectl.eval.settings import (
     TrialRunFields,
     check_run,
     merge_settings,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.eval.model import REFERENCE
-from ropectl.eval.options import length_label
+from ropectl.eval.settings import length_label
 from ropectl.eval.tasks.ppl.results import Aggregate
 from ropectl.io.files import save_figure
 

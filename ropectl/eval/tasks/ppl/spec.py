@@ -13,7 +13,7 @@ from typing import Any
 
 from ropectl import presets
 from ropectl.errors import UsageError
-from ropectl.eval.options import TrialRunFields, check_run, merge_settings, parse_lengths, parse_methods, parse_token_counts
+from ropectl.eval.settings import TrialRunFields, check_run, merge_settings, parse_lengths, parse_methods, parse_token_counts
 from ropectl.rope.methods import MethodSpec, unscaled_name
 
 MODES = ("truncate", "sliding")

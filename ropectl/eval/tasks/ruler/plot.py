@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ropectl.eval.options import length_label
+from ropectl.eval.settings import length_label
 from ropectl.io.files import save_figure
 
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ropectl.cli.options import LENGTH_SYNTAX, opt
+from ropectl.cli.flags import LENGTH_SYNTAX, opt
 from ropectl.eval.engines import engine_names
 from ropectl.rope.methods import method_names
 
@@ -142,7 +142,7 @@ def starred(n: int, trained: int | None) -> bool:
 
 def length_header(n: int, trained: int | None) -> str:
     """A length column's label, starred beyond the trained context."""
-    from ropectl.eval.options import length_label
+    from ropectl.eval.settings import length_label
 
     return length_label(n) + (" *" if starred(n, trained) else "")
 
