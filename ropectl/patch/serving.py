@@ -96,10 +96,11 @@ def vllm_serving(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> tup
 
 def lm_eval_serving(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel, views: list[Any]) -> list[str]:
     """lm-eval left-truncates prompts past max_position_embeddings: when that is below the target, the command."""
-    short = next((v for v in views if v.reader.engine == "lm-eval" and v.too_short), None)
+    from ropectl.readers import lm_eval
+
+    short = next((v for v in views if v.reader.engine == lm_eval.ENGINE and v.too_short), None)
     if short is None:
         return []
-    from ropectl.readers import lm_eval
 
     target = int(plan.target_context or 0)
     where = str(spec.output or model.folder or spec.model)
@@ -112,7 +113,9 @@ def legacy_form_hint(spec: PatchSpec, plan: ConfigPlan, views: list[Any]) -> lis
     owner = owner_of(plan.rope.rope_type)
     if spec.max_positions != TARGET or owner is None or not _forms_differ(owner):
         return []
-    if not any(v.reader.engine == "transformers" and v.reading.ok and v.differs and not v.too_short for v in views):
+    from ropectl.readers import transformers as hf_reader
+
+    if not any(v.reader.engine == hf_reader.ENGINE and v.reading.ok and v.differs and not v.too_short for v in views):
         return []
     return ["for the transformers releases named above, patch with --max-positions trained (max_position_embeddings "
             "stays the trained length; lm-eval then needs max_length=N and vLLM the override patch prints)"]
@@ -131,6 +134,8 @@ def serving_warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel, vi
     views = with_dynamic_fix(views, static_dynamic_command(spec, plan, model))
     said, vllm_lines = vllm_serving(spec, plan, model)
     lm_eval_lines = lm_eval_serving(spec, plan, model, views)
-    spoken = ({said.engine} if said else set()) | ({"lm-eval"} if lm_eval_lines else set())
+    from ropectl.readers import lm_eval
+
+    spoken = ({said.engine} if said else set()) | ({lm_eval.ENGINE} if lm_eval_lines else set())
     differ = disagreement_warnings([v for v in views if not (v.reader.engine in spoken and v.too_short)])
     return differ + vllm_lines + lm_eval_lines + legacy_form_hint(spec, plan, views)
