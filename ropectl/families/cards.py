@@ -125,15 +125,12 @@ def match_card(config: Mapping[str, Any], cards: tuple[Card, ...] | None = None)
     return CardMatch()
 
 
-def native_context(config: Mapping[str, Any]) -> tuple[int, Card] | None:
-    """The card's native context where the config does not name its original length (a config that does names it
-    itself, and a ropectl record of the unscaled base wins over both)."""
-    if _lookup(config, "original_max_position_embeddings") is not None:
+def native_context(config: Mapping[str, Any], card: Card | None) -> int | None:
+    """``card``'s native context (the card ``match_card`` found for ``config``) where the config does not name its
+    original length: a config that does names it itself, and a ropectl record of the unscaled base wins over both."""
+    if card is None or not card.native_context or _lookup(config, "original_max_position_embeddings") is not None:
         return None
-    card = match_card(config).card
-    if card is None or not card.native_context:
-        return None
-    return card.native_context, card
+    return card.native_context
 
 
 @lru_cache(maxsize=4)

@@ -279,7 +279,7 @@ def read_model_rope(raw: Mapping[str, Any]) -> ModelRope:
     found = cards.match_card(published or raw)
     if published is not None and found.card is None:
         found = cards.CardMatch()  # ropectl's own output: its lengths are its record's, no "resembles" note
-    native = cards.native_context(published or raw) if found.card else None
+    native = cards.native_context(published or raw, found.card)
     return ModelRope(
         model_type=model_type,
         architectures=tuple(cfg.get("architectures") or raw.get("architectures") or ()),  # a wrapper's, if composite
@@ -297,7 +297,7 @@ def read_model_rope(raw: Mapping[str, Any]) -> ModelRope:
         warnings=tuple(_warnings(cfg, section, schema, main) + validate.warnings_for(cfg, main.factor)),
         main_layer=main_name,
         layer_partials=partials,
-        native_context=native[0] if native else None,
+        native_context=native,
         card=found.card.name if found.card else None,
         card_note=found.note,
     )
