@@ -17,10 +17,13 @@ def measure_lengths(trained: int) -> str:
     return ",".join(f"{n // 1024}k" if n % 1024 == 0 else str(n) for n in lengths)
 
 
-def measure_command(model: str, label: str, trained: int) -> str:
-    """The eval-ppl run that compares the unscaled model with ``label`` on short texts."""
-    return (f"ropectl eval-ppl {shlex.quote(model)} -m none -m {shlex.quote(label)} "
-            f"-l {measure_lengths(trained)}")
+def measure_command(model: str, label: str, trained: int | None) -> str:
+    """The eval-ppl run that compares the unscaled model with ``label`` on short texts (eval-ppl's own lengths
+    where the trained context is unknown)."""
+    from ropectl.rope.methods import unscaled_name
+
+    lengths = f" -l {measure_lengths(trained)}" if trained else ""
+    return f"ropectl eval-ppl {shlex.quote(model)} -m {unscaled_name()} -m {shlex.quote(label)}{lengths}"
 
 
 def card_lines(model: str, plan: ConfigPlan) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
@@ -38,7 +41,6 @@ def card_lines(model: str, plan: ConfigPlan) -> tuple[dict[str, Any] | None, tup
         notes.append(f"trained context {plan.before.native_context:,} from the {card.title} model card "
                      f"({card.native_note}; {card.source})")
     if caveat is not None:
-        trained = int(plan.base.trained_context or plan.before.rope.max_position_embeddings or 8192)
-        out["caveat"], out["measure"] = caveat.text, measure_command(model, label, trained)
+        out["caveat"], out["measure"] = caveat.text, measure_command(model, label, plan.base.trained_context)
         notes.append(f"{card.title}: {caveat.text}; measure it on this model: {out['measure']}")
     return out, tuple(notes)
