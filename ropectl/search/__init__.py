@@ -1,0 +1,1 @@
+"""``ropectl search``: searching scaling parameters on the model itself."""
