@@ -14,19 +14,32 @@ from ropectl.rope.methods.common import is_prope, trained_length
 from ropectl.rope.methods.registry import Method, Param, get_method
 from ropectl.rope.params import RopeParams
 
+# The spec key that names a JSON file holding a method's list options (``longrope:4,file=factors.json``).
+FILE_KEY = "file"
+
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """A method choice as a user writes it: ``yarn:4,beta_fast=16``."""
+    """A method choice as a user writes it: ``yarn:4,beta_fast=16``, or ``longrope:4,file=factors.json``.
+
+    ``file`` is where the method's list options came from (its ``factors_file`` keys): the label then names the
+    file instead of spelling the lists out, so it stays short and can be typed again.
+    """
 
     name: str
     factor: float | None = None
     options: tuple[tuple[str, Any], ...] = ()
+    file: str | None = None
 
     @property
     def label(self) -> str:
         text = self.name if self.factor is None else f"{self.name}:{self.factor:g}"
-        return text + "".join(f",{k}={plain(v)}" for k, v in self.options)
+        options = self.options
+        if self.file is not None:
+            from_file = get_method(self.name).factors_file
+            text += f",{FILE_KEY}={self.file}"
+            options = tuple((k, v) for k, v in options if k not in from_file)
+        return text + "".join(f",{k}={plain(v)}" for k, v in options)
 
 
 def parse_value(param: Param, raw: Any) -> Any:
@@ -121,17 +134,30 @@ def _check_prope(base: RopeParams, name: str) -> None:
 
 
 def parse_spec(text: str) -> MethodSpec:
-    """Parse ``name[:factor][,key=value...]``."""
+    """Parse ``name[:factor][,key=value...]``; ``file=PATH`` names the JSON file of a method's list options
+    (longrope's factors), read where the spec becomes a validated MethodSpec (``rope.choice.to_method_spec``)."""
     head, *rest = [part.strip() for part in text.split(",")]
     name, _, factor_text = head.partition(":")
     if not name:
         raise MethodError(f"malformed method spec '{text}'", "write name[:factor][,key=value...], e.g. yarn:4")
     method = get_method(name)
     factor = _finite("factor", factor_text) if factor_text else None
-    options = []
+    options, file = [], None
     for part in rest:
         key, eq, value = part.partition("=")
         if not eq or not key.strip():
             raise MethodError(f"malformed option '{part}' in method spec '{text}'", "write key=value, e.g. beta_fast=16")
+        if key.strip() == FILE_KEY:
+            file = _file_option(method, value.strip())
+            continue
         options.append((key.strip(), parse_value(method.param(key.strip()), value.strip())))
-    return MethodSpec(method.name, factor, tuple(options))
+    return MethodSpec(method.name, factor, tuple(options), file)
+
+
+def _file_option(method: Method, value: str) -> str:
+    if not method.factors_file:
+        raise MethodError(f"method '{method.name}' takes no {FILE_KEY}= option (only methods with list options do, "
+                          "e.g. longrope)", f"drop {FILE_KEY}=")
+    if not value:
+        raise MethodError(f"{FILE_KEY}= names no file", f"write {FILE_KEY}=factors.json")
+    return value
