@@ -1,0 +1,99 @@
+"""``ropectl search``: scaling parameters found on the model itself, shipped only where they beat the closed form."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ropectl.cli.errors import handle_errors
+from ropectl.cli.eval_flags import DeviceOpt, DtypeOpt, ModelOpt, out_option, resume_command
+from ropectl.cli.flags import LENGTH_SYNTAX, ForceOpt, JsonOpt, opt
+
+SPACE, BUDGET, FIT, OUT = "Space", "Budget", "Fitness", "Output"
+TargetOpt = Annotated[str, opt("--target-length", "-t", panel=SPACE, help=f"Context to search for ({LENGTH_SYNTAX}).")]
+SpaceOpt = Annotated[str, opt("--space", panel=SPACE, help=(
+    "yarn (beta_fast, beta_slow, attention_factor), llama3 (low/high_freq_factor), ntk (its factor) or longrope "
+    "(per-dimension factors, LongRoPE's evolutionary search) [default: yarn]."))]
+BudgetOpt = Annotated[Optional[int], opt("--budget", panel=BUDGET, help=(
+    "Trials, pruned and infeasible ones included [default: 20 without --time]."))]
+TimeOpt = Annotated[Optional[float], opt("--time", panel=BUDGET, help="Minutes: stops after the trial running then.")]
+SamplerOpt = Annotated[str, opt("--sampler", panel=BUDGET, help="tpe or cmaes (Optuna's samplers) [default: tpe].")]
+StorageOpt = Annotated[Optional[str], opt("--storage", panel=BUDGET, help=(
+    "Where the Optuna study lives: a database URL or a journal file (FILE.log), for workers sharing one study "
+    "[default: sqlite in OUT]."))]
+DocsOpt = Annotated[int, opt("--docs", panel=FIT, help="Search documents, at least the target long [default: 3].")]
+HeldOpt = Annotated[int, opt("--held-out", panel=FIT, help=(
+    "Held-out documents for the final comparison, disjoint from the search's (6 or more can separate) [default: 6]."))]
+SamplesOpt = Annotated[int, opt("--samples", panel=FIT, help="niah_single_1 trials at the target [default: 2].")]
+NoAnswerOpt = Annotated[bool, opt("--no-answer-loss", panel=FIT, help="Fitness: PPL only, no needle answer-token loss.")]
+RegressionOpt = Annotated[Optional[float], opt("--max-regression", panel=FIT, help=(
+    "In-window PPL allowed above the best closed-form method at target / trained [default: 0.05]."))]
+PruneOpt = Annotated[Optional[str], opt("--prune-at", panel=FIT, help=(
+    "Lengths above the trained context, below the target, where trials are pruned [default: halfway, where the "
+    "target is at least twice the trained context]."))]
+DatasetOpt = Annotated[Optional[str], opt("--dataset", panel=FIT, help="Documents [default: the embedded plays].")]
+SeedOpt = Annotated[int, opt("--seed", panel=FIT, help="Sampler, document split and needle draw [default: 0].")]
+EmitOpt = Annotated[Optional[str], opt("--emit", panel=OUT, help=(
+    "Print the winner's serving flags for this engine (vllm, llama.cpp, ...) instead of writing OUT/model."))]
+ResumeOpt = Annotated[bool, opt("--resume", panel=OUT, help="Continue the study in --out after Ctrl-C.")]
+PopulationOpt = Annotated[int, opt("--population", panel=BUDGET, help="longrope: population [default: 8].")]
+IterationsOpt = Annotated[int, opt("--iterations", panel=BUDGET, help="longrope: generations [default: 4].")]
+
+
+@handle_errors
+def search_cmd(
+    model: ModelOpt = None, target_length: TargetOpt = "", space: SpaceOpt = "yarn", budget: BudgetOpt = None,
+    time_min: TimeOpt = None, sampler: SamplerOpt = "tpe", storage: StorageOpt = None, docs: DocsOpt = 3,
+    held_out: HeldOpt = 6, samples: SamplesOpt = 2, no_answer_loss: NoAnswerOpt = False,
+    max_regression: RegressionOpt = None, prune_at: PruneOpt = None, dataset: DatasetOpt = None, seed: SeedOpt = 0,
+    dtype: DtypeOpt = None, device: DeviceOpt = None, out: out_option("search") = None, emit: EmitOpt = None,
+    resume: ResumeOpt = False, force: ForceOpt = False, json_out: JsonOpt = False, population: PopulationOpt = 8,
+    iterations: IterationsOpt = 4,
+) -> None:
+    """Search a method's parameters on the model itself (Optuna; LongRoPE's evolution for --space longrope).
+
+    Measures the closed-form grid (recommend's) first, then trials: PPL above the trained context shortest first
+    (pruned there) plus the needle's answer-token loss at the target, each under an in-window PPL limit. Held-out
+    documents decide: the found parameters ship only if their paired PPL interval at the target is below the
+    closed form's and they retrieve no fewer needles; else the closed form ships. Prints the estimated cost first,
+    the spec to pass to every command (-m), and writes OUT/model through `ropectl patch` (or --emit flags).
+    """
+    from ropectl.errors import UsageError
+    from ropectl.eval.output import output_dir
+    from ropectl.eval.settings import parse_length, parse_lengths
+    from ropectl.output import dumps
+    from ropectl.recommend import DEFAULT_MAX_REGRESSION
+    from ropectl.search.output import run_search
+    from ropectl.search.run import SearchRequest
+
+    if not target_length:
+        raise UsageError("--target-length is required", "pass the context to search for, e.g. -t 16k")
+    folder = output_dir(out, resume, "search", "search")
+    req = SearchRequest(model, parse_length(target_length), space, Path(folder), budget, time_min, sampler, storage,
+                        docs, held_out, samples, not no_answer_loss,
+                        DEFAULT_MAX_REGRESSION if max_regression is None else max_regression, seed, dataset,
+                        dtype or "auto", device or "auto", parse_lengths(prune_at) if prune_at else (), resume=resume,
+                        force=force, emit=emit, population=population, iterations=iterations)
+    try:
+        result = run_search(req, lambda line: typer.echo(line, err=True))
+    except KeyboardInterrupt:
+        typer.echo(f"search stopped: finished trials are kept in {folder}; resume with: {resume_command(folder)}",
+                   err=True)
+        raise typer.Exit(130) from None
+    if json_out:
+        typer.echo(dumps(result.summary))
+        return
+    for line in result.lines:
+        typer.echo(line)
+    typer.echo(f"best.spec: {result.spec}")
+    written = result.summary.get("output") or {}
+    for line in (written.get("emit") or {}).get("lines", []) if isinstance(written.get("emit"), dict) else []:
+        typer.echo(line)
+    if written.get("path"):
+        typer.echo(f"written: {written['path']} (re-run eval-ppl / eval-tasks / patch with -m '{result.spec}')")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("search")(search_cmd)

@@ -1,0 +1,124 @@
+"""The trials: stage 1 through Optuna (one trial = one point of the space, measured shortest length first and
+pruned there), stage 2 (``--space longrope``) through the evolutionary search of ``ropectl.search.longrope``.
+
+A trial is counted once it is measured at least at its first length: pruned and infeasible trials count against
+``--budget``. An infeasible trial (in-window PPL above the limit) is recorded as pruned with ``feasible = False``:
+it never reaches the target forward, TPE ranks it below every finished trial, CMA-ES leaves it out.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ropectl.search.fitness import Measured, measure
+from ropectl.search.run import DEFAULT_BUDGET, SearchRequest, Setup
+from ropectl.search.study import counted, open_study, storage_url, suggest
+
+
+def run_stage1(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> tuple[Any, dict[int, Measured]]:
+    """The study after this run's trials; the measurements this process made, by trial number."""
+    import optuna
+
+    study = open_study(storage_url(req.out, req.storage), setup.identity, req.seed, req.sampler, req.budget)
+    budget = req.budget if req.budget is not None else (None if req.minutes else DEFAULT_BUDGET)
+    if not study.trials:
+        study.enqueue_trial(setup.space.start())  # the closed form itself is the first point
+    done = counted(study)
+    left = None if budget is None else max(0, budget - done)
+    if done:
+        say(f"resuming: {done} trials already in the study" + (f", {left} left" if left is not None else ""))
+    measured: dict[int, Measured] = {}
+
+    def objective(trial: Any) -> float:
+        spec = setup.space.spec(suggest(trial, setup.space))
+        trial.set_user_attr("spec", spec.label)
+
+        def on_length(step: int, value: float) -> None:
+            trial.report(value, step)
+            if trial.should_prune():
+                trial.set_user_attr("pruned_at", setup.plan.lengths[step])
+                raise optuna.TrialPruned()
+
+        m = measure(setup.ev, spec, setup.docs, setup.needles if setup.plan.answer_loss else [], setup.plan, on_length)
+        measured[trial.number] = m
+        _record(trial, m, setup)
+        if not m.feasible:
+            raise optuna.TrialPruned()
+        value = m.fitness(setup.plan.target, setup.plan.answer_loss)
+        assert value is not None
+        return value
+
+    callbacks = []
+    if budget is not None:
+        from optuna.study import MaxTrialsCallback
+        from optuna.trial import TrialState
+
+        callbacks.append(MaxTrialsCallback(budget, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+    if left != 0:
+        study.optimize(objective, n_trials=left, timeout=req.minutes * 60 if req.minutes else None,
+                       callbacks=callbacks, catch=())
+    return study, measured
+
+
+def _record(trial: Any, m: Measured, setup: Setup) -> None:
+    plan = setup.plan
+    trial.set_user_attr("feasible", m.feasible)
+    for key, value in (("log_ppl_inside", m.log_ppl(plan.trained)), ("log_ppl_target", m.log_ppl(plan.target)),
+                       ("answer_nll", m.answer), ("niah_accuracy", m.accuracy)):
+        if value is not None:
+            trial.set_user_attr(key, float(value))
+
+
+def best_trial(study: Any) -> Any | None:
+    """The finished trial with the lowest fitness (finished means feasible), or None."""
+    from optuna.trial import TrialState
+
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value is not None]
+    return min(done, key=lambda t: (t.value, t.number)) if done else None
+
+
+def run_stage2(req: SearchRequest, setup: Setup, seeds: list[tuple[float, ...]], say: Callable[[str], None]
+               ) -> tuple[list[dict[str, Any]], tuple[float, ...] | None]:
+    """LongRoPE's evolutionary search over per-dimension long factors (arXiv 2402.13753, Alg. 1), seeded from
+    ``seeds``; fitness as stage 1 (None for an infeasible candidate)."""
+    from ropectl.search.longrope import evolve
+
+    started = time.monotonic()
+    factor = setup.space.factor
+
+    def fitness(factors: tuple[float, ...]) -> float | None:
+        m = measure(setup.ev, longrope_spec(factors, factor, setup), setup.docs,
+                    setup.needles if setup.plan.answer_loss else [], setup.plan)
+        return m.fitness(setup.plan.target, setup.plan.answer_loss)
+
+    def should_stop() -> bool:
+        return req.minutes is not None and time.monotonic() - started > req.minutes * 60
+
+    result = evolve(fitness, seeds, factor, population=req.population, iterations=req.iterations, seed=req.seed,
+                    should_stop=should_stop)
+    say(f"stage 2: {len(result.trials)} candidates, best fitness {result.best_fitness:.4f}")
+    best = result.best if result.best and math.isfinite(result.best_fitness) else None
+    return list(result.trials), best
+
+
+def longrope_spec(long_factor: tuple[float, ...], factor: float, setup: Setup) -> Any:
+    """A longrope spec: the searched long factors, the model's own short factors (ones)."""
+    from ropectl.rope.methods import MethodSpec
+
+    ones = [1.0] * len(long_factor)
+    return MethodSpec("longrope", round(factor, 6), (("short_factor", ones), ("long_factor", [round(x, 4) for x in long_factor])))
+
+
+def factors_of(spec: Any, setup: Setup) -> tuple[float, ...]:
+    """A stage-1 spec's RoPE as per-dimension factors (base / scaled frequency): stage 2's seed."""
+    from ropectl.rope.formulas import base_inv_freq
+    from ropectl.rope.frequencies import compute_frequencies
+    from ropectl.rope.methods import MethodSpec, unscaled_name
+
+    rope = setup.ev.state(spec).rope
+    base = base_inv_freq(setup.ev.state(MethodSpec(unscaled_name())).rope.rope_theta, rope.rotary_dim)
+    scaled = compute_frequencies(rope, seq_len=setup.plan.target).inv_freq
+    return tuple(min(setup.space.factor, max(1.0, b / s)) for b, s in zip(base, scaled, strict=True))

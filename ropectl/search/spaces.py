@@ -1,0 +1,149 @@
+"""What a search may vary: one entry per searchable method, each parameter with stated bounds and a step.
+
+Bounds come from the method's record (``ropectl.rope.methods``): each range is centred, on a log scale, on the
+option's default there, wide enough to hold the hand-set values the references use (YaRN's beta_fast 32 and
+beta_slow 1 fitted on Llama 2; Llama 3.1's 1 and 4), and disjoint where the method needs one option below the other
+(beta_slow < beta_fast, low_freq_factor < high_freq_factor), so every point of the box is a valid method.
+
+The factor of yarn and llama3 is fixed at target / trained: a smaller one cannot be served at the target (vLLM
+derives the served length as original x factor, transformers 4.43-4.55 override it). ntk has no other parameter:
+its factor, which moves theta, is what it searches, from 1 (the model as trained: ``none``) to twice the target's.
+``longrope`` is stage 2 (``ropectl.search.longrope``): per-dimension factors, not a box of named options.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ropectl.errors import UsageError
+from ropectl.rope.methods import MethodSpec, get_method, unscaled_name
+from ropectl.rope.methods.yarn import yarn_mscale
+
+FACTOR = "factor"  # the searched parameter that is the method's factor (ntk)
+
+
+@dataclass(frozen=True)
+class Bound:
+    name: str
+    low: float
+    high: float
+    step: float
+    why: str  # where the range comes from, for the report and the docs
+
+    def grid(self, value: float) -> float:
+        """``value`` on the bound's grid (the resolution a result is reported at)."""
+        snapped = self.low + round((value - self.low) / self.step) * self.step
+        return round(min(self.high, max(self.low, snapped)), 10)
+
+
+@dataclass(frozen=True)
+class Space:
+    name: str
+    method: str  # the registry method the result is written as
+    factor: float  # target / trained (ntk: the default its search starts from)
+    bounds: tuple[Bound, ...]
+    stage: int = 1
+
+    def spec(self, values: Mapping[str, float]) -> MethodSpec:
+        """The method spec of one point (ntk at factor 1 is the unscaled model: ``none``)."""
+        if FACTOR in values:
+            factor = float(values[FACTOR])
+            if factor <= 1.0:
+                return MethodSpec(unscaled_name())
+            return MethodSpec(self.method, round(factor, 6))
+        options = tuple((b.name, round(float(values[b.name]), 6)) for b in self.bounds)
+        return MethodSpec(self.method, round(self.factor, 6), options)
+
+    def start(self) -> dict[str, float]:
+        """The closed-form point (the method's defaults), the first trial of every search."""
+        method = get_method(self.method)
+        out = {}
+        for b in self.bounds:
+            default = self.factor if b.name == FACTOR else method.param(b.name).default
+            if default is None:  # yarn's attention factor: its default rule, 0.1 ln s + 1
+                default = yarn_mscale(self.factor)
+            out[b.name] = b.grid(float(default))
+        return out
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [{"name": b.name, "low": b.low, "high": b.high, "step": b.step, "why": b.why} for b in self.bounds]
+
+
+def _bound(name: str, low: float, high: float, step: float, why: str) -> Bound:
+    """A bound whose high end lies on its grid (Optuna would move it there, with a warning)."""
+    steps = math.floor((high - low) / step + 1e-9)
+    return Bound(name, round(low, 6), round(low + steps * step, 6), step, why)
+
+
+def _around(name: str, default: float, down: float, up: float, step: float) -> Bound:
+    return _bound(name, default / down, default * up, step, f"the method's default {default:g} / {down:g} to x {up:g}")
+
+
+def _yarn(factor: float) -> tuple[Bound, ...]:
+    method = get_method("yarn")
+    fast, slow = float(method.param("beta_fast").default), float(method.param("beta_slow").default)
+    mscale = yarn_mscale(factor)  # the default attention factor 0.1 ln s + 1; the range 1 .. twice its excess
+    return (_around("beta_fast", fast, 8, 2, 0.5), _around("beta_slow", slow, 4, 2, 0.05),
+            _bound("attention_factor", 1.0, 1.0 + 2 * (mscale - 1.0), 0.005,
+                   f"1 (no scaling) to twice the default's excess over 1 ({mscale:.4f})"))
+
+
+def _llama3(factor: float) -> tuple[Bound, ...]:
+    method = get_method("llama3")
+    low, high = float(method.param("low_freq_factor").default), float(method.param("high_freq_factor").default)
+    return (_around("low_freq_factor", low, 2, 2, 0.05),
+            _bound("high_freq_factor", low * 2 + 0.5, high * 2, 0.1,
+                   f"above low_freq_factor's range to twice the default {high:g}"))
+
+
+def _ntk(factor: float) -> tuple[Bound, ...]:
+    return (_bound(FACTOR, 1.0, 2 * factor, 0.05, f"1 (the model as trained) to twice target / trained ({factor:g})"),)
+
+
+SPACES = {"yarn": _yarn, "llama3": _llama3, "ntk": _ntk}
+STAGE2 = "longrope"
+
+
+def space_names() -> tuple[str, ...]:
+    return (*SPACES, STAGE2)
+
+
+def build_space(name: str, factor: float) -> Space:
+    """The space ``name`` for a search at ``factor`` = target / trained."""
+    if name == STAGE2:
+        return Space(STAGE2, STAGE2, factor, (), stage=2)
+    if name not in SPACES:
+        raise UsageError(f"unknown search space '{name}'", f"use one of: {', '.join(space_names())}")
+    return Space(name, name, factor, SPACES[name](factor))
+
+
+def check_space(space: Space, model: str, is_gguf: bool) -> None:
+    """A space whose method the model's own engines cannot read is refused before anything loads."""
+    from ropectl.readers import serving_engines_for, why_not_served
+
+    method = get_method(space.method)
+    if is_gguf and space.stage == 2:
+        raise UsageError("a longrope search writes per-dimension factors, which a GGUF cannot carry (ropectl's GGUF "
+                         "patch copies tensors unchanged and llama.cpp has no longrope metadata)",
+                         "search the Hugging Face checkpoint, or use --space yarn or ntk on the GGUF")
+    if is_gguf and method.gguf_none:
+        raise UsageError(f"--space {space.name} cannot be written to this GGUF: {method.gguf_none}",
+                         "use --space yarn or ntk on a GGUF, or search the Hugging Face checkpoint")
+    why = why_not_served(method.rope_type, serving_engines_for(model))
+    if why:
+        raise UsageError(f"--space {space.name} is not served as evaluated: {why}", "pick another --space")
+
+
+def values_of(spec: MethodSpec, space: Space) -> dict[str, float]:
+    """A spec's point in ``space`` (the inverse of ``Space.spec``)."""
+    if space.bounds and space.bounds[0].name == FACTOR:
+        return {FACTOR: float(spec.factor or 1.0)}
+    options = dict(spec.options)
+    return {b.name: float(options[b.name]) for b in space.bounds}
+
+
+def resolution(space: Space) -> dict[str, float]:
+    return {b.name: b.step for b in space.bounds}

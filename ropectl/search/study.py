@@ -1,0 +1,142 @@
+"""The Optuna study a search lives in: where it is stored, which sampler proposes, what it belongs to.
+
+Why Optuna: a maintained optimiser with TPE (good on a few bounded, noisy parameters with no gradient) and CMA-ES
+(through ``cmaes``), median pruning on intermediate values, and storage that outlives the process: SQLite in OUT
+by default, any RDB URL or Optuna's journal file (``--storage FILE.log``, for machines sharing a file system), so a
+search resumes after Ctrl-C, several workers (one per GPU or machine) share one study, and optuna-dashboard reads it.
+
+Every study carries its identity in a user attribute: the model (config and weight files), the space and its
+bounds, the target, the search documents and seed, the fitness settings. A storage holding a study from another
+search is refused in one line rather than mixed into it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ropectl.errors import UsageError
+from ropectl.io.files import atomic_write_text
+from ropectl.output import dumps
+from ropectl.search.spaces import Space
+
+STUDY = "ropectl-search"
+DB = "study.db"
+IDENTITY = "ropectl_search"
+JOURNAL_SUFFIXES = (".log", ".journal", ".jsonl")
+SAMPLERS = ("tpe", "cmaes")
+TRIALS_JSON, TRIALS_CSV = "trials.json", "trials.csv"
+
+
+def storage_url(out: Path, storage: str | None) -> str:
+    """``--storage`` as given, else SQLite in OUT."""
+    return storage or f"sqlite:///{(out / DB).resolve()}"
+
+
+def open_storage(url: str) -> Any:
+    """An RDB URL (heartbeats: a killed worker's trial is marked failed, not left running), or a journal file."""
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+
+    if "://" not in url:
+        if not url.endswith(JOURNAL_SUFFIXES):
+            raise UsageError(f"--storage '{url}' is neither a database URL nor a journal file",
+                             f"pass e.g. sqlite:///study.db, postgresql://..., or a file ending in {JOURNAL_SUFFIXES[0]}")
+        return optuna.storages.JournalStorage(JournalFileBackend(url))
+    import warnings
+
+    with warnings.catch_warnings():  # heartbeats are marked experimental; what they do here is documented above
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
+
+
+def sampler(name: str, seed: int, budget: int | None) -> Any:
+    import warnings
+
+    import optuna
+
+    if name == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed)
+    if name != "tpe":
+        raise UsageError(f"unknown --sampler '{name}'", f"use one of: {', '.join(SAMPLERS)}")
+    # TPE's default 10 random start-up trials would be most of a small budget: a third of it, 3 to 10.
+    startup = 10 if budget is None else max(3, min(10, budget // 3))
+    with warnings.catch_warnings():  # multivariate TPE is marked experimental (stable since Optuna 2.2)
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True)
+
+
+def pruner() -> Any:
+    import optuna
+
+    # Pruned against the median of earlier trials at the same length (lengths above the trained context only).
+    return optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=0)
+
+
+def open_study(url: str, identity: Mapping[str, Any], seed: int, sampler_name: str, budget: int | None) -> Any:
+    """The study for ``identity`` in ``url``: created, or joined when it is this search's (resume, workers)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = open_storage(url)
+    wanted = json.loads(dumps(identity))
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        found = summary.user_attrs.get(IDENTITY)
+        if found != wanted:
+            raise UsageError(f"the study storage '{url}' holds a study from another search ({_first_difference(found, wanted)})",
+                             "use a new -o OUT (or --storage) for this search, or rerun the search that made it")
+    study = optuna.create_study(storage=storage, study_name=STUDY, direction="minimize", load_if_exists=True,
+                                sampler=sampler(sampler_name, seed, budget), pruner=pruner())
+    study.set_user_attr(IDENTITY, wanted)
+    return study
+
+
+def _first_difference(found: Any, wanted: Mapping[str, Any]) -> str:
+    if not isinstance(found, Mapping):
+        return "not a ropectl search"
+    for key, value in wanted.items():
+        if found.get(key) != value:
+            return f"its {key} is {_short(found.get(key))}, this one's {_short(value)}"
+    return "other settings"
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def suggest(trial: Any, space: Space) -> dict[str, float]:
+    return {b.name: float(trial.suggest_float(b.name, b.low, b.high, step=b.step)) for b in space.bounds}
+
+
+def counted(study: Any) -> int:
+    """Trials that count against --budget: finished or pruned (a failed one, e.g. stopped by Ctrl-C, does not)."""
+    from optuna.trial import TrialState
+
+    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+
+
+def trial_rows(study: Any) -> list[dict[str, Any]]:
+    """Every trial as a flat record: number, state, parameters, value, what the fitness measured, seconds."""
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        seconds = (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete and t.datetime_start else None
+        attrs = {k: v for k, v in t.user_attrs.items() if not isinstance(v, (list, dict))}
+        rows.append({"number": t.number, "state": t.state.name.lower(), **{f"param_{k}": v for k, v in t.params.items()},
+                     "value": t.value, **attrs, "seconds": seconds})
+    return rows
+
+
+def write_trials(out: Path, rows: list[dict[str, Any]]) -> tuple[Path, Path]:
+    atomic_write_text(out / TRIALS_JSON, dumps(rows, indent=2) + "\n")
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(out / TRIALS_CSV, buffer.getvalue())
+    return out / TRIALS_JSON, out / TRIALS_CSV
