@@ -6,7 +6,7 @@ the lower layer's value. The last three are all typed on one command line, so no
 another: where two of them set one thing to different values (``-m yarn:4 -f 8``, or a spec's factor and a
 target length) the choice is refused, naming both. Pure but for one file: tables come in already read; the
 JSON file of a method's list options (``-m longrope:4,file=F`` or ``--longrope-file F``) is read when the
-choice becomes a MethodSpec (:func:`to_method_spec`), so every command reads it the same way.
+choice becomes a MethodSpec (:func:`to_method_spec`, through ``rope.methods.resolve_file``, the one reader).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import MethodError, UsageError
-from ropectl.rope.factors_file import read_factors_file
 from ropectl.rope.methods import (
     Method,
     MethodSpec,
@@ -27,6 +26,7 @@ from ropectl.rope.methods import (
     method_names,
     parse_spec,
     parse_value,
+    resolve_file,
 )
 
 # Keys a preset / config table may hold besides the method's own options.
@@ -181,18 +181,16 @@ def to_method_spec(choice: MethodChoice) -> MethodSpec:
     method = get_method(choice.method)
     if choice.factor is not None and choice.target_length is not None:
         raise UsageError("both a factor and a target length are given", "pass only one of --factor / --target-length")
-    options = {**_file_options(choice, method), **dict(choice.options)}
-    typed = tuple((key, parse_value(method.param(key), value)) for key, value in options.items() if value is not None)
+    _check_file(choice, method)
+    typed = tuple((key, parse_value(method.param(key), value)) for key, value in choice.options.items()
+                  if value is not None)
     factor = None if choice.factor is None else parse_value(_FACTOR, choice.factor)
     file = None if choice.longrope_file is None else str(choice.longrope_file)
-    return MethodSpec(method.name, factor, typed, file)
+    return resolve_file(MethodSpec(method.name, factor, typed, file))
 
 
-def _file_options(choice: MethodChoice, method: Method) -> dict[str, Any]:
-    if choice.longrope_file is None:
-        return {}
-    if not method.factors_file:
+def _check_file(choice: MethodChoice, method: Method) -> None:
+    if choice.longrope_file is not None and not method.factors_file:
         owner = first_where(lambda m: bool(m.factors_file))
         raise UsageError(f"a factors file applies to {owner.name}, not {method.name}",
                          "drop --longrope-file (or file=) for this method")
-    return dict(read_factors_file(choice.longrope_file, method.factors_file))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +78,7 @@ def _stage2(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> tup
     spec = longrope_spec(best, setup.space.factor, setup)
     factors = req.out / "longrope-factors.json"
     atomic_write_text(factors, dumps(dict(spec.options), indent=2) + "\n")
-    return spec.label, rows
+    return replace(spec, file=str(factors)).label, rows  # longrope:F,file=OUT/longrope-factors.json
 
 
 def _pairs(setup: Setup) -> int:
@@ -129,4 +129,20 @@ def _plots(out: Path, trials: list[dict[str, Any]], setup: Setup, ships: str) ->
         return []
     paths = [out / "trials.png"]
     plot.plot_trials(trials, paths[0])
+    factors = out / "longrope-factors.json"
+    if setup.space.stage == 2 and factors.is_file():  # the found factors (shipped or not) against the closed forms'
+        from ropectl.rope.factors_file import read_factors_file
+
+        found = read_factors_file(factors, ("long_factor",))["long_factor"]
+        paths.append(out / "factors.png")
+        plot.plot_factors(found, _closed_form_factors(setup), paths[1])
     return [str(p) for p in paths]
+
+
+def _closed_form_factors(setup: Setup) -> dict[str, tuple[float, ...]]:
+    """YaRN's, NTK's and linear's per-pair factors at the target (LongRoPE's seeds), from ropectl's frequencies."""
+    from ropectl.rope.methods import MethodSpec, unscaled_name
+    from ropectl.search.longrope import seed_factors
+
+    base = setup.ev.state(MethodSpec(unscaled_name())).rope
+    return {f"{m} (target {setup.plan.target})": seed_factors(m, base, setup.plan.target) for m in ("yarn", "ntk", "linear")}

@@ -35,6 +35,9 @@ def test_the_label_names_the_file_and_parses_back(tmp_path: Path) -> None:
     assert spec.label == f"longrope:2,file={path},attention_factor=1"
     assert to_method_spec(layer(spec=spec.label)) == spec
     assert parse_spec(spec.label).file == str(path)  # recommend reads a results label back to its method
+    # a parsed label (file not read yet) applies like the validated spec: the file is read when applied
+    base = RopeParams("default", 10000.0, 16, 256)
+    assert apply_method(base, parse_spec(spec.label)) == apply_method(base, spec)
 
 
 def test_bad_file_specs_are_one_line(isolated: Path, tiny_model: Path) -> None:
@@ -57,8 +60,10 @@ def test_patch_writes_the_file_factors_that_transformers_builds(isolated: Path, 
     path = factors_file(isolated)
     result = runner.invoke(app, ["patch", str(tiny_model), "-m", f"longrope:2,file={path}", "-o", "out"])
     assert result.exit_code == 0, result.output
-    section = json.loads(Path("out/config.json").read_text())["rope_parameters"]
+    written = json.loads(Path("out/config.json").read_text())
+    section = written["rope_parameters"]
     assert section["long_factor"] == LONG and section["original_max_position_embeddings"] == 256
+    assert "factors.json" not in json.dumps(written)  # the config (and its record) never points at the file
     config = AutoConfig.from_pretrained("out")
     inv, attention = ROPE_INIT_FUNCTIONS["longrope"](config, "cpu", 512)  # past the original: the long factors
     base = [10000.0 ** (-2 * i / 16) for i in range(PAIRS)]  # the unscaled frequencies, by hand

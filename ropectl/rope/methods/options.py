@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from ropectl.errors import MethodError
@@ -108,9 +109,24 @@ def validate_options(method: Method, options: Mapping[str, Any], rotary_dim: int
     return out
 
 
+def resolve_file(spec: MethodSpec) -> MethodSpec:
+    """``spec`` with the lists of the factors file it names under its own options (``longrope:4,file=F``): the one
+    place such a file is read. A no-op without a file, or when the spec already holds every list."""
+    if spec.file is None:
+        return spec
+    keys = get_method(spec.name).factors_file
+    given = dict(spec.options)
+    if all(k in given for k in keys):
+        return spec
+    from ropectl.rope.factors_file import read_factors_file
+
+    return replace(spec, options=tuple({**read_factors_file(Path(spec.file), keys), **given}.items()))
+
+
 def apply_method(base: RopeParams, spec: MethodSpec) -> RopeParams:
     """The RoPE a model should use after scaling its unscaled ``base`` as ``spec`` says (a target length is turned
     into a factor before, by ``factor_for_target``)."""
+    spec = resolve_file(spec)
     method = get_method(spec.name)
     _check_prope(base, method.name)
     options = validate_options(method, dict(spec.options), base.rotary_dim)
@@ -135,7 +151,8 @@ def _check_prope(base: RopeParams, name: str) -> None:
 
 def parse_spec(text: str) -> MethodSpec:
     """Parse ``name[:factor][,key=value...]``; ``file=PATH`` names the JSON file of a method's list options
-    (longrope's factors), read where the spec becomes a validated MethodSpec (``rope.choice.to_method_spec``)."""
+    (longrope's factors), read when the spec is applied (:func:`resolve_file`), not here: reading a results label
+    back to its method needs no file."""
     head, *rest = [part.strip() for part in text.split(",")]
     name, _, factor_text = head.partition(":")
     if not name:
