@@ -128,7 +128,9 @@ def _plots(out: Path, trials: list[dict[str, Any]], setup: Setup, ships: str) ->
     except ImportError:
         return []
     paths = [out / "trials.png"]
-    plot.plot_trials(trials, paths[0])
+    best = setup.reference.get(setup.best_closed)
+    level = None if best is None else best.fitness(setup.plan.target, setup.plan.answer_loss)
+    plot.plot_trials(trials, paths[0], references={setup.best_closed: level} if level is not None else None)
     factors = out / "longrope-factors.json"
     if setup.space.stage == 2 and factors.is_file():  # the found factors (shipped or not) against the closed forms'
         from ropectl.rope.factors_file import read_factors_file

@@ -11,25 +11,35 @@ from ropectl.errors import OutputError
 from ropectl.io.files import save_figure
 
 
+def fitness_of(trial: Mapping[str, Any]) -> float | None:
+    """A complete trial's fitness: ``fitness`` (evolve's rows), else ``value`` (an Optuna trial's row)."""
+    if trial.get("state") != "complete":
+        return None
+    value = trial.get("fitness", trial.get("value"))
+    return None if value is None else float(value)
+
+
 def best_so_far(trials: Sequence[Mapping[str, Any]]) -> list[float | None]:
     """The lowest complete fitness up to each trial (None before the first complete one)."""
     out: list[float | None] = []
     best = math.inf
     for t in trials:
-        if t.get("state") == "complete" and t.get("fitness") is not None:
-            best = min(best, float(t["fitness"]))
+        value = fitness_of(t)
+        if value is not None:
+            best = min(best, value)
         out.append(None if math.isinf(best) else best)
     return out
 
 
 def plot_trials(trials: Sequence[Mapping[str, Any]], path: Path, *, title: str = "search: fitness per trial",
-                ylabel: str = "fitness (lower is better)") -> None:
+                ylabel: str = "fitness (lower is better)", references: Mapping[str, float] | None = None) -> None:
     """Each complete trial's fitness, the best-so-far line, and pruned / infeasible trials marked along the bottom
-    (they have no fitness to place)."""
+    (they have no fitness to place); ``references``: closed forms' fitness on the same documents, as level lines."""
+    from matplotlib.ticker import MaxNLocator
+
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.8), dpi=120)
-    done = [(t["number"], float(t["fitness"])) for t in trials if t.get("state") == "complete"
-            and t.get("fitness") is not None]
+    done = [(t["number"], v) for t in trials if (v := fitness_of(t)) is not None]
     if done:
         ax.plot(*zip(*done), "o", ms=4, color="#1f77b4", alpha=0.7, label=f"complete ({len(done)})")
     best = [(t["number"], b) for t, b in zip(trials, best_so_far(trials)) if b is not None]
@@ -40,12 +50,15 @@ def plot_trials(trials: Sequence[Mapping[str, Any]], path: Path, *, title: str =
         if xs:  # placed just under the axis: no fitness, but counted against the budget
             ax.plot(xs, [0.0] * len(xs), marker, ms=6, color=color, transform=ax.get_xaxis_transform(),
                     clip_on=False, label=f"{state} ({len(xs)})")
+    for i, (name, value) in enumerate((references or {}).items()):
+        ax.axhline(value, ls=":", lw=1.2, color=f"C{(i + 2) % 10}", label=f"{name} (closed form)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("trial")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, alpha=0.25)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="upper right", fontsize=9)
+        ax.legend(loc="best", fontsize=9)
     _save(fig, path)
 
 

@@ -22,10 +22,14 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def test_best_so_far_by_hand() -> None:
     assert best_so_far(TRIALS) == [None, 9.0, 9.0, 7.5, 7.5]
     assert best_so_far([]) == []
+    # an Optuna trial's row names its fitness "value"
+    optuna_rows = [{"number": 0, "state": "complete", "value": 3.5}, {"number": 1, "state": "pruned", "value": None},
+                   {"number": 2, "state": "complete", "value": 3.2}]
+    assert best_so_far(optuna_rows) == [3.5, 3.5, 3.2]
 
 
 def test_plots_are_pngs(tmp_path: Path) -> None:
-    plot_trials(TRIALS, tmp_path / "trials.png")
+    plot_trials(TRIALS, tmp_path / "trials.png", references={"yarn:2": 8.2})
     plot_trials(TRIALS[:1], tmp_path / "none.png")  # nothing complete yet: still a figure
     plot_factors([1.0, 1.2, 1.9, 2.0], {"yarn:2": [1.0, 1.0, 2.0, 2.0], "linear:2": [2.0] * 4}, tmp_path / "f.png")
     for name in ("trials.png", "none.png", "f.png"):
