@@ -75,15 +75,15 @@ def prepare_run_dir(spec: FinetuneSpec, run_dir: Path, world_main: bool) -> Path
             raise UsageError(f"the run folder '{run_dir}' belongs to another run (it differs in {', '.join(diff)})",
                              "rerun with the flags of the interrupted run, or start a new run without --resume")
         return last_checkpoint(run_dir)
+    if not world_main:  # rank 0 alone checks and creates a fresh run's folder
+        return None
     if run_dir.exists():
         if not (marker.is_file() and spec.force):
             raise OutputError(f"'{run_dir}' exists (an earlier run's folder)",
                               f"resume it with --resume {run_dir}, or pass --force to start over")
-        if world_main:
-            shutil.rmtree(run_dir)
-    if world_main:
-        run_dir.mkdir(parents=True)
-        marker.write_text(dumps({"identity": spec.identity()}, indent=1) + "\n", encoding="utf-8")
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    marker.write_text(dumps({"identity": spec.identity()}, indent=1) + "\n", encoding="utf-8")
     return None
 
 
