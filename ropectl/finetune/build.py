@@ -35,8 +35,24 @@ def build_model(source: ModelSource, config: Mapping[str, Any], device: str) -> 
             model = AutoModelForCausalLM.from_pretrained(source.path, config=patched, dtype=torch.float32,
                                                          attn_implementation="eager", **source.kwargs)
     model.config.use_cache = False
+    if "gguf_file" in source.kwargs:
+        dequantized(model)
     verify_patched_rope(model, config)
     return model.to(device)
+
+
+def dequantized(model: Any) -> None:
+    """transformers' GGUF loader dequantizes every tensor but still marks the model as GGUF-quantized, which
+    Trainer refuses and save_pretrained would write as a quantization_config: the weights are plain floats, so the
+    marks go (checked first)."""
+    if any(not p.dtype.is_floating_point for p in model.parameters()):
+        raise VerificationError("the GGUF weights were not fully dequantized by transformers",
+                                "convert the GGUF to a safetensors folder first, then fine-tune that")
+    model.is_quantized = False
+    model.hf_quantizer = None
+    for holder in (model, model.config):
+        if hasattr(holder, "quantization_config"):
+            delattr(holder, "quantization_config")
 
 
 def patched_state(config: Mapping[str, Any], label: str) -> MethodState:
