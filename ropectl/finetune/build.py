@@ -6,6 +6,7 @@ A GGUF file is dequantized by transformers' own ``gguf_file=`` loader (``ModelSo
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -86,9 +87,22 @@ def add_lora(model: Any, spec: FinetuneSpec) -> Any:
         raise VerificationError(f"the model has none of the LoRA target modules {', '.join(LORA_TARGETS)}",
                                 "fine-tune it in full (drop --lora)")
     save = embeddings_and_norms(model) if spec.train_embeddings_norms else None
+    extra = {}
+    if save and _ties_embeddings(model):
+        # peft copies a modules_to_save embedding; without this the tied lm_head keeps the old copy and the ties
+        # break in training and merge (peft #2777). peft < 0.18 has no such option: refused rather than broken.
+        if "ensure_weight_tying" not in {f.name for f in dataclasses.fields(LoraConfig)}:
+            raise VerificationError("this peft cannot keep tied embeddings tied while training them",
+                                    "upgrade peft (pip install -U 'ropectl[finetune]'), or drop --train-embeddings-norms")
+        extra["ensure_weight_tying"] = True
     config = LoraConfig(r=spec.lora, lora_alpha=spec.lora_scale, target_modules=targets, lora_dropout=0.0,
-                        bias="none", task_type="CAUSAL_LM", modules_to_save=save)
+                        bias="none", task_type="CAUSAL_LM", modules_to_save=save, **extra)
     return get_peft_model(model, config)
+
+
+def _ties_embeddings(model: Any) -> bool:
+    out = model.get_output_embeddings()
+    return out is not None and out.weight is model.get_input_embeddings().weight
 
 
 def embeddings_and_norms(model: Any) -> list[str]:
