@@ -308,6 +308,8 @@ def _finish(p: Prepared, trainer: Any, run_dir: Path, log: Path | None) -> Finet
     from ropectl.io.ownership import note_written
 
     prov = provenance(p, trainer.state.global_step)
+    # what really ran: accelerate 1.15 drops an FSDP plugin on CPU (MULTI_CPU has no FSDP path) and runs DDP
+    prov["parallel"] = {"processes": p.plan.world, "fsdp": bool(getattr(trainer, "is_fsdp_enabled", False))}
     rows = monitor.read_rows(log) if log is not None else []
     losses = [r["loss"] for r in rows if "loss" in r]
     evals = [r["eval"] for r in rows if "eval" in r]
