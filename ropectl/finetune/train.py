@@ -273,6 +273,9 @@ def _train(spec: FinetuneSpec, p: Prepared, world: Any, run_dir: Path, resume_fr
                                          start_step=int(resume_from.name.split("-")[-1]) if resume_from else 0)
         args = training_arguments(spec, p.plan, run_dir, p.device, p.dtype)
         trainer = make_trainer(model, args, dataset, spec.chunk_size, [callback])
+        if getattr(trainer, "is_fsdp_enabled", False):  # the final write gathers on rank 0 alone: DDP only
+            raise UsageError("FSDP was asked for by the launcher, and finetune writes its checkpoint from rank 0's "
+                             "full weights (data parallel only)", "launch without --use_fsdp (DDP is used)")
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         why = stopped()
     step = trainer.state.global_step
