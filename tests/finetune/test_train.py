@@ -89,7 +89,7 @@ def test_resume_after_sigint_equals_uninterrupted(ft_model: Path, ft_corpus: Pat
 
 def test_resume_folder_of_another_run_is_refused(ft_model: Path, ft_corpus: Path, isolated: Path) -> None:
     from ropectl.errors import UsageError
-    from ropectl.finetune.train import prepare_run_dir
+    from ropectl.finetune.runs import prepare_run_dir
 
     run_dir = isolated / "x.run"
     prepare_run_dir(_spec(ft_model, ft_corpus, isolated / "x"), run_dir, True)
