@@ -188,8 +188,11 @@ def _lines(result: dict[str, Any]) -> list[str]:
     for length, ev in (result["evaluation"] or {}).items():
         if ev["ppl"]:
             out.append(f"held-out PPL @ {int(length):,}: {ev['ppl']:.4g} ({len(ev['per_doc'])} documents)")
-    out.append(f"wrote {result['output']}")
-    out += [f"note: {n}" for n in result["notes"]]
+    written = result["written"] if isinstance(result["written"], dict) else {}
+    out.append(f"wrote {result['output']}" + (f" ({written['layout']})" if written.get("layout") else ""))
+    out += list(written.get("lines", ()))  # the output's verification, as patch reports it
+    out += [f"warning: {w}" for w in written.get("warnings", ())]
+    out += [f"note: {n}" for n in [*result["notes"], *written.get("notes", ())]]
     return out
 
 
