@@ -243,7 +243,7 @@ def _finish(p: Prepared, trainer: Any, run_dir: Path, log: Path | None) -> Finet
     if not world_from_env().is_main:
         return FinetuneResult(p.spec.output, p.plan.to_dict(), prov, None, None)
     model = trainer.accelerator.unwrap_model(trainer.model)
-    source = None if p.source.resolved.is_gguf else p.source.resolved.folder
+    source = p.source.resolved.path  # the folder or the .gguf file trained from (the adapter layout's base)
     written = write_checkpoint(p.spec.output, model, p.tokenizer, p.plan.config, prov, merge=p.spec.merge,
                                dtype=p.dtype, force=p.spec.force, source=source)
     assert log is not None
@@ -252,7 +252,7 @@ def _finish(p: Prepared, trainer: Any, run_dir: Path, log: Path | None) -> Finet
     note_written(p.spec.output, [monitor.LOG, monitor.PLOT])
     shutil.rmtree(run_dir, ignore_errors=True)
     notes = [f"a step is {p.plan.tokens_per_step:,} tokens ({p.plan.global_batch} sequences of {p.plan.seq_len:,})"]
-    if p.source.resolved.is_gguf:
+    if p.source.resolved.is_gguf and not getattr(written, "notes", None):
         notes.append("the GGUF input was dequantized and trained; convert the output back with llama.cpp's "
                      "convert_hf_to_gguf.py")
     return FinetuneResult(p.spec.output, p.plan.to_dict(), prov, losses[-1] if losses else None,
