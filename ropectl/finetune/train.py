@@ -134,7 +134,7 @@ def prepare(spec: FinetuneSpec, world_size: int = 1, local_rank: int = 0) -> Pre
     tokenizer = load_tokenizer(source.path, source.kwargs)
     corpus = load_corpus(make_source(spec.data, spec.split, spec.text_field), tokenizer, None)
     parts = split(corpus.documents, plan.span, spec.held_out, plan.target, spec.seed,
-                  tokenizer.bos_token_id, tokenizer.eos_token_id, corpus.name)
+                  tokenizer.bos_token_id, tokenizer.eos_token_id, corpus.name, spec.held_out_docs)
     return Prepared(spec, source, plan, tokenizer, parts, corpus.name, device, dtype, why)
 
 

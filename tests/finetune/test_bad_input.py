@@ -63,3 +63,18 @@ def test_dry_run_prints_the_plan_and_writes_nothing(ft_model: Path, ft_corpus: P
     assert plan["plan"]["tokens_per_step"] == 8 * 64 and plan["plan"]["total_tokens"] == 10 * 8 * 64
     assert plan["memory_bytes"]["pose"] < plan["memory_bytes"]["full"]
     assert not (isolated / "out").exists() and not (isolated / "out.run").exists()
+
+
+def test_named_held_out_documents(ft_model: Path, ft_corpus: Path, isolated: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from ropectl.cli.app import app
+
+    base = ["finetune", str(ft_model), "-m", "yarn:4", "--data", str(ft_corpus), "-o", str(isolated / "out"),
+            "--dry-run", "--json"]
+    result = CliRunner().invoke(app, [*base, "--held-out", "doc05.txt,doc07.txt"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["held_out"] == ["doc05.txt", "doc07.txt"]
+    one_line([*base, "--held-out", "doc05.txt,hamlet"], "no document 'hamlet'")
