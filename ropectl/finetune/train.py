@@ -14,6 +14,7 @@ removed once the output is written.
 from __future__ import annotations
 
 import shutil
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,7 +191,9 @@ def _train(spec: FinetuneSpec, p: Prepared, world: Any, run_dir: Path, resume_fr
         engine = TransformersEngine.from_loaded(p.source, model, p.tokenizer, p.device, p.dtype)
         lengths = sorted({p.plan.trained, p.plan.target})
         evaluate_now = _evaluator(model, engine, p.split.held_out, lengths, p.dtype)
-    with stop_signals() as stopped:
+    with stop_signals() as stopped, warnings.catch_warnings():
+        # transformers' own deprecation notes about its internals (gradient_checkpointing names) are not the user's
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
         callback = monitor.make_callback(log=log, tokens_per_step=p.plan.tokens_per_step, steps=p.plan.steps,
                                          on_progress=on_progress if world.is_main else None, evaluate_now=evaluate_now,
                                          eval_every=spec.eval_every, stop_requested=lambda: any_rank(bool(stopped())),

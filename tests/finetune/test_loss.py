@@ -36,7 +36,7 @@ def test_chunked_loss_value_and_grad_equal_transformers(tmp_path: Path, chunk: i
 
     got = training_loss(model, model, kwargs, chunk_size=chunk)
     got.backward()
-    assert abs(float(got) - float(want)) <= REL * abs(float(want))
+    assert abs(got.item() - want.item()) <= REL * abs(want.item())
     for name, p in model.named_parameters():
         scale = float(want_grads[name].abs().max()) or 1.0
         assert float((p.grad - want_grads[name]).abs().max()) <= REL * scale, name
