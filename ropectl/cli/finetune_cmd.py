@@ -10,6 +10,7 @@ import typer
 from ropectl.cli.errors import handle_errors
 from ropectl.cli.eval_flags import DeviceOpt, DtypeOpt
 from ropectl.cli.flags import LENGTH_SYNTAX, ForceOpt, JsonOpt, ModelArg, OutputOpt, opt
+from ropectl.cli.patch_cmd import ConfigOpt, PresetOpt, SetOpt
 from ropectl.rope.methods import method_names
 
 METHOD, TRAIN, DATA, LORA, OUT = "Method", "Training", "Data", "LoRA", "Output"
@@ -50,6 +51,7 @@ ResumeOpt = Annotated[Optional[Path], opt("--resume", panel=OUT, help="Continue 
 @handle_errors
 def finetune(
     model: ModelArg, method: MethodOpt = None, factor: FactorOpt = None, target_length: TargetOpt = None,
+    preset: PresetOpt = None, config: ConfigOpt = None, set_: SetOpt = None,
     data: DataOpt = None, held_out: HeldOutOpt = "2", output: OutputOpt = None, pose: PoseOpt = False,
     full: FullOpt = False, window: WindowOpt = None, steps: StepsOpt = 200, lr: LrOpt = 2e-5, warmup: WarmupOpt = None,
     batch_tokens: BatchTokensOpt = None, batch_size: BatchSizeOpt = None, grad_accum: AccumOpt = None,
@@ -68,7 +70,8 @@ def finetune(
     if output is None and not dry_run:
         raise UsageError("nowhere to write the fine-tuned model", "pass --output DIR (or --dry-run)")
     target = None if target_length is None else parse_length(target_length)
-    choice = build_choice(None, None, MethodChoice(None, factor, target, {}), (), spec=method)
+    # patch's own layering: preset, --config, -m spec, -f / -t, --set
+    choice = build_choice(preset, config, MethodChoice(None, factor, target, {}), set_ or (), spec=method)
     from ropectl.finetune.spec import FinetuneSpec
 
     spec = FinetuneSpec(
