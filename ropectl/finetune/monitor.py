@@ -94,6 +94,8 @@ def make_callback(*, log: Path | None, tokens_per_step: int, steps: int, on_prog
             if stop_requested():
                 control.should_save = True
                 control.should_training_stop = True
+            if state.global_step >= steps:  # the last step is kept too: a failed or interrupted write resumes
+                control.should_save = True
             self.clock = time.perf_counter()
             return control
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropectl.errors import UsageError
+from ropectl.errors import OutputError, UsageError
 from ropectl.finetune.plan import RunPlan
 from ropectl.finetune.runs import (
     FinetuneInterrupted,
@@ -208,7 +208,13 @@ def _train(spec: FinetuneSpec, p: Prepared, world: Any, run_dir: Path, resume_fr
     step = trainer.state.global_step
     if why is not None or step < p.plan.steps:
         raise FinetuneInterrupted(run_dir, step, why == "SIGTERM")
-    return _finish(p, trainer, run_dir, log)
+    try:
+        return _finish(p, trainer, run_dir, log)
+    except KeyboardInterrupt:  # the last step's checkpoint is saved: --resume only writes the output again
+        raise FinetuneInterrupted(run_dir, step, False) from None
+    except OSError as exc:
+        raise OutputError(f"writing '{p.spec.output}' failed ({exc.strerror or exc}); the trained weights are kept in "
+                          f"{run_dir}", f"fix that, then rerun the same command with --resume {run_dir}") from None
 
 
 def _evaluator(model: Any, engine: Any, held_out: Any, lengths: list[int], dtype: str) -> Callable[[], dict[str, Any]]:
