@@ -178,8 +178,8 @@ def _train(spec: FinetuneSpec, p: Prepared, world: Any, run_dir: Path, resume_fr
     from ropectl.finetune.data import PackedExamples
 
     log = run_dir / monitor.LOG if world.is_main else None
-    if log is not None and resume_from is not None:
-        monitor.keep_rows_until(log, int(resume_from.name.split("-")[-1]))
+    if log is not None and spec.resume is not None:  # no checkpoint yet (a killed run): the log starts again
+        monitor.keep_rows_until(log, int(resume_from.name.split("-")[-1]) if resume_from else -1)
     set_seed(spec.seed)  # LoRA's initial A matrices
     model = build_model(p.source, p.plan.config, p.device)
     if spec.lora is not None:
