@@ -111,7 +111,7 @@ def _train(spec: Any, json_out: bool) -> Any:
 
     main = world_from_env().is_main
     try:
-        with _progress(enabled=main and not json_out) as on_progress:
+        with _Progress(enabled=main and not json_out) as on_progress:
             result = finetune(spec, on_progress)
     except FinetuneInterrupted as exc:
         if main:
@@ -138,7 +138,7 @@ def _resume_command(run_dir: Path) -> str:
     return shlex.join(["ropectl", *args, "--resume", str(run_dir)])
 
 
-class _progress:
+class _Progress:
     """A rich progress bar on stderr: step, loss, tokens/s and ETA (stdout stays clean for --json)."""
 
     def __init__(self, enabled: bool) -> None:
