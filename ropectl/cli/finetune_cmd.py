@@ -197,7 +197,7 @@ def _lines(result: dict[str, Any]) -> list[str]:
         if result.get("eta_s") is not None:
             out.append(f"ETA about {result['eta_s'] / 60:.1f} min ({result['eta_basis']})")
         out.append(f"data: {result['data']}: {result['train_spans']:,} training spans; held out: "
-                   f"{', '.join(result['held_out']) or 'none'}")
+                   f"{', '.join(result['held_out']) or 'no documents'}")
         return out
     if result["final_loss"] is not None:
         out.append(f"final training loss {result['final_loss']:.4f}")

@@ -65,7 +65,7 @@ def training_arguments(spec: FinetuneSpec, plan: RunPlan, run_dir: Path, device:
     return TrainingArguments(
         output_dir=str(run_dir), max_steps=plan.steps, per_device_train_batch_size=plan.per_device,
         gradient_accumulation_steps=plan.grad_accum, learning_rate=spec.lr, warmup_steps=plan.warmup,
-        lr_scheduler_type="linear", weight_decay=0.0, adam_beta2=0.95,  # YaRN's AdamW betas (0.9, 0.95)
+        weight_decay=0.0, adam_beta2=0.95,  # YaRN's AdamW betas (0.9, 0.95); Trainer's default schedule: linear decay
         max_grad_norm=1.0, bf16=dtype == "bf16", use_cpu=cpu, seed=spec.seed, data_seed=spec.seed,
         logging_steps=1, save_strategy="no", save_total_limit=1, report_to=[], disable_tqdm=True,
         remove_unused_columns=False, dataloader_num_workers=0, ddp_find_unused_parameters=False,
