@@ -157,6 +157,9 @@ class _Progress:
                                 TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=Console(stderr=True))
             self.task = self.bar.add_task("finetune", total=p.steps, info="")
             self.bar.start()
+        if p.message is not None:
+            self.bar.console.print(p.message)
+            return
         if p.evaluation is not None:
             ppl = ", ".join(f"PPL@{k} {v['ppl']:.3g}" for k, v in p.evaluation.items() if v["ppl"])
             self.bar.console.print(f"step {p.step}: held-out {ppl}")

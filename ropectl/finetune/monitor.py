@@ -32,6 +32,7 @@ class TrainProgress:
     tokens_per_s: float | None
     eta_s: float | None
     evaluation: dict[str, Any] | None = None
+    message: str | None = None  # a line to show as is (the plan, before the first step)
 
 
 def append_row(path: Path, row: dict[str, Any]) -> None:

@@ -180,6 +180,12 @@ def _train(spec: FinetuneSpec, p: Prepared, world: Any, run_dir: Path, resume_fr
     log = run_dir / monitor.LOG if world.is_main else None
     if log is not None and spec.resume is not None:  # no checkpoint yet (a killed run): the log starts again
         monitor.keep_rows_until(log, int(resume_from.name.split("-")[-1]) if resume_from else -1)
+    if on_progress is not None and world.is_main:
+        plan = p.plan
+        on_progress(monitor.TrainProgress(0, plan.steps, 0, None, None, None, None, message=(
+            f"{plan.method}: {'PoSE window' if spec.pose else 'full length'} {plan.seq_len:,} -> target "
+            f"{plan.target:,}; a step is {plan.tokens_per_step:,} tokens ({plan.global_batch} sequences), "
+            f"{plan.steps} steps = {plan.total_tokens:,} tokens; dtype {p.dtype} ({p.dtype_why})")))
     set_seed(spec.seed)  # LoRA's initial A matrices
     model = build_model(p.source, p.plan.config, p.device)
     if spec.lora is not None:
@@ -260,7 +266,7 @@ def _finish(p: Prepared, trainer: Any, run_dir: Path, log: Path | None) -> Finet
     monitor.plot_loss(log, p.spec.output / monitor.PLOT)
     note_written(p.spec.output, [monitor.LOG, monitor.PLOT])
     shutil.rmtree(run_dir, ignore_errors=True)
-    notes = [f"a step is {p.plan.tokens_per_step:,} tokens ({p.plan.global_batch} sequences of {p.plan.seq_len:,})"]
+    notes = []
     if p.source.resolved.is_gguf and not getattr(written, "notes", None):
         notes.append("the GGUF input was dequantized and trained; convert the output back with llama.cpp's "
                      "convert_hf_to_gguf.py")
