@@ -1,0 +1,1 @@
+"""finetune: the written checkpoint (output), training and the command."""
