@@ -116,6 +116,9 @@ def _final_config(config: Mapping[str, Any], model: Any, provenance: Mapping[str
     record = Record.of(config)
     tuned = {**dict(provenance), "layout": layout, "dtype": torch_dtype}
     out = record.with_(finetune=tuned).written_into(config)
+    quant = out.get("quantization_config")
+    if isinstance(quant, Mapping) and quant.get("quant_method") == "gguf":
+        out.pop("quantization_config")  # the weights written are the dequantized floats
     out["torch_dtype"] = torch_dtype  # transformers 4 reads torch_dtype, 5 reads dtype (and torch_dtype)
     if "dtype" in out:
         out["dtype"] = torch_dtype

@@ -3,9 +3,10 @@ model trained with, merging, and saving weights, adapters and a dequantized GGUF
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +114,24 @@ def _cast_state_dict(model: Any, torch_dtype: str, tied: bool) -> dict[str, Any]
 def save_full(model: Any, folder: Path, torch_dtype: str, tied: bool) -> None:
     """save_pretrained in ``torch_dtype`` (safetensors, sharded as transformers shards); config.json is rewritten
     afterwards by the caller."""
-    model.save_pretrained(str(folder), state_dict=_cast_state_dict(model, torch_dtype, tied))
+    with _dequantized(model):
+        model.save_pretrained(str(folder), state_dict=_cast_state_dict(model, torch_dtype, tied))
+
+
+@contextlib.contextmanager
+def _dequantized(model: Any) -> Iterator[None]:
+    """A model loaded from a GGUF holds plain float weights (transformers dequantized them) but keeps its GGUF
+    quantizer, whose save_pretrained refuses to serialize: the weights are saved as the floats they are."""
+    quantizer = getattr(model, "hf_quantizer", None)
+    method = getattr(getattr(quantizer, "quantization_config", None), "quant_method", None)
+    if quantizer is None or str(getattr(method, "value", method)) != "gguf":
+        yield
+        return
+    model.hf_quantizer = None
+    try:
+        yield
+    finally:
+        model.hf_quantizer = quantizer
 
 
 def save_adapter(model: Any, folder: Path, torch_dtype: str, base: Path) -> None:

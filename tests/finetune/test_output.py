@@ -327,3 +327,32 @@ def test_recommend_refuses_runs_on_other_documents(ppl_runs: dict[str, Any]) -> 
 
     one_line(["recommend", "-t", "300", "--ppl", str(ppl_runs["runs"]["base"][0]), "--ppl", str(fewer)],
              "other documents at 300 tokens")
+
+
+@pytest.mark.slow
+def test_gguf_source_writes_a_dequantized_base(smollm2: Path, tmp_path: Path) -> None:
+    """The embedded SmolLM2 GGUF, fine-tuned with LoRA and not merged: OUT/base holds transformers' own dequantized
+    weights under the patched config, OUT loads as base + adapter, and the notes say how to convert back."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from ropectl.finetune.output import write_checkpoint
+    from ropectl.rope.methods import parse_spec
+    from ropectl.schema.apply import plan_config
+
+    where = {"gguf_file": smollm2.name}
+    config = plan_config(AutoConfig.from_pretrained(str(smollm2.parent), **where).to_dict(), parse_spec("yarn:4")).config
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "config.json").write_text(json.dumps(config))
+    hf_config = AutoConfig.from_pretrained(str(tmp_path / "cfg"))
+    model = AutoModelForCausalLM.from_pretrained(str(smollm2.parent), config=hf_config, **where).eval()
+    dequantized = {k: v.clone() for k, v in model.state_dict().items()}
+    model = ft.lora(model)
+    before = ft.logits(model, ft.ids(64))
+    out = write_checkpoint(tmp_path / "out", model, AutoTokenizer.from_pretrained(str(smollm2.parent), **where),
+                           config, ft.PROVENANCE, merge=False, dtype="fp32", force=False, source=smollm2)
+    assert out.base is not None and any("convert_hf_to_gguf.py" in n and "convert_lora_to_gguf.py" in n
+                                        for n in out.notes)
+    base = _tensors(out.base)
+    assert all(torch.equal(base[k], v) for k, v in dequantized.items() if k in base) and "model.embed_tokens.weight" in base
+    assert float((ft.logits(_load(out.path), ft.ids(64)) - before).abs().max()) <= 1e-4
