@@ -21,6 +21,7 @@ then read back by transformers and checked against ropectl's own frequencies, as
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +87,7 @@ def write_checkpoint(output: Path, model: Any, tokenizer: Any, config: Mapping[s
     for the adapter layout's base. ``target``: the context the summary checks engines at (default: the config's).
     """
     output = real_output(Path(output))
+    source = Path(source) if source is not None else None
     check_output(output, source, force)
     layout = layout_of(model, merge)
     if layout == "adapter" and (source is None or not source.exists()):
@@ -94,9 +96,11 @@ def write_checkpoint(output: Path, model: Any, tokenizer: Any, config: Mapping[s
     torch_dtype = weights.resolve_dtype(dtype, config)
     expected = _expected(config)
     weights.check_trained_rope(model, expected)  # the RoPE trained with is the RoPE written
+    tied = _ties(config, model)  # before a merge: peft's merge rewrites the model's config
     if layout == "merged":
         model = weights.merged(model)
-    final, warnings = _final_config(config, model, provenance, layout, torch_dtype)
+    final = _final_config(config, provenance, layout, torch_dtype)
+    warnings = _untie(final, model) if layout != "adapter" and tied else []
     with staged_dir(output, force=force, command="finetune") as staging:
         files, verified = _write(staging, output, layout, model, tokenizer, final, torch_dtype, source, expected)
     lines = _lines(verified, final, expected, target)
@@ -110,9 +114,9 @@ def _expected(config: Mapping[str, Any]) -> dict[str, RopeParams]:
     return expected_ropes(model.rope, model.layer_ropes)
 
 
-def _final_config(config: Mapping[str, Any], model: Any, provenance: Mapping[str, Any], layout: str,
-                  torch_dtype: str) -> tuple[dict[str, Any], list[str]]:
-    """``config`` with the fine-tune's record and the facts of the weights written (dtype, tying)."""
+def _final_config(config: Mapping[str, Any], provenance: Mapping[str, Any], layout: str,
+                  torch_dtype: str) -> dict[str, Any]:
+    """``config`` with the fine-tune's record and the weights' dtype."""
     record = Record.of(config)
     tuned = {**dict(provenance), "layout": layout, "dtype": torch_dtype}
     out = record.with_(finetune=tuned).written_into(config)
@@ -122,19 +126,23 @@ def _final_config(config: Mapping[str, Any], model: Any, provenance: Mapping[str
     out["torch_dtype"] = torch_dtype  # transformers 4 reads torch_dtype, 5 reads dtype (and torch_dtype)
     if "dtype" in out:
         out["dtype"] = torch_dtype
-    warnings = []
-    if layout == "merged" and _ties(out, model) and weights.untied(model):
-        # peft's modules_to_save trains a copy of the embeddings while lm_head keeps the original (peft #2777):
-        # the model that was trained is untied, so it is written untied (lm_head saved), not re-tied
-        out["tie_word_embeddings"] = False
-        warnings.append("the base ties lm_head to the input embeddings, but training changed only the embeddings' "
-                        "copy (peft modules_to_save): written untied (tie_word_embeddings false, lm_head saved), as "
-                        "trained; train with LoraConfig(ensure_weight_tying=True) to keep them tied")
-    return out, warnings
+    return out
+
+
+def _untie(final: dict[str, Any], model: Any) -> list[str]:
+    """peft's modules_to_save trains a copy of tied embeddings while lm_head keeps the original (peft #2777): the
+    model that was trained is untied, so it is written untied (lm_head saved) rather than re-tied on load."""
+    if not weights.untied(model):
+        return []
+    final["tie_word_embeddings"] = False
+    return ["the config ties lm_head to the input embeddings, but training changed them apart (peft modules_to_save "
+            "trains a copy of the embeddings): written untied (tie_word_embeddings false, lm_head saved), as trained; "
+            "train with LoraConfig(ensure_weight_tying=True) to keep them tied"]
 
 
 def _ties(config: Mapping[str, Any], model: Any) -> bool:
-    """Whether the config ties lm_head to the embeddings (where it says nothing, the model class's default)."""
+    """Whether the config ties lm_head to the embeddings (where it says nothing, the loaded model's: its class
+    default)."""
     default = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
     return bool(config.get("tie_word_embeddings", default))
 
@@ -196,8 +204,6 @@ def _dump(config: Mapping[str, Any]) -> str:
 
 def _check_written(folder: Path, config: Mapping[str, Any]) -> None:
     """config.json on disk is the config meant (a later save_pretrained call must not have rewritten it)."""
-    import json
-
     if json.loads((folder / CONFIG).read_text(encoding="utf-8")) != json.loads(_dump(config)):
         raise CheckpointError(f"'{folder / CONFIG}' was rewritten after ropectl wrote it",
                               "nothing was written; report this with the transformers version")
