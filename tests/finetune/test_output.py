@@ -356,3 +356,22 @@ def test_gguf_source_writes_a_dequantized_base(smollm2: Path, tmp_path: Path) ->
     base = _tensors(out.base)
     assert all(torch.equal(base[k], v) for k, v in dequantized.items() if k in base) and "model.embed_tokens.weight" in base
     assert float((ft.logits(_load(out.path), ft.ids(64)) - before).abs().max()) <= 1e-4
+
+
+def test_per_layer_rope_is_checked_per_layer_type(tmp_path: Path) -> None:
+    """Gemma3 (full and sliding attention, one rotary module with a buffer per layer type): the written folder is
+    verified, and a model built without the patched config is refused (only the full-attention layers change)."""
+    from transformers import AutoModelForCausalLM
+
+    from ropectl.errors import VerificationError
+    from ropectl.finetune.output import write_checkpoint
+
+    source = build("gemma3", tmp_path / "src")
+    config = ft.patched_config(source, "linear:4")
+    out = write_checkpoint(tmp_path / "out", ft.build_model(source, config), None, config, ft.PROVENANCE, merge=False,
+                           dtype="fp32", force=False, source=source)
+    assert out.lines[0].startswith("verified OUT")
+    with pytest.raises(VerificationError, match="full_attention"):
+        write_checkpoint(tmp_path / "bad", AutoModelForCausalLM.from_pretrained(str(source)), None, config,
+                         ft.PROVENANCE, merge=False, dtype="fp32", force=False, source=source)
+    assert not (tmp_path / "bad").exists()
