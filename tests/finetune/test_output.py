@@ -296,6 +296,7 @@ def test_eval_ppl_and_inspect_take_the_written_folders(written: dict[str, Any], 
     for folder in (written["adapter"][0].path, written["merged"][0].path):
         report = json.loads(_invoke("inspect", str(folder), "--json").stdout)
         assert (report["rope_type"], report["factor"], report["trained_context"]) == ("linear", 4.0, 256)
+        assert report["finetune"]["layout"] == folder.name and report["finetune"]["steps"] == ft.PROVENANCE["steps"]
 
 
 def test_recommend_compares_patched_and_finetuned(ppl_runs: dict[str, Any]) -> None:
