@@ -1,1 +1,0 @@
-"""finetune: the written checkpoint (output), training and the command."""
