@@ -29,8 +29,7 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def written(source: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Each layout of linear:4, written once: {layout: (WrittenCheckpoint, in-memory logits)}."""
-    root = tmp_path_factory.mktemp("ft-out")
-    return {layout: ft.write(root / layout, source, "linear:4", layout) for layout in ("full", "merged", "adapter")}
+    return ft.write_layouts(tmp_path_factory.mktemp("ft-out"), source)
 
 
 def _load(folder: Path) -> Any:
@@ -255,79 +254,6 @@ def test_summary_lines_name_the_engines(written: dict[str, Any]) -> None:
         assert any(r.startswith(engine) for r in readers), readers
     assert not checkpoint.notes  # a folder source: nothing to convert back
     assert math.isfinite(len(checkpoint.files)) and ("config.json", "written") in checkpoint.files
-
-
-RUNS = ("adapter", "merged", "base")  # eval-ppl on each written folder, and on the adapter's base (not fine-tuned)
-
-
-def _invoke(*args: str) -> Any:
-    from ropectl.cli.app import app
-    from tests.helpers.cli import runner
-
-    return runner.invoke(app, list(args))
-
-
-@pytest.fixture(scope="module")
-def ppl_runs(written: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """eval-ppl at 64 and 300 tokens on 8 documents of 400 characters, per folder: {name: (out folder, table)}."""
-    from tests.helpers.eval_data import write_corpus
-
-    root = tmp_path_factory.mktemp("ft-ppl")
-    corpus = write_corpus(root / "corpus", [400] * 8)
-    folders = {"adapter": written["adapter"][0].path, "merged": written["merged"][0].path,
-               "base": written["adapter"][0].base}
-    out = {}
-    for name in RUNS:
-        result = _invoke("eval-ppl", str(folders[name]), "-l", "64,300", "-d", str(corpus), "-o", str(root / name),
-                         "--dtype", "fp32", "--cache-dir", str(root / "cache"), "--json")
-        assert result.exit_code == 0, result.output
-        out[name] = (root / name, {(r["method"], r["length"]): r for r in json.loads(result.stdout)["table"]})
-    return {"runs": out, "corpus": corpus, "root": root, "folders": folders}
-
-
-def test_eval_ppl_and_inspect_take_the_written_folders(written: dict[str, Any], ppl_runs: dict[str, Any]) -> None:
-    """eval-ppl scores the adapter folder as the fine-tuned model (base + adapter: equal to the merged folder of the
-    same LoRA), not as its base; inspect reads the patched RoPE from either."""
-    scores = {name: table for name, (_, table) in ppl_runs["runs"].items()}
-    for key, row in scores["merged"].items():
-        same = abs(scores["adapter"][key]["nll_sum"] - row["nll_sum"])
-        other = abs(scores["base"][key]["nll_sum"] - row["nll_sum"])  # negative control: the LoRA's own effect
-        assert same <= 2e-3 and other > 50 * 2e-3, (key, same, other)
-    for folder in (written["adapter"][0].path, written["merged"][0].path):
-        report = json.loads(_invoke("inspect", str(folder), "--json").stdout)
-        assert (report["rope_type"], report["factor"], report["trained_context"]) == ("linear", 4.0, 256)
-        assert report["finetune"]["layout"] == folder.name and report["finetune"]["steps"] == ft.PROVENANCE["steps"]
-
-
-def test_recommend_compares_patched_and_finetuned(ppl_runs: dict[str, Any]) -> None:
-    """recommend --ppl PATCHED --ppl FINETUNED: the fine-tune is one more row, paired per document with the
-    patched model's; the winner ships as its folder when it is the fine-tune."""
-    (base, base_table), (merged, merged_table) = ppl_runs["runs"]["base"], ppl_runs["runs"]["merged"]
-    result = _invoke("recommend", "-t", "300", "--ppl", str(base), "--ppl", str(merged), "--json")
-    assert result.exit_code == 0, result.output
-    data = json.loads(result.stdout)
-    evidence = {e["method"]: e for e in data["evidence"]}
-    assert set(evidence) == {"as-is", "merged"}
-    assert math.isclose(evidence["as-is"]["ppl_target"], base_table[("as-is", 300)]["ppl"], rel_tol=1e-9)
-    assert math.isclose(evidence["merged"]["ppl_target"], merged_table[("as-is", 300)]["ppl"], rel_tol=1e-9)
-    (rival,) = data["rivals"]  # paired over the 8 documents, as two methods of one run would be
-    assert rival["method"] in evidence and rival["docs"] == 8
-    if data["winner"] == "merged":
-        assert data["commands"] == [f"# ship {ppl_runs['folders']['merged']} as it is (its config already holds the "
-                                    "RoPE it was evaluated with)"]
-    else:
-        assert data["commands"] == []
-
-
-def test_recommend_refuses_runs_on_other_documents(ppl_runs: dict[str, Any]) -> None:
-    root = ppl_runs["root"]
-    fewer = root / "merged-5"
-    assert _invoke("eval-ppl", str(ppl_runs["folders"]["merged"]), "-l", "300", "-d", str(ppl_runs["corpus"]), "-n",
-                   "5", "-o", str(fewer), "--dtype", "fp32", "--cache-dir", str(root / "cache")).exit_code == 0
-    from tests.helpers.cli import one_line
-
-    one_line(["recommend", "-t", "300", "--ppl", str(ppl_runs["runs"]["base"][0]), "--ppl", str(fewer)],
-             "other documents at 300 tokens")
 
 
 @pytest.mark.slow

@@ -84,3 +84,8 @@ def write(out: Path, source: Path, spec: str, layout: str, seed: int = 0, **kwar
                                dtype=kwargs.pop("dtype", "fp32"), force=kwargs.pop("force", False), source=source,
                                **kwargs)
     return written, before
+
+
+def write_layouts(root: Path, source: Path, spec: str = "linear:4") -> dict[str, tuple[Any, Any]]:
+    """Each layout of one fine-tune (the same seeded LoRA for merged and adapter): {layout: (written, logits)}."""
+    return {layout: write(root / layout, source, spec, layout) for layout in ("full", "merged", "adapter")}
