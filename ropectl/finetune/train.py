@@ -31,7 +31,6 @@ from ropectl.finetune.runs import (
     stop_signals,
 )
 from ropectl.finetune.spec import FinetuneSpec
-from ropectl.output import dumps
 
 __all__ = ["FinetuneInterrupted", "FinetuneResult", "dry_run_plan", "finetune", "prepare", "run_dir_for"]
 
@@ -123,13 +122,13 @@ def prepare(spec: FinetuneSpec, world_size: int = 1, local_rank: int = 0) -> Pre
     from ropectl.eval.corpus import load_corpus, make_source
     from ropectl.eval.model import load_tokenizer, model_source, resolve_device, resolve_dtype_choice, trained_context
     from ropectl.finetune.data import split
+    from ropectl.finetune.output import check_output
     from ropectl.finetune.plan import make_plan
-    from ropectl.io.files import check_output_dir
 
     source = model_source(spec.model)
     plan = make_plan(spec, source.config, trained_context(source.config), world_size)
-    if not spec.dry_run:
-        check_output_dir(spec.output, source.resolved.folder if not source.resolved.is_gguf else None, spec.force)
+    if not spec.dry_run:  # the writer's own refusals, before any training
+        check_output(spec.output, source.resolved.path, spec.force)
     device = resolve_device(spec.device, local_rank)
     dtype, why = resolve_dtype_choice(spec.dtype, device)
     tokenizer = load_tokenizer(source.path, source.kwargs)
@@ -245,7 +244,7 @@ def _evaluator(model: Any, engine: Any, held_out: Any, lengths: list[int], dtype
 def _finish(p: Prepared, trainer: Any, run_dir: Path, log: Path | None) -> FinetuneResult:
     """Rank 0 writes the checkpoint (ft-output's write_checkpoint), then the log and plot beside it."""
     from ropectl.eval.dist import world_from_env
-    from ropectl.finetune import monitor
+    from ropectl.finetune import monitor, output
     from ropectl.io.files import atomic_write_text
     from ropectl.io.ownership import note_written
 
@@ -259,8 +258,8 @@ def _finish(p: Prepared, trainer: Any, run_dir: Path, log: Path | None) -> Finet
         return FinetuneResult(p.spec.output, p.plan.to_dict(), prov, None, None)
     model = trainer.accelerator.unwrap_model(trainer.model)
     source = p.source.resolved.path  # the folder or the .gguf file trained from (the adapter layout's base)
-    written = write_checkpoint(p.spec.output, model, p.tokenizer, p.plan.config, prov, merge=p.spec.merge,
-                               dtype=p.dtype, force=p.spec.force, source=source)
+    written = output.write_checkpoint(p.spec.output, model, p.tokenizer, p.plan.config, prov, merge=p.spec.merge,
+                                      dtype=p.dtype, force=p.spec.force, source=source, target=p.plan.target)
     assert log is not None
     atomic_write_text(p.spec.output / monitor.LOG, log.read_text(encoding="utf-8"))
     monitor.plot_loss(log, p.spec.output / monitor.PLOT)
@@ -272,31 +271,6 @@ def _finish(p: Prepared, trainer: Any, run_dir: Path, log: Path | None) -> Finet
                      "convert_hf_to_gguf.py")
     return FinetuneResult(p.spec.output, p.plan.to_dict(), prov, losses[-1] if losses else None,
                           evals[-1] if evals else None, written, notes)
-
-
-def write_checkpoint(output: Path, model: Any, tokenizer: Any, config: dict[str, Any], provenance: dict[str, Any], *,
-                     merge: bool, dtype: str, force: bool, source: Path | None) -> Any:
-    """ft-output's ``ropectl.finetune.output.write_checkpoint`` where present, else a minimal stand-in (removed once
-    that module lands): weights, tokenizer and the patched config.json with the provenance in ropectl's record."""
-    try:
-        from ropectl.finetune.output import write_checkpoint as real
-    except ImportError:
-        real = None
-    if real is not None:
-        return real(output, model, tokenizer, config, provenance, merge=merge, dtype=dtype, force=force, source=source)
-    import torch
-
-    from ropectl.io.files import staged_dir
-
-    if merge:
-        model = model.merge_and_unload()
-    with staged_dir(output, force=force, command="finetune") as staging:
-        model.to({"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]).save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        record = dict(config.get("ropectl") or {})
-        record["finetune"] = provenance
-        (staging / "config.json").write_text(dumps({**config, "ropectl": record}, indent=2) + "\n", encoding="utf-8")
-    return {"path": str(output), "layout": "merged" if merge else ("adapter" if hasattr(model, "peft_config") else "full")}
 
 
 def dry_run_plan(spec: FinetuneSpec) -> dict[str, Any]:
