@@ -125,6 +125,8 @@ def prepare(spec: FinetuneSpec, world_size: int = 1, local_rank: int = 0) -> Pre
     from ropectl.finetune.output import check_output
     from ropectl.finetune.plan import make_plan
 
+    if spec.lora is not None:
+        _require_peft()
     source = model_source(spec.model)
     plan = make_plan(spec, source.config, trained_context(source.config), world_size)
     if not spec.dry_run:  # the writer's own refusals, before any training
@@ -136,6 +138,14 @@ def prepare(spec: FinetuneSpec, world_size: int = 1, local_rank: int = 0) -> Pre
     parts = split(corpus.documents, plan.span, spec.held_out, plan.target, spec.seed,
                   tokenizer.bos_token_id, tokenizer.eos_token_id, corpus.name, spec.held_out_docs)
     return Prepared(spec, source, plan, tokenizer, parts, corpus.name, device, dtype, why)
+
+
+def _require_peft() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("peft") is None:
+        raise UsageError("--lora trains peft adapters, and peft is not installed",
+                         "pip install 'ropectl[finetune]' (or drop --lora for a full fine-tune)")
 
 
 def provenance(p: Prepared, steps_done: int) -> dict[str, Any]:
