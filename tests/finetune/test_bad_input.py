@@ -79,3 +79,13 @@ def test_named_held_out_documents(ft_model: Path, ft_corpus: Path, isolated: Pat
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["held_out"] == ["doc05.txt", "doc07.txt"]
     one_line([*base, "--held-out", "doc05.txt,hamlet"], "no document 'hamlet'")
+
+
+def test_lora_without_peft(ft_model: Path, ft_corpus: Path, isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else real(name, *a))
+    one_line(["finetune", str(ft_model), "-m", "yarn:4", "--data", str(ft_corpus), "-o", str(isolated / "out"),
+              "--lora", "4"], "peft is not installed", "ropectl[finetune]")
+    assert not (isolated / "out").exists()
