@@ -24,6 +24,8 @@ DataOpt = Annotated[Optional[str], opt("--data", panel=DATA, help=(
 HeldOutOpt = Annotated[str, opt("--held-out", panel=DATA, help=(
     "Documents held out for evaluation, never trained on: a count K (seeded draw) or ID,ID,... as the corpus names "
     "them, e.g. tragedies/hamlet [default: 2]."))]
+MaxDocsOpt = Annotated[Optional[int], opt("--max-docs", panel=DATA, help=(
+    "Read only the corpus's first N documents (required for a hub dataset, which is streamed) [default: all]."))]
 PoseOpt = Annotated[bool, opt("--pose", panel=TRAIN, help="PoSE: train in a short window with skipped positions (default).")]
 FullOpt = Annotated[bool, opt("--full", panel=TRAIN, help="Train sequences of the target length.")]
 WindowOpt = Annotated[Optional[str], opt("--window", panel=TRAIN,
@@ -53,7 +55,8 @@ ResumeOpt = Annotated[Optional[Path], opt("--resume", panel=OUT, help="Continue 
 def finetune(
     model: ModelArg, method: MethodOpt = None, factor: FactorOpt = None, target_length: TargetOpt = None,
     preset: PresetOpt = None, config: ConfigOpt = None, set_: SetOpt = None,
-    data: DataOpt = None, held_out: HeldOutOpt = "2", output: OutputOpt = None, pose: PoseOpt = False,
+    data: DataOpt = None, max_docs: MaxDocsOpt = None, held_out: HeldOutOpt = "2", output: OutputOpt = None,
+    pose: PoseOpt = False,
     full: FullOpt = False, window: WindowOpt = None, steps: StepsOpt = 200, lr: LrOpt = 2e-5, warmup: WarmupOpt = None,
     batch_tokens: BatchTokensOpt = None, batch_size: BatchSizeOpt = None, grad_accum: AccumOpt = None,
     lora: LoraOpt = None, lora_alpha: AlphaOpt = None, train_embeddings_norms: EmbNormOpt = False,
@@ -81,7 +84,7 @@ def finetune(
         lr=lr, warmup=warmup, batch_tokens=None if batch_tokens is None else parse_length(batch_tokens),
         batch_size=batch_size, grad_accum=grad_accum, lora=lora, lora_alpha=lora_alpha,
         train_embeddings_norms=train_embeddings_norms, merge=merge, seed=seed, eval_every=eval_every,
-        held_out=int(held_out) if held_out.strip().isdigit() else 0, held_out_docs=_names(held_out),
+        held_out=int(held_out) if held_out.strip().isdigit() else 0, held_out_docs=_names(held_out), max_docs=max_docs,
         dtype=dtype or "auto", device=device or "auto", dry_run=dry_run, resume=resume, force=force,
         context_parallel=context_parallel)
     if dry_run:

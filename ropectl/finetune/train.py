@@ -134,7 +134,11 @@ def prepare(spec: FinetuneSpec, world_size: int = 1, local_rank: int = 0) -> Pre
     device = resolve_device(spec.device, local_rank)
     dtype, why = resolve_dtype_choice(spec.dtype, device)
     tokenizer = load_tokenizer(source.path, source.kwargs)
-    corpus = load_corpus(make_source(spec.data, spec.split, spec.text_field), tokenizer, None)
+    data = make_source(spec.data, spec.split, spec.text_field)
+    if data.identity.get("kind") == "hub" and spec.max_docs is None:  # a stream has no end to wait for
+        raise UsageError(f"'{spec.data}' is a hub dataset, streamed document by document, and would be read to its end",
+                         "pass --max-docs N (e.g. 2000) to train on its first N documents")
+    corpus = load_corpus(data, tokenizer, spec.max_docs)
     parts = split(corpus.documents, plan.span, spec.held_out, plan.target, spec.seed,
                   tokenizer.bos_token_id, tokenizer.eos_token_id, corpus.name, spec.held_out_docs)
     return Prepared(spec, source, plan, tokenizer, parts, corpus.name, device, dtype, why)

@@ -21,7 +21,8 @@ from tests.helpers.cli import one_line
     (["-m", "yarn:4", "--context-parallel", "2"], ["context parallelism"]),
     (["-m", "yarn:4", "--batch-tokens", "100"], ["--batch-tokens"]),
     (["-m", "yarn:4", "--data", "no-such-corpus.txt"], ["no such file"]),
-    (["-m", "yarn:4", "--data", "nobody/no-such-dataset"], ["unreachable dataset"]),
+    (["-m", "yarn:4", "--data", "nobody/no-such-dataset"], ["--max-docs"]),
+    (["-m", "yarn:4", "--data", "nobody/no-such-dataset", "--max-docs", "10"], ["unreachable dataset"]),
     (["-m", "yarn:4", "--held-out", "8"], ["--held-out"]),
 ])
 def test_refused_in_one_line_with_nothing_written(ft_model: Path, ft_corpus: Path, isolated: Path, extra: list[str],
