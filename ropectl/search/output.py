@@ -17,6 +17,7 @@ from ropectl.search.run import SearchRequest, Setup, estimate_lines, prepare
 
 SUMMARY = "search.json"
 MODEL_DIR = "model"
+FACTORS = "longrope-factors.json"
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ def run_search(req: SearchRequest, say: Callable[[str], None] | None = None) -> 
     lines = report_lines(report, setup.trained, req.target)
     summary = _summary(req, setup, report, trials)
     summary["output"] = write_winner(req, report.ships, summary)
-    summary["plots"] = _plots(req.out, trials, setup, report.ships)
+    summary["plots"] = _plots(req.out, trials, setup, report.found)
     atomic_write_text(req.out / SUMMARY, dumps(summary, indent=2) + "\n")
     return SearchResult(req.out, summary, tuple(lines))
 
@@ -68,6 +69,7 @@ def _search(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> tup
 def _stage2(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> tuple[str | None, list[dict[str, Any]]]:
     from ropectl.rope.methods import parse_spec
     from ropectl.search.optimize import factors_of, longrope_spec, run_stage2
+    from ropectl.search.spaces import spec_text
     from ropectl.search.study import write_trials
 
     seeds = [factors_of(parse_spec(text), setup) for text in setup.reference if parse_spec(text).factor is not None]
@@ -76,9 +78,9 @@ def _stage2(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> tup
     if best is None:
         return None, rows
     spec = longrope_spec(best, setup.space.factor, setup)
-    factors = req.out / "longrope-factors.json"
-    atomic_write_text(factors, dumps(dict(spec.options), indent=2) + "\n")
-    return spec.label, rows
+    # the factors as `ropectl patch --longrope-file` reads them, beside the spec (which holds them too)
+    atomic_write_text(req.out / FACTORS, dumps(dict(spec.options), indent=2) + "\n")
+    return spec_text(spec), rows
 
 
 def _pairs(setup: Setup) -> int:
@@ -121,12 +123,20 @@ def write_winner(req: SearchRequest, spec_text: str, summary: dict[str, Any]) ->
             "verification": result.verification}
 
 
-def _plots(out: Path, trials: list[dict[str, Any]], setup: Setup, ships: str) -> list[str]:
-    """search2's plots where matplotlib and ropectl.search.plot are there; a missing plot is not a failed search."""
+def _plots(out: Path, trials: list[dict[str, Any]], setup: Setup, found: str | None) -> list[str]:
+    """The fitness over trials, and for a longrope search the factors per dimension against YaRN's
+    (``ropectl.search.plot``); a plot that cannot be drawn is not a failed search."""
     try:
         from ropectl.search import plot
     except ImportError:
         return []
+    from ropectl.rope.methods import parse_spec
+    from ropectl.search.optimize import factors_of
+
     paths = [out / "trials.png"]
     plot.plot_trials(trials, paths[0])
+    if found and setup.space.stage == 2:
+        yarn = factors_of(parse_spec(f"yarn:{setup.space.factor:g}"), setup)
+        paths.append(out / "factors.png")
+        plot.plot_factors(tuple(dict(parse_spec(found).options)["long_factor"]), yarn, paths[1])
     return [str(p) for p in paths]

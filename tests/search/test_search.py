@@ -123,3 +123,30 @@ def test_cli_prints_the_spec_and_json(tiny_model: Path, corpus: Path, isolated: 
     parse_spec(data["best"]["spec"])
     assert data["space"] == "ntk" and data["answer_loss"] is False
     assert "estimate: one trial is about" in result.stderr
+
+
+def test_stage2_glue_seeds_fitness_and_written_longrope(tiny_model: Path, corpus: Path, isolated: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--space longrope through the evolutionary stage's interface (a stand-in that scores its seeds): seeds are
+    per-pair factors in [1, s], non-decreasing; the best is written as longrope with short_factor all ones."""
+    import sys
+    import types
+
+    seen: list[tuple[tuple[float, ...], float | None]] = []
+
+    def evolve(fitness, seeds, factor, *, population, iterations, seed, should_stop=None, **kw):  # noqa: ANN001, ANN003, ANN202
+        for s in seeds:
+            seen.append((tuple(s), fitness(tuple(s))))
+        scored = [(f, s) for s, f in seen if f is not None]
+        best_f, best = min(scored)
+        return types.SimpleNamespace(best=best, best_fitness=best_f,
+                                     trials=[{"factors": list(s), "fitness": f} for s, f in seen])
+
+    monkeypatch.setitem(sys.modules, "ropectl.search.longrope", types.SimpleNamespace(evolve=evolve))
+    result = run_search(request(tiny_model, corpus, isolated / "out", space="longrope", samples=0, answer_loss=False))
+    assert seen and all(len(s) == 8 for s, _ in seen)  # head_dim 16: 8 rotary pairs
+    for s, _ in seen:
+        assert all(1.0 - 1e-9 <= x <= 2.0 + 1e-9 for x in s) and list(s) == sorted(s)
+    found = parse_spec(result.summary["best"]["found"])
+    assert found.name == "longrope" and dict(found.options)["short_factor"] == [1.0] * 8
+    assert (result.out / "longrope-factors.json").is_file() and (result.out / "trials.json").is_file()
