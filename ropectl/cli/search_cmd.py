@@ -89,8 +89,10 @@ def search_cmd(
         typer.echo(line)
     typer.echo(f"best.spec: {result.spec}")
     written = result.summary.get("output") or {}
-    for line in (written.get("emit") or {}).get("lines", []) if isinstance(written.get("emit"), dict) else []:
-        typer.echo(line)
+    for warning in written.get("warnings", []):
+        typer.echo(f"warning: {warning}", err=True)
+    if (written.get("emit") or {}).get("command"):
+        typer.echo(written["emit"]["command"])  # the serving line, as `ropectl patch --emit` prints it
     if written.get("path"):
         typer.echo(f"written: {written['path']} (re-run eval-ppl / eval-tasks / patch with -m '{result.spec}')")
 

@@ -37,13 +37,13 @@ def test_the_start_is_the_closed_form_and_the_factor_is_fixed() -> None:
     assert yarn.spec(start).factor == 4.0
     ntk = build_space("ntk", 2.0)
     assert [(b.name, b.low, b.high) for b in ntk.bounds] == [(FACTOR, 1.0, 4.0)]
-    assert ntk.spec({FACTOR: 1.0}).name == "none"  # factor 1 is the model as trained
+    assert ntk.bounds[0].step == 0.5 and ntk.spec({FACTOR: 1.0}).name == "none"  # factor 1 is the model as trained
     assert values_of(ntk.spec({FACTOR: 2.5}), ntk) == {FACTOR: 2.5}
 
 
 def test_grid_snapping() -> None:
     bound = build_space("ntk", 2.0).bounds[0]
-    assert bound.grid(2.52) == 2.5 and bound.grid(9) == 4.0 and bound.grid(0) == 1.0
+    assert bound.grid(2.7) == 2.5 and bound.grid(9) == 4.0 and bound.grid(0) == 1.0
 
 
 def test_pruning_lengths_are_above_the_trained_context_only() -> None:
