@@ -78,10 +78,12 @@ def search_cmd(
                         force=force, emit=emit, population=population, iterations=iterations)
     try:
         result = run_search(req, lambda line: typer.echo(line, err=True))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        from ropectl.eval.interrupt import Terminated
+
         typer.echo(f"search stopped: finished trials are kept in {folder}; resume with: {resume_command(folder)}",
                    err=True)
-        raise typer.Exit(130) from None
+        raise typer.Exit(143 if isinstance(exc, Terminated) else 130) from None
     if json_out:
         typer.echo(dumps(result.summary))
         return

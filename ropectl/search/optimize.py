@@ -35,6 +35,15 @@ def run_stage1(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> 
     def objective(trial: Any) -> float:
         spec = setup.space.spec(suggest(trial, setup.space))
         trial.set_user_attr("spec", spec.label)
+        seen = _seen(study, trial)
+        if seen is not None:  # a point already measured (a small discrete space repeats): its outcome, no forward
+            trial.set_user_attr("repeat_of", seen.number)
+            for key, value in seen.user_attrs.items():
+                if key not in ("spec", "repeat_of"):
+                    trial.set_user_attr(key, value)
+            if seen.value is None:
+                raise optuna.TrialPruned()
+            return float(seen.value)
 
         def on_length(step: int, value: float) -> None:
             trial.report(value, step)
@@ -61,6 +70,16 @@ def run_stage1(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> 
         study.optimize(objective, n_trials=left, timeout=req.minutes * 60 if req.minutes else None,
                        callbacks=callbacks, catch=())
     return study, measured
+
+
+def _seen(study: Any, trial: Any) -> Any | None:
+    """A finished or pruned trial of the study at the same point (the measurements are deterministic)."""
+    from optuna.trial import TrialState
+
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        if t.number != trial.number and t.params == trial.params:
+            return t
+    return None
 
 
 def _record(trial: Any, m: Measured, setup: Setup) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from ropectl.io.files import atomic_write_text
 from ropectl.output import dumps
-from ropectl.search.run import SearchRequest, Setup, estimate_lines, prepare
+from ropectl.search.run import SearchRequest, Setup, prepare
 
 SUMMARY = "search.json"
 MODEL_DIR = "model"
@@ -33,13 +33,12 @@ class SearchResult:
 
 def run_search(req: SearchRequest, say: Callable[[str], None] | None = None) -> SearchResult:
     """The search ``req`` asks for; ``say`` gets the progress lines (the CLI: stderr)."""
+    from ropectl.eval.interrupt import sigterm_as_interrupt
     from ropectl.eval.reuse import reusing
 
     say = say or (lambda line: None)
-    with reusing():
+    with reusing(), sigterm_as_interrupt():  # SIGTERM unwinds as Ctrl-C: Optuna marks the running trial failed
         setup = prepare(req, say)
-        for line in estimate_lines(setup, req.budget, req.minutes):
-            say(line)
         found, trials = _search(req, setup, say)
         from ropectl.search.report import held_out_report, report_lines
 

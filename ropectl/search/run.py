@@ -130,7 +130,10 @@ def _study(req: SearchRequest, identity: dict[str, Any], created: Path | None) -
     from ropectl.search.study import open_study, storage_url
 
     try:
-        return open_study(storage_url(req.out, req.storage), identity, req.seed, req.sampler, req.budget)
+        # Workers sharing a --storage study must not propose the same points: their samplers draw unseeded (the
+        # split and the needles still follow --seed, part of the identity they share).
+        seed = req.seed if req.storage is None else None
+        return open_study(storage_url(req.out, req.storage), identity, seed, req.sampler, req.budget)
     except BaseException:
         if created is not None:  # refused before anything ran: the folders this run made go again
             shutil.rmtree(created, ignore_errors=True)
@@ -167,15 +170,22 @@ def _reference(req: SearchRequest, ev: Evaluator, plan: Plan, docs: list[Any], n
     path = req.out / REFERENCE_FILE
     stored = json.loads(path.read_text()) if req.resume and path.is_file() else None
     if stored and stored.get("identity") == json.loads(dumps(identity)):
-        return {k: Measured.from_dict(v) for k, v in stored["measured"].items()}, float(stored["trial_seconds"])
+        seconds = float(stored["trial_seconds"])
+        for line in estimate_lines(ev, plan, len(docs), len(needles), seconds, req, 1):
+            say(line)
+        return {k: Measured.from_dict(v) for k, v in stored["measured"].items()}, seconds
     specs = grid_specs(str(ev.source.resolved.path), req.target / plan.trained, req.grid)
     say(f"reference: measuring the closed-form grid ({', '.join(specs)}) on {len(docs)} search documents at "
         f"{plan.target} tokens")
-    out, started = {}, time.perf_counter()
-    for text in specs:
+    out, seconds = {}, 0.0
+    for i, text in enumerate(specs):
+        started = time.perf_counter()
         out[text] = measure(ev, parse_spec(text), docs, needles if plan.answer_loss else [],
                             replace(plan, lengths=(plan.target,), limit=None))
-    seconds = (time.perf_counter() - started) / len(specs)  # one candidate at the target, no pruning: a full trial
+        if i == 0:  # one candidate at the target, unpruned: what a full trial costs; the estimate comes first
+            seconds = time.perf_counter() - started
+            for line in estimate_lines(ev, plan, len(docs), len(needles), seconds, req, len(specs)):
+                say(line)
     atomic_write_text(path, dumps({"identity": identity, "trial_seconds": seconds,
                                    "measured": {k: m.to_dict(plan.trained, plan.target) for k, m in out.items()}},
                                   indent=2) + "\n")
@@ -201,19 +211,21 @@ def _best_closed(reference: dict[str, Measured], plan: Plan, limit: float) -> st
     return min(scored)[1] if scored else next(iter(reference))
 
 
-def estimate_lines(setup: Setup, budget: int | None, minutes: float | None) -> list[str]:
-    """The cost before the study starts: one trial against one eval-ppl forward at the target."""
-    ev, plan = setup.ev, setup.plan
+def estimate_lines(ev: Evaluator, plan: Plan, docs: int, needles: int, seconds: float, req: SearchRequest,
+                   grid: int) -> list[str]:
+    """The cost before the study starts, from the first closed form measured: one trial against one eval-ppl
+    forward at the target, the grid, the trials, the held-out comparison."""
     from ropectl.eval.timing import model_shape
 
     shape = model_shape(ev.engine.model)
-    forwards = len(setup.docs) * sum(shape.flops(n) for n in plan.lengths) / shape.flops(plan.target)
-    needles = len(setup.needles) if plan.answer_loss else 0
-    forwards += needles
-    per_forward = setup.trial_seconds / (len(setup.docs) + needles)
+    needles = needles if plan.answer_loss else 0
+    per_forward = seconds / (docs + needles)  # a batch of documents costs one forward each
+    forwards = docs * sum(shape.flops(n) for n in plan.lengths) / shape.flops(plan.target) + needles
     trial = per_forward * forwards
-    count = budget if budget is not None else (None if minutes else DEFAULT_BUDGET)
-    total = f"{count} trials: about {trial * count / 60:.1f} min at most (pruned trials cost less)" if count else \
-        f"as many trials as fit in {minutes:g} min"
-    return [f"estimate: one trial is about {forwards:.1f} forwards of {plan.target} tokens (one eval-ppl forward of "
-            f"{plan.target} tokens took about {per_forward:.2f} s here), about {trial:.1f} s; {total}"]
+    count = req.budget if req.budget is not None else (None if req.minutes else DEFAULT_BUDGET)
+    rest = (grid - 1) * seconds + 2 * per_forward * (req.held_out + max(req.samples, 1))
+    total = f"{count} trials about {trial * count / 60:.1f} min at most (pruned ones cost less)" if count else \
+        f"trials for {req.minutes:g} min"
+    return [f"estimate: one trial is about {forwards:.1f} forwards of {plan.target} tokens, {trial:.1f} s (one eval-ppl "
+            f"forward of {plan.target} tokens took {per_forward:.2f} s here); {total}, plus {rest / 60:.1f} min for the "
+            f"rest of the closed-form grid and the held-out comparison"]

@@ -54,7 +54,7 @@ def open_storage(url: str) -> Any:
         return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
 
 
-def sampler(name: str, seed: int, budget: int | None) -> Any:
+def sampler(name: str, seed: int | None, budget: int | None) -> Any:
     import warnings
 
     import optuna
@@ -77,7 +77,7 @@ def pruner() -> Any:
     return optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=0)
 
 
-def open_study(url: str, identity: Mapping[str, Any], seed: int, sampler_name: str, budget: int | None) -> Any:
+def open_study(url: str, identity: Mapping[str, Any], seed: int | None, sampler_name: str, budget: int | None) -> Any:
     """The study for ``identity`` in ``url``: created, or joined when it is this search's (resume, workers)."""
     import optuna
 
