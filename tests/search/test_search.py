@@ -150,3 +150,12 @@ def test_stage2_glue_seeds_fitness_and_written_longrope(tiny_model: Path, corpus
     found = parse_spec(result.summary["best"]["found"])
     assert found.name == "longrope" and dict(found.options)["short_factor"] == [1.0] * 8
     assert (result.out / "longrope-factors.json").is_file() and (result.out / "trials.json").is_file()
+
+
+def test_workers_share_one_study_through_storage(tiny_model: Path, corpus: Path, isolated: Path) -> None:
+    """Two workers (each its own OUT) on one journal-file study: the second counts the first's trials."""
+    journal = str(isolated / "study.log")
+    run_search(request(tiny_model, corpus, isolated / "w1", budget=2, storage=journal, emit="vllm"))
+    second = run_search(request(tiny_model, corpus, isolated / "w2", budget=3, storage=journal, emit="vllm"))
+    assert len(params(second.out)) == 3  # one new trial: the budget is the study's
+    assert not (isolated / "w1" / "study.db").exists()  # the study lives in --storage only
