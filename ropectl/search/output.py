@@ -46,6 +46,7 @@ def run_search(req: SearchRequest, say: Callable[[str], None] | None = None) -> 
     lines = report_lines(report, setup.trained, req.target)
     summary = _summary(req, setup, report, trials)
     summary["output"] = write_winner(req, report.ships, summary)
+    atomic_write_text(req.out / SUMMARY, dumps(summary, indent=2) + "\n")  # kept even if a plot fails below
     summary["plots"] = _plots(req.out, trials, setup, report.found)
     atomic_write_text(req.out / SUMMARY, dumps(summary, indent=2) + "\n")
     return SearchResult(req.out, summary, tuple(lines))

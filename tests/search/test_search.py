@@ -72,6 +72,7 @@ def test_same_seed_same_trials_and_resume_continues_the_study(tiny_model: Path, 
     (["-t", "4k"], "documents of at least 4096 tokens"),
     (["--space", "longrope2"], "unknown search space"),
     (["--prune-at", "128"], "--prune-at 128"),
+    (["--grid", "0.5"], "--grid"),
 ])
 def test_bad_input_one_line_nothing_written(tiny_model: Path, corpus: Path, isolated: Path, args: list[str],
                                             needle: str) -> None:
