@@ -7,7 +7,6 @@ here, so Python callers get the same errors as the CLI.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,13 +16,13 @@ from ropectl import presets
 from ropectl.errors import UsageError
 from ropectl.families import cards
 from ropectl.rope.choice import MethodChoice, layer, merge, to_method_spec
-from ropectl.rope.methods import Method, MethodSpec, first_where, get_method
+from ropectl.rope.methods import MethodSpec
 from ropectl.schema.write import check_max_positions, check_schema
 
 WRITE = "config"  # --emit config writes; every other --emit value is a serving reader's (readers.emitters)
 PRESET_PREFIX = "patch-"
 __all__ = ["WRITE", "MethodChoice", "emits", "PatchSpec", "build_choice", "load_config_file", "load_preset", "merge",
-           "method_spec", "read_longrope_file"]
+           "method_spec"]
 
 
 @dataclass(frozen=True)
@@ -95,39 +94,9 @@ def load_config_file(path: Path) -> dict[str, Any]:
     return presets.load_toml_table(path, "patch")
 
 
-def read_longrope_file(path: Path, keys: tuple[str, ...] = ()) -> dict[str, list[float]]:
-    """A JSON file with the ``keys`` lists (default: the file method's ``factors_file``, longrope's
-    ``short_factor`` and ``long_factor``); a config.json's rope section works too."""
-    keys = keys or _file_method().factors_file
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"cannot read longrope file '{path}' ({exc.strerror})", "check the path") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"longrope file '{path}' is not valid JSON ({exc})", "fix the JSON") from None
-    if isinstance(data, dict):
-        data = data.get("rope_scaling") or data.get("rope_parameters") or data
-    if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in keys):
-        raise UsageError(f"longrope file '{path}' has no {' and '.join(keys)} lists",
-                         "write {" + ", ".join(f'"{k}": [...]' for k in keys) + "}")
-    return {k: data[k] for k in keys}
-
-
-def _file_method() -> Method:
-    """The method whose record names options --longrope-file supplies (longrope)."""
-    return first_where(lambda m: bool(m.factors_file))
-
-
 def method_spec(choice: MethodChoice) -> MethodSpec:
-    """A validated MethodSpec; a --longrope-file's lists sit under options given any other way."""
-    extra = None
-    if choice.longrope_file is not None:  # the method whose record names file options (longrope)
-        owner = _file_method()
-        method = get_method(choice.method) if choice.method else owner
-        if not method.factors_file:
-            raise UsageError(f"--longrope-file applies to {owner.name}, not {method.name}", "drop --longrope-file")
-        extra = read_longrope_file(choice.longrope_file, method.factors_file)
-    return to_method_spec(choice, extra)
+    """A validated MethodSpec (a --longrope-file's lists are read by ``rope.choice.to_method_spec``)."""
+    return to_method_spec(choice)
 
 
 def build_choice(

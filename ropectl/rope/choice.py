@@ -4,8 +4,9 @@ Layers, lowest first: a preset table, a ``--config`` table, a spec string (``yar
 ``--set key=value``. A later layer overrides an earlier one key by key; an option a layer does not give keeps
 the lower layer's value. The last three are all typed on one command line, so none of them is a default for
 another: where two of them set one thing to different values (``-m yarn:4 -f 8``, or a spec's factor and a
-target length) the choice is refused, naming both. Pure: tables come in already read, nothing here touches
-files or the CLI.
+target length) the choice is refused, naming both. Pure but for one file: tables come in already read; the
+JSON file of a method's list options (``-m longrope:4,file=F`` or ``--longrope-file F``) is read when the
+choice becomes a MethodSpec (:func:`to_method_spec`, through ``rope.methods.resolve_file``, the one reader).
 """
 
 from __future__ import annotations
@@ -16,7 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import MethodError, UsageError
-from ropectl.rope.methods import MethodSpec, Param, get_method, method_names, parse_spec, parse_value
+from ropectl.rope.methods import (
+    Method,
+    MethodSpec,
+    Param,
+    first_where,
+    get_method,
+    method_names,
+    parse_spec,
+    parse_value,
+    resolve_file,
+)
 
 # Keys a preset / config table may hold besides the method's own options.
 SPEC_KEYS = ("method", "factor", "target_length", "schema", "options", "longrope_file", "description")
@@ -55,7 +66,7 @@ def from_spec(text: str) -> MethodChoice:
     if not str(text).strip():
         raise UsageError("empty method spec", "write name[:factor][,key=value...], e.g. yarn:4")
     spec = parse_spec(str(text))
-    return MethodChoice(spec.name, spec.factor, None, dict(spec.options))
+    return MethodChoice(spec.name, spec.factor, None, dict(spec.options), None if spec.file is None else Path(spec.file))
 
 
 def from_sets(items: Sequence[str]) -> MethodChoice:
@@ -128,6 +139,8 @@ def _settings(choice: MethodChoice) -> Iterator[tuple[str, Any]]:
         yield "factor", choice.factor
     if choice.target_length is not None:
         yield "target_length", choice.target_length
+    if choice.longrope_file is not None:
+        yield "longrope_file", str(choice.longrope_file)
     yield from ((k, v) for k, v in choice.options.items() if v is not None)
 
 
@@ -159,18 +172,25 @@ def _same(key: str, a: Any, b: Any, method: str | None) -> bool:
     return bool(a == b)
 
 
-def to_method_spec(choice: MethodChoice, extra_options: Mapping[str, Any] | None = None) -> MethodSpec:
-    """A validated MethodSpec: options typed by the registry, factor and target length not both given.
-
-    ``extra_options`` sit under the choice's own options (patch's --longrope-file lists).
-    """
+def to_method_spec(choice: MethodChoice) -> MethodSpec:
+    """A validated MethodSpec: options typed by the registry, factor and target length not both given; a named
+    factors file's lists sit under the options given any other way, and the spec's label names the file."""
     if not choice.method:
         raise MethodError("no scaling method given", f"pass --method ({method_names(where=lambda m: m.uses_factor)}) "
                                                      "or --preset NAME")
     method = get_method(choice.method)
     if choice.factor is not None and choice.target_length is not None:
         raise UsageError("both a factor and a target length are given", "pass only one of --factor / --target-length")
-    options = {**dict(extra_options or {}), **dict(choice.options)}
-    typed = tuple((key, parse_value(method.param(key), value)) for key, value in options.items() if value is not None)
+    _check_file(choice, method)
+    typed = tuple((key, parse_value(method.param(key), value)) for key, value in choice.options.items()
+                  if value is not None)
     factor = None if choice.factor is None else parse_value(_FACTOR, choice.factor)
-    return MethodSpec(method.name, factor, typed)
+    file = None if choice.longrope_file is None else str(choice.longrope_file)
+    return resolve_file(MethodSpec(method.name, factor, typed, file))
+
+
+def _check_file(choice: MethodChoice, method: Method) -> None:
+    if choice.longrope_file is not None and not method.factors_file:
+        owner = first_where(lambda m: bool(m.factors_file))
+        raise UsageError(f"a factors file applies to {owner.name}, not {method.name}",
+                         "drop --longrope-file (or file=) for this method")

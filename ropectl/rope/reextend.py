@@ -9,7 +9,7 @@ truncate; llama3 frequency bands) unless the user overrides them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ropectl.rope.methods import MethodSpec, find_method, owner_of
 from ropectl.rope.params import RopeParams
@@ -66,4 +66,4 @@ def with_carried_options(re: Reextension, spec: MethodSpec) -> MethodSpec:
     method = find_method(spec.name)
     carried = tuple((k, re.shipped.scaling[k]) for k in (method.carried_options if method else ())
                     if k not in given and re.shipped.scaling.get(k) is not None)
-    return MethodSpec(spec.name, spec.factor, spec.options + carried)
+    return replace(spec, options=spec.options + carried)

@@ -9,12 +9,12 @@ scaling instead of stacking factors.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ropectl import families
 from ropectl.errors import ConfigError, MethodError
-from ropectl.rope.methods import MethodSpec, apply_method, factor_for_target, get_method, is_prope
+from ropectl.rope.methods import MethodSpec, apply_method, factor_for_target, get_method, is_prope, resolve_file
 from ropectl.rope.params import RopeParams
 from ropectl.rope.reextend import reextension_of, with_carried_options
 from ropectl.schema.read import ModelRope, read_model_rope
@@ -143,18 +143,19 @@ def _check_theta_known(config: Mapping[str, Any]) -> None:
 def _record(model: ModelRope, base: RopeParams, spec: MethodSpec) -> Record:
     """The record with the unscaled base and the method; other parts (layout ...) are kept."""
     recorded = BaseRope(float(base.rope_theta), base.max_position_embeddings, base.trained_context)
-    return Record.from_json(model.record).with_(base=recorded, method=spec.label)
+    # the record spells a factors file's lists out: the written config must not depend on that file
+    return Record.from_json(model.record).with_(base=recorded, method=replace(spec, file=None).label)
 
 
 def effective_spec(base: RopeParams, spec: MethodSpec, target_length: int | None) -> MethodSpec:
     """``spec`` with the factor a target length implies, so labels and records name the real factor."""
     method = get_method(spec.name)
     if target_length is None or not method.uses_factor:
-        return MethodSpec(method.name, spec.factor, spec.options)
+        return replace(spec, name=method.name)
     original = dict(spec.options).get("original_max_position_embeddings")
     if original:  # the target is measured from the pretraining length the user gave
         base = base.with_(scaling={"original_max_position_embeddings": int(original)})
-    return MethodSpec(method.name, factor_for_target(base, target_length), spec.options)
+    return replace(spec, name=method.name, factor=factor_for_target(base, target_length))
 
 
 def plan_config(
@@ -167,6 +168,7 @@ def plan_config(
     """
     check_schema(schema)
     _check_theta_known(config)
+    spec = resolve_file(spec)  # a longrope:F,file=PATH spec's lists, before options are carried or recorded
     before = read_model_rope(config)
     # `none` (the unscaled method) on a config that names its original length removes the scaling: nothing stacks,
     # nothing is guessed

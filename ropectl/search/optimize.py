@@ -46,6 +46,7 @@ def run_stage1(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> 
             return float(seen.value)
 
         def on_length(step: int, value: float) -> None:
+            trial.set_user_attr("lengths", list(setup.plan.lengths[:step + 1]))
             trial.report(value, step)
             if trial.should_prune():
                 trial.set_user_attr("pruned_at", setup.plan.lengths[step])
@@ -85,6 +86,7 @@ def _seen(study: Any, trial: Any) -> Any | None:
 def _record(trial: Any, m: Measured, setup: Setup) -> None:
     plan = setup.plan
     trial.set_user_attr("feasible", m.feasible)
+    trial.set_user_attr("lengths", list(plan.lengths if m.feasible else plan.lengths[:1]))
     for key, value in (("log_ppl_inside", m.log_ppl(plan.trained)), ("log_ppl_target", m.log_ppl(plan.target)),
                        ("answer_nll", m.answer), ("niah_accuracy", m.accuracy)):
         if value is not None:
@@ -129,15 +131,3 @@ def longrope_spec(long_factor: tuple[float, ...], factor: float, setup: Setup) -
 
     ones = [1.0] * len(long_factor)
     return MethodSpec("longrope", round(factor, 6), (("short_factor", ones), ("long_factor", [round(x, 4) for x in long_factor])))
-
-
-def factors_of(spec: Any, setup: Setup) -> tuple[float, ...]:
-    """A stage-1 spec's RoPE as per-dimension factors (base / scaled frequency): stage 2's seed."""
-    from ropectl.rope.formulas import base_inv_freq
-    from ropectl.rope.frequencies import compute_frequencies
-    from ropectl.rope.methods import MethodSpec, unscaled_name
-
-    rope = setup.ev.state(spec).rope
-    base = base_inv_freq(setup.ev.state(MethodSpec(unscaled_name())).rope.rope_theta, rope.rotary_dim)
-    scaled = compute_frequencies(rope, seq_len=setup.plan.target).inv_freq
-    return tuple(min(setup.space.factor, max(1.0, b / s)) for b, s in zip(base, scaled, strict=True))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,7 @@ def run_search(req: SearchRequest, say: Callable[[str], None] | None = None) -> 
     summary = _summary(req, setup, report, trials)
     summary["output"] = write_winner(req, report.ships, summary)
     atomic_write_text(req.out / SUMMARY, dumps(summary, indent=2) + "\n")  # kept even if a plot fails below
-    summary["plots"] = _plots(req.out, trials, setup, report.found)
+    summary["plots"] = _plots(req.out, trials, setup)
     atomic_write_text(req.out / SUMMARY, dumps(summary, indent=2) + "\n")
     return SearchResult(req.out, summary, tuple(lines))
 
@@ -67,26 +67,19 @@ def _search(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> tup
 
 
 def _stage2(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> tuple[str | None, list[dict[str, Any]]]:
-    from ropectl.rope.methods import parse_spec
-    from ropectl.search.optimize import factors_of, longrope_spec, run_stage2
-    from ropectl.search.spaces import spec_text
+    """Seeded from the closed forms' per-pair factors at the target (LongRoPE's seeds); the best written as a
+    factors file the spec names (``longrope:F,file=OUT/longrope-factors.json``, which every command reads)."""
+    from ropectl.search.optimize import longrope_spec, run_stage2
     from ropectl.search.study import write_trials
 
-    seeds = [factors_of(parse_spec(text), setup) for text in setup.reference if parse_spec(text).factor is not None]
-    rows, best = run_stage2(req, setup, seeds or [tuple([setup.space.factor] * _pairs(setup))], say)
+    rows, best = run_stage2(req, setup, list(_closed_form_factors(setup).values()), say)
     write_trials(req.out, rows)
     if best is None:
         return None, rows
     spec = longrope_spec(best, setup.space.factor, setup)
-    # the factors as `ropectl patch --longrope-file` reads them, beside the spec (which holds them too)
-    atomic_write_text(req.out / FACTORS, dumps(dict(spec.options), indent=2) + "\n")
-    return spec_text(spec), rows
-
-
-def _pairs(setup: Setup) -> int:
-    from ropectl.rope.methods import MethodSpec, unscaled_name
-
-    return setup.ev.state(MethodSpec(unscaled_name())).rope.rotary_dim // 2
+    factors = req.out / FACTORS
+    atomic_write_text(factors, dumps(dict(spec.options), indent=2) + "\n")
+    return replace(spec, file=str(factors)).label, rows
 
 
 def _summary(req: SearchRequest, setup: Setup, report: Any, trials: list[dict[str, Any]]) -> dict[str, Any]:
@@ -123,20 +116,27 @@ def write_winner(req: SearchRequest, spec_text: str, summary: dict[str, Any]) ->
             "verification": result.verification}
 
 
-def _plots(out: Path, trials: list[dict[str, Any]], setup: Setup, found: str | None) -> list[str]:
-    """The fitness over trials, and for a longrope search the factors per dimension against YaRN's
-    (``ropectl.search.plot``); a plot that cannot be drawn is not a failed search."""
-    try:
-        from ropectl.search import plot
-    except ImportError:
-        return []
-    from ropectl.rope.methods import parse_spec
-    from ropectl.search.optimize import factors_of
+def _plots(out: Path, trials: list[dict[str, Any]], setup: Setup) -> list[str]:
+    """The fitness over trials, and for a longrope search the found factors per dimension pair against the closed
+    forms' (``ropectl.search.plot``)."""
+    from ropectl.search import plot
 
     paths = [out / "trials.png"]
     plot.plot_trials(trials, paths[0])
-    if found and setup.space.stage == 2:
-        yarn = factors_of(parse_spec(f"yarn:{setup.space.factor:g}"), setup)
+    factors = out / FACTORS
+    if setup.space.stage == 2 and factors.is_file():  # the found factors (shipped or not) against the closed forms'
+        from ropectl.rope.factors_file import read_factors_file
+
+        found = read_factors_file(factors, ("long_factor",))["long_factor"]
         paths.append(out / "factors.png")
-        plot.plot_factors(tuple(dict(parse_spec(found).options)["long_factor"]), yarn, paths[1])
+        plot.plot_factors(found, _closed_form_factors(setup), paths[1])
     return [str(p) for p in paths]
+
+
+def _closed_form_factors(setup: Setup) -> dict[str, tuple[float, ...]]:
+    """YaRN's, NTK's and linear's per-pair factors at the target (LongRoPE's seeds), from ropectl's frequencies."""
+    from ropectl.rope.methods import MethodSpec, unscaled_name
+    from ropectl.search.longrope import seed_factors
+
+    base = setup.ev.state(MethodSpec(unscaled_name())).rope
+    return {f"{m} (target {setup.plan.target})": seed_factors(m, base, setup.plan.target) for m in ("yarn", "ntk", "linear")}

@@ -150,16 +150,5 @@ def values_of(spec: MethodSpec, space: Space) -> dict[str, float]:
     return {b.name: float(options[b.name]) for b in space.bounds}
 
 
-def spec_text(spec: MethodSpec) -> str:
-    """``spec`` as ``-m`` takes it: a list option (longrope's factors) joined with ';', which ``parse_spec`` reads."""
-    from ropectl.output import plain
-
-    def value(v: Any) -> str:
-        return ";".join(f"{x:.10g}" for x in v) if isinstance(v, (list, tuple)) else plain(v)
-
-    head = spec.name if spec.factor is None else f"{spec.name}:{spec.factor:g}"
-    return head + "".join(f",{k}={value(v)}" for k, v in spec.options)
-
-
 def resolution(space: Space) -> dict[str, float]:
     return {b.name: b.step for b in space.bounds}

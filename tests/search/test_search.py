@@ -31,8 +31,7 @@ def request(model: Path, corpus: Path, out: Path, **kw: object) -> SearchRequest
 
 
 def params(out: Path) -> list[tuple[str, dict, float | None]]:
-    return [(t["state"], {k: v for k, v in t.items() if k.startswith("param_")}, t["value"])
-            for t in json.loads((out / "trials.json").read_text())]
+    return [(t["state"], t["params"], t["fitness"]) for t in json.loads((out / "trials.json").read_text())]
 
 
 def test_search_leaves_its_study_trials_report_and_model(tiny_model: Path, corpus: Path, isolated: Path) -> None:
@@ -130,7 +129,6 @@ def test_stage2_glue_seeds_fitness_and_written_longrope(tiny_model: Path, corpus
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """--space longrope through the evolutionary stage's interface (a stand-in that scores its seeds): seeds are
     per-pair factors in [1, s], non-decreasing; the best is written as longrope with short_factor all ones."""
-    import sys
     import types
 
     seen: list[tuple[tuple[float, ...], float | None]] = []
@@ -143,14 +141,16 @@ def test_stage2_glue_seeds_fitness_and_written_longrope(tiny_model: Path, corpus
         return types.SimpleNamespace(best=best, best_fitness=best_f,
                                      trials=[{"factors": list(s), "fitness": f} for s, f in seen])
 
-    monkeypatch.setitem(sys.modules, "ropectl.search.longrope", types.SimpleNamespace(evolve=evolve))
+    monkeypatch.setattr("ropectl.search.longrope.evolve", evolve)
     result = run_search(request(tiny_model, corpus, isolated / "out", space="longrope", samples=0, answer_loss=False))
     assert seen and all(len(s) == 8 for s, _ in seen)  # head_dim 16: 8 rotary pairs
     for s, _ in seen:
         assert all(1.0 - 1e-9 <= x <= 2.0 + 1e-9 for x in s) and list(s) == sorted(s)
-    found = parse_spec(result.summary["best"]["found"])
-    assert found.name == "longrope" and dict(found.options)["short_factor"] == [1.0] * 8
-    assert (result.out / "longrope-factors.json").is_file() and (result.out / "trials.json").is_file()
+    found = parse_spec(result.summary["best"]["found"])  # longrope:2,file=OUT/longrope-factors.json
+    assert found.name == "longrope" and Path(found.file) == result.out / "longrope-factors.json"
+    written = json.loads(Path(found.file).read_text())
+    assert written["short_factor"] == [1.0] * 8 and len(written["long_factor"]) == 8
+    assert (result.out / "trials.json").is_file()
 
 
 def test_workers_share_one_study_through_storage(tiny_model: Path, corpus: Path, isolated: Path) -> None:

@@ -13,6 +13,7 @@ from ropectl.rope.methods.options import (
     factor_for_target,
     parse_spec,
     parse_value,
+    resolve_file,
     validate_options,
 )
 from ropectl.rope.methods.registry import (
@@ -43,6 +44,6 @@ load_all()
 __all__ = [
     "METHODS", "ORIGINAL", "TARGET", "TRAINED", "Method", "MethodSpec", "Param", "apply_method", "check_factor",
     "default_candidates", "factor_for_target", "find_method", "first_where", "get_method", "gguf_owner", "is_prope",
-    "is_prope_type", "method_names", "method_of_type", "owner_of", "parse_spec", "parse_value", "register_method",
+    "is_prope_type", "method_names", "method_of_type", "owner_of", "parse_spec", "parse_value", "register_method", "resolve_file",
     "rope_types", "rope_types_where", "trained_length", "type_aliases", "unscaled_name", "validate_options",
 ]

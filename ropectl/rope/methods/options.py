@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from ropectl.errors import MethodError
@@ -14,19 +15,32 @@ from ropectl.rope.methods.common import is_prope, trained_length
 from ropectl.rope.methods.registry import Method, Param, get_method
 from ropectl.rope.params import RopeParams
 
+# The spec key that names a JSON file holding a method's list options (``longrope:4,file=factors.json``).
+FILE_KEY = "file"
+
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """A method choice as a user writes it: ``yarn:4,beta_fast=16``."""
+    """A method choice as a user writes it: ``yarn:4,beta_fast=16``, or ``longrope:4,file=factors.json``.
+
+    ``file`` is where the method's list options came from (its ``factors_file`` keys): the label then names the
+    file instead of spelling the lists out, so it stays short and can be typed again.
+    """
 
     name: str
     factor: float | None = None
     options: tuple[tuple[str, Any], ...] = ()
+    file: str | None = None
 
     @property
     def label(self) -> str:
         text = self.name if self.factor is None else f"{self.name}:{self.factor:g}"
-        return text + "".join(f",{k}={plain(v)}" for k, v in self.options)
+        options = self.options
+        if self.file is not None:
+            from_file = get_method(self.name).factors_file
+            text += f",{FILE_KEY}={self.file}"
+            options = tuple((k, v) for k, v in options if k not in from_file)
+        return text + "".join(f",{k}={plain(v)}" for k, v in options)
 
 
 def parse_value(param: Param, raw: Any) -> Any:
@@ -95,9 +109,24 @@ def validate_options(method: Method, options: Mapping[str, Any], rotary_dim: int
     return out
 
 
+def resolve_file(spec: MethodSpec) -> MethodSpec:
+    """``spec`` with the lists of the factors file it names under its own options (``longrope:4,file=F``): the one
+    place such a file is read. A no-op without a file, or when the spec already holds every list."""
+    if spec.file is None:
+        return spec
+    keys = get_method(spec.name).factors_file
+    given = dict(spec.options)
+    if all(k in given for k in keys):
+        return spec
+    from ropectl.rope.factors_file import read_factors_file
+
+    return replace(spec, options=tuple({**read_factors_file(Path(spec.file), keys), **given}.items()))
+
+
 def apply_method(base: RopeParams, spec: MethodSpec) -> RopeParams:
     """The RoPE a model should use after scaling its unscaled ``base`` as ``spec`` says (a target length is turned
     into a factor before, by ``factor_for_target``)."""
+    spec = resolve_file(spec)
     method = get_method(spec.name)
     _check_prope(base, method.name)
     options = validate_options(method, dict(spec.options), base.rotary_dim)
@@ -121,17 +150,31 @@ def _check_prope(base: RopeParams, name: str) -> None:
 
 
 def parse_spec(text: str) -> MethodSpec:
-    """Parse ``name[:factor][,key=value...]``."""
+    """Parse ``name[:factor][,key=value...]``; ``file=PATH`` names the JSON file of a method's list options
+    (longrope's factors), read when the spec is applied (:func:`resolve_file`), not here: reading a results label
+    back to its method needs no file."""
     head, *rest = [part.strip() for part in text.split(",")]
     name, _, factor_text = head.partition(":")
     if not name:
         raise MethodError(f"malformed method spec '{text}'", "write name[:factor][,key=value...], e.g. yarn:4")
     method = get_method(name)
     factor = _finite("factor", factor_text) if factor_text else None
-    options = []
+    options, file = [], None
     for part in rest:
         key, eq, value = part.partition("=")
         if not eq or not key.strip():
             raise MethodError(f"malformed option '{part}' in method spec '{text}'", "write key=value, e.g. beta_fast=16")
+        if key.strip() == FILE_KEY:
+            file = _file_option(method, value.strip())
+            continue
         options.append((key.strip(), parse_value(method.param(key.strip()), value.strip())))
-    return MethodSpec(method.name, factor, tuple(options))
+    return MethodSpec(method.name, factor, tuple(options), file)
+
+
+def _file_option(method: Method, value: str) -> str:
+    if not method.factors_file:
+        raise MethodError(f"method '{method.name}' takes no {FILE_KEY}= option (only methods with list options do, "
+                          "e.g. longrope)", f"drop {FILE_KEY}=")
+    if not value:
+        raise MethodError(f"{FILE_KEY}= names no file", f"write {FILE_KEY}=factors.json")
+    return value
