@@ -18,10 +18,8 @@ from ropectl.search.run import DEFAULT_BUDGET, SearchRequest, Setup
 from ropectl.search.study import counted, suggest
 
 
-def run_stage1(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> tuple[Any, dict[int, Measured]]:
-    """The study after this run's trials; the measurements this process made, by trial number."""
-    import optuna
-
+def run_stage1(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> Any:
+    """The study after this run's trials."""
     study = setup.study
     budget = req.budget if req.budget is not None else (None if req.minutes else DEFAULT_BUDGET)
     if not study.trials:
@@ -30,37 +28,6 @@ def run_stage1(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> 
     left = None if budget is None else max(0, budget - done)
     if done:
         say(f"resuming: {done} trials already in the study" + (f", {left} left" if left is not None else ""))
-    measured: dict[int, Measured] = {}
-
-    def objective(trial: Any) -> float:
-        spec = setup.space.spec(suggest(trial, setup.space))
-        trial.set_user_attr("spec", spec.label)
-        seen = _seen(study, trial)
-        if seen is not None:  # a point already measured (a small discrete space repeats): its outcome, no forward
-            trial.set_user_attr("repeat_of", seen.number)
-            for key, value in seen.user_attrs.items():
-                if key not in ("spec", "repeat_of"):
-                    trial.set_user_attr(key, value)
-            if seen.value is None:
-                raise optuna.TrialPruned()
-            return float(seen.value)
-
-        def on_length(step: int, value: float) -> None:
-            trial.set_user_attr("lengths", list(setup.plan.lengths[:step + 1]))
-            trial.report(value, step)
-            if trial.should_prune():
-                trial.set_user_attr("pruned_at", setup.plan.lengths[step])
-                raise optuna.TrialPruned()
-
-        m = measure(setup.ev, spec, setup.docs, setup.needles if setup.plan.answer_loss else [], setup.plan, on_length)
-        measured[trial.number] = m
-        _record(trial, m, setup)
-        if not m.feasible:
-            raise optuna.TrialPruned()
-        value = m.fitness(setup.plan.target, setup.plan.answer_loss)
-        assert value is not None
-        return value
-
     callbacks = []
     if budget is not None:
         from optuna.study import MaxTrialsCallback
@@ -68,9 +35,41 @@ def run_stage1(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> 
 
         callbacks.append(MaxTrialsCallback(budget, states=(TrialState.COMPLETE, TrialState.PRUNED)))
     if left != 0:
-        study.optimize(objective, n_trials=left, timeout=req.minutes * 60 if req.minutes else None,
-                       callbacks=callbacks, catch=())
-    return study, measured
+        study.optimize(lambda trial: objective(trial, setup), n_trials=left,
+                       timeout=req.minutes * 60 if req.minutes else None, callbacks=callbacks, catch=())
+    return study
+
+
+def objective(trial: Any, setup: Setup) -> float:
+    """One trial: the point's fitness; pruned (Optuna's pruner, or infeasible in-window) raises TrialPruned."""
+    import optuna
+
+    spec = setup.space.spec(suggest(trial, setup.space))
+    trial.set_user_attr("spec", spec.label)
+    seen = _seen(setup.study, trial)
+    if seen is not None:  # a point already measured (a small discrete space repeats): its outcome, no forward
+        trial.set_user_attr("repeat_of", seen.number)
+        for key, value in seen.user_attrs.items():
+            if key not in ("spec", "repeat_of"):
+                trial.set_user_attr(key, value)
+        if seen.value is None:
+            raise optuna.TrialPruned()
+        return float(seen.value)
+
+    def on_length(step: int, value: float) -> None:
+        trial.set_user_attr("lengths", list(setup.plan.lengths[:step + 1]))
+        trial.report(value, step)
+        if trial.should_prune():
+            trial.set_user_attr("pruned_at", setup.plan.lengths[step])
+            raise optuna.TrialPruned()
+
+    m = measure(setup.ev, spec, setup.docs, setup.needles if setup.plan.answer_loss else [], setup.plan, on_length)
+    _record(trial, m, setup)
+    if not m.feasible:
+        raise optuna.TrialPruned()
+    value = m.fitness(setup.plan.target, setup.plan.answer_loss)
+    assert value is not None
+    return value
 
 
 def _seen(study: Any, trial: Any) -> Any | None:

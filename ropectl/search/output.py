@@ -59,7 +59,7 @@ def _search(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> tup
 
     if setup.space.stage == 2:
         return _stage2(req, setup, say)
-    study, _ = run_stage1(req, setup, say)
+    study = run_stage1(req, setup, say)
     rows = trial_rows(study)
     write_trials(req.out, rows)
     best = best_trial(study)
