@@ -34,6 +34,7 @@ def _root(
 def _register() -> None:
     # Command modules import only typer at load time; the core is imported when a command runs.
     from ropectl.cli import (
+        finetune_cmd,
         inspect_cmd,
         layout_cmd,
         passkey_cmd,
@@ -44,7 +45,8 @@ def _register() -> None:
         tasks_cmd,
     )
 
-    for module in (inspect_cmd, patch_cmd, layout_cmd, ppl_cmd, passkey_cmd, tasks_cmd, recommend_cmd, search_cmd):
+    for module in (inspect_cmd, patch_cmd, layout_cmd, ppl_cmd, passkey_cmd, tasks_cmd, recommend_cmd, finetune_cmd,
+                   search_cmd):
         module.register(app)
 
 
