@@ -21,7 +21,7 @@ from ropectl.errors import UsageError
 from ropectl.io.files import atomic_write_text
 from ropectl.output import dumps
 from ropectl.search.fitness import Evaluator, Measured, Plan, measure, needle_trials, split_documents
-from ropectl.search.spaces import Space, build_space, check_space
+from ropectl.search.spaces import Space, build_space, check_space, engine_notes
 
 REFERENCE_FILE = "reference.json"
 DEFAULT_BUDGET = 20
@@ -102,6 +102,8 @@ def prepare(req: SearchRequest, say: Callable[[str], None]) -> Setup:
         raise UsageError(f"--target-length {req.target} is inside the trained context {trained}",
                          f"pass a target above {trained}: a search extends the context")
     space = build_space(req.space, req.target / trained)
+    for line in engine_notes(space.name, str(ev.source.resolved.path), str(ev.source.config.get("model_type") or "")):
+        say(line)
     ev.load_tokenizer()
     for point in (space.start(),) if space.bounds else ():
         ev.check(space.spec(point))

@@ -142,6 +142,18 @@ def check_space(name: str, model: str) -> None:
         raise UsageError(f"--space {space.name} is not served as evaluated: {why}", "pick another --space")
 
 
+def engine_notes(name: str, model: str, architecture: str) -> list[str]:
+    """Where a searched parameter reaches an engine another way than the written file (llama.cpp and YaRN's betas:
+    read from GGUF metadata for a few architectures only, its flags set them for the rest)."""
+    from ropectl.readers import llama_cpp
+
+    if name != "yarn" or not model.lower().endswith(".gguf") or llama_cpp.reads_betas(architecture):
+        return []
+    flags = " / ".join(llama_cpp.FLAGS[k] for k in ("beta_fast", "beta_slow") if k in llama_cpp.FLAGS)
+    return [f"note: llama.cpp reads YaRN's betas from GGUF metadata only for {', '.join(sorted(llama_cpp.YARN_BETA_ARCHS))}"
+            f", not '{architecture}': found betas ship as its {flags or 'beta'} flags, printed with the result"]
+
+
 def values_of(spec: MethodSpec, space: Space) -> dict[str, float]:
     """A spec's point in ``space`` (the inverse of ``Space.spec``)."""
     if space.bounds and space.bounds[0].name == FACTOR:

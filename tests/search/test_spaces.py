@@ -74,3 +74,12 @@ def test_beats_only_when_the_paired_interval_is_below_one() -> None:
     blind = _measured("yarn:2,beta_fast=16", [2.9, 3.05, 2.8, 3.0, 2.92, 2.96], accuracy=0.5)
     ships, beats, why = decide(compare(blind, closed, 512), blind, closed, plan)
     assert (ships, beats) == (False, True) and "needles" in why  # the niah guard
+
+
+def test_engine_notes_say_where_yarn_betas_travel_as_flags() -> None:
+    from ropectl.search.spaces import engine_notes
+
+    (note,) = engine_notes("yarn", "model.gguf", "llama")
+    assert "--yarn-beta-fast" in note and "--yarn-beta-slow" in note
+    assert engine_notes("yarn", "model.gguf", "grok") == []  # an architecture llama.cpp reads the betas for
+    assert engine_notes("yarn", "folder", "llama") == engine_notes("ntk", "model.gguf", "llama") == []
