@@ -33,6 +33,9 @@ RegressionOpt = Annotated[Optional[float], opt("--max-regression", panel=FIT, he
 PruneOpt = Annotated[Optional[str], opt("--prune-at", panel=FIT, help=(
     "Lengths above the trained context, below the target, where trials are pruned [default: halfway, where the "
     "target is at least twice the trained context]."))]
+GridOpt = Annotated[Optional[str], opt("--grid", panel=FIT, help=(
+    "The closed-form grid: multiples of target / trained each candidate method is measured at [default: 1,1.5,2, "
+    "recommend's]."))]
 DatasetOpt = Annotated[Optional[str], opt("--dataset", panel=FIT, help="Documents [default: the embedded plays].")]
 SeedOpt = Annotated[int, opt("--seed", panel=FIT, help="Sampler, document split and needle draw [default: 0].")]
 EmitOpt = Annotated[Optional[str], opt("--emit", panel=OUT, help=(
@@ -47,7 +50,8 @@ def search_cmd(
     model: ModelOpt = None, target_length: TargetOpt = "", space: SpaceOpt = "yarn", budget: BudgetOpt = None,
     time_min: TimeOpt = None, sampler: SamplerOpt = "tpe", storage: StorageOpt = None, docs: DocsOpt = 3,
     held_out: HeldOpt = 6, samples: SamplesOpt = 2, no_answer_loss: NoAnswerOpt = False,
-    max_regression: RegressionOpt = None, prune_at: PruneOpt = None, dataset: DatasetOpt = None, seed: SeedOpt = 0,
+    max_regression: RegressionOpt = None, prune_at: PruneOpt = None, grid: GridOpt = None,
+    dataset: DatasetOpt = None, seed: SeedOpt = 0,
     dtype: DtypeOpt = None, device: DeviceOpt = None, out: out_option("search") = None, emit: EmitOpt = None,
     resume: ResumeOpt = False, force: ForceOpt = False, json_out: JsonOpt = False, population: PopulationOpt = 8,
     iterations: IterationsOpt = 4,
@@ -75,13 +79,15 @@ def search_cmd(
                         docs, held_out, samples, not no_answer_loss,
                         DEFAULT_MAX_REGRESSION if max_regression is None else max_regression, seed, dataset,
                         dtype or "auto", device or "auto", parse_lengths(prune_at) if prune_at else (), resume=resume,
-                        force=force, emit=emit, population=population, iterations=iterations)
+                        grid=_grid(grid), force=force, emit=emit, population=population, iterations=iterations)
     try:
         result = run_search(req, lambda line: typer.echo(line, err=True))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        from ropectl.eval.interrupt import Terminated
+
         typer.echo(f"search stopped: finished trials are kept in {folder}; resume with: {resume_command(folder)}",
                    err=True)
-        raise typer.Exit(130) from None
+        raise typer.Exit(143 if isinstance(exc, Terminated) else 130) from None
     if json_out:
         typer.echo(dumps(result.summary))
         return
@@ -89,10 +95,27 @@ def search_cmd(
         typer.echo(line)
     typer.echo(f"best.spec: {result.spec}")
     written = result.summary.get("output") or {}
-    for line in (written.get("emit") or {}).get("lines", []) if isinstance(written.get("emit"), dict) else []:
-        typer.echo(line)
+    for warning in written.get("warnings", []):
+        typer.echo(f"warning: {warning}", err=True)
+    if (written.get("emit") or {}).get("command"):
+        typer.echo(written["emit"]["command"])  # the serving line, as `ropectl patch --emit` prints it
     if written.get("path"):
         typer.echo(f"written: {written['path']} (re-run eval-ppl / eval-tasks / patch with -m '{result.spec}')")
+
+
+def _grid(text: str | None) -> tuple[float, ...]:
+    from ropectl.errors import UsageError
+    from ropectl.search.run import GRID
+
+    if text is None:
+        return GRID
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        values = ()
+    if not values or any(not v >= 1 for v in values):
+        raise UsageError(f"--grid '{text}' is not a list of multiples of 1 or more", "pass e.g. --grid 1,1.5,2")
+    return values
 
 
 def register(app: typer.Typer) -> None:

@@ -81,13 +81,15 @@ class Evaluator:
         self.device = resolve_device(device)
         self.dtype = resolve_dtype_choice(dtype, self.device)[0]
         self.engine = get_engine("transformers")(self.source, self.device, self.dtype, None, "search")
-        self.engine.load_tokenizer()
         self._states: dict[str, Any] = {}
         self.forwards = 0
 
     @property
     def tokenizer(self) -> Any:
         return self.engine.tokenizer
+
+    def load_tokenizer(self) -> None:
+        self.engine.load_tokenizer()
 
     def load(self) -> None:
         self.engine.load()

@@ -15,14 +15,12 @@ from typing import Any
 
 from ropectl.search.fitness import Measured, measure
 from ropectl.search.run import DEFAULT_BUDGET, SearchRequest, Setup
-from ropectl.search.study import counted, open_study, storage_url, suggest
+from ropectl.search.study import counted, suggest
 
 
-def run_stage1(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> tuple[Any, dict[int, Measured]]:
-    """The study after this run's trials; the measurements this process made, by trial number."""
-    import optuna
-
-    study = open_study(storage_url(req.out, req.storage), setup.identity, req.seed, req.sampler, req.budget)
+def run_stage1(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> Any:
+    """The study after this run's trials."""
+    study = setup.study
     budget = req.budget if req.budget is not None else (None if req.minutes else DEFAULT_BUDGET)
     if not study.trials:
         study.enqueue_trial(setup.space.start())  # the closed form itself is the first point
@@ -30,27 +28,6 @@ def run_stage1(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> 
     left = None if budget is None else max(0, budget - done)
     if done:
         say(f"resuming: {done} trials already in the study" + (f", {left} left" if left is not None else ""))
-    measured: dict[int, Measured] = {}
-
-    def objective(trial: Any) -> float:
-        spec = setup.space.spec(suggest(trial, setup.space))
-        trial.set_user_attr("spec", spec.label)
-
-        def on_length(step: int, value: float) -> None:
-            trial.report(value, step)
-            if trial.should_prune():
-                trial.set_user_attr("pruned_at", setup.plan.lengths[step])
-                raise optuna.TrialPruned()
-
-        m = measure(setup.ev, spec, setup.docs, setup.needles if setup.plan.answer_loss else [], setup.plan, on_length)
-        measured[trial.number] = m
-        _record(trial, m, setup)
-        if not m.feasible:
-            raise optuna.TrialPruned()
-        value = m.fitness(setup.plan.target, setup.plan.answer_loss)
-        assert value is not None
-        return value
-
     callbacks = []
     if budget is not None:
         from optuna.study import MaxTrialsCallback
@@ -58,14 +35,57 @@ def run_stage1(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> 
 
         callbacks.append(MaxTrialsCallback(budget, states=(TrialState.COMPLETE, TrialState.PRUNED)))
     if left != 0:
-        study.optimize(objective, n_trials=left, timeout=req.minutes * 60 if req.minutes else None,
-                       callbacks=callbacks, catch=())
-    return study, measured
+        study.optimize(lambda trial: objective(trial, setup), n_trials=left,
+                       timeout=req.minutes * 60 if req.minutes else None, callbacks=callbacks, catch=())
+    return study
+
+
+def objective(trial: Any, setup: Setup) -> float:
+    """One trial: the point's fitness; pruned (Optuna's pruner, or infeasible in-window) raises TrialPruned."""
+    import optuna
+
+    spec = setup.space.spec(suggest(trial, setup.space))
+    trial.set_user_attr("spec", spec.label)
+    seen = _seen(setup.study, trial)
+    if seen is not None:  # a point already measured (a small discrete space repeats): its outcome, no forward
+        trial.set_user_attr("repeat_of", seen.number)
+        for key, value in seen.user_attrs.items():
+            if key not in ("spec", "repeat_of"):
+                trial.set_user_attr(key, value)
+        if seen.value is None:
+            raise optuna.TrialPruned()
+        return float(seen.value)
+
+    def on_length(step: int, value: float) -> None:
+        trial.set_user_attr("lengths", list(setup.plan.lengths[:step + 1]))
+        trial.report(value, step)
+        if trial.should_prune():
+            trial.set_user_attr("pruned_at", setup.plan.lengths[step])
+            raise optuna.TrialPruned()
+
+    m = measure(setup.ev, spec, setup.docs, setup.needles if setup.plan.answer_loss else [], setup.plan, on_length)
+    _record(trial, m, setup)
+    if not m.feasible:
+        raise optuna.TrialPruned()
+    value = m.fitness(setup.plan.target, setup.plan.answer_loss)
+    assert value is not None
+    return value
+
+
+def _seen(study: Any, trial: Any) -> Any | None:
+    """A finished or pruned trial of the study at the same point (the measurements are deterministic)."""
+    from optuna.trial import TrialState
+
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        if t.number != trial.number and t.params == trial.params:
+            return t
+    return None
 
 
 def _record(trial: Any, m: Measured, setup: Setup) -> None:
     plan = setup.plan
     trial.set_user_attr("feasible", m.feasible)
+    trial.set_user_attr("lengths", list(plan.lengths if m.feasible else plan.lengths[:1]))
     for key, value in (("log_ppl_inside", m.log_ppl(plan.trained)), ("log_ppl_target", m.log_ppl(plan.target)),
                        ("answer_nll", m.answer), ("niah_accuracy", m.accuracy)):
         if value is not None:
@@ -110,15 +130,3 @@ def longrope_spec(long_factor: tuple[float, ...], factor: float, setup: Setup) -
 
     ones = [1.0] * len(long_factor)
     return MethodSpec("longrope", round(factor, 6), (("short_factor", ones), ("long_factor", [round(x, 4) for x in long_factor])))
-
-
-def factors_of(spec: Any, setup: Setup) -> tuple[float, ...]:
-    """A stage-1 spec's RoPE as per-dimension factors (base / scaled frequency): stage 2's seed."""
-    from ropectl.rope.formulas import base_inv_freq
-    from ropectl.rope.frequencies import compute_frequencies
-    from ropectl.rope.methods import MethodSpec, unscaled_name
-
-    rope = setup.ev.state(spec).rope
-    base = base_inv_freq(setup.ev.state(MethodSpec(unscaled_name())).rope.rope_theta, rope.rotary_dim)
-    scaled = compute_frequencies(rope, seq_len=setup.plan.target).inv_freq
-    return tuple(min(setup.space.factor, max(1.0, b / s)) for b, s in zip(base, scaled, strict=True))

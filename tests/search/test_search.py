@@ -1,0 +1,162 @@
+"""``ropectl search`` on the tiny char-tokenizer Llama (trained 256 tokens, searched for 512): the files it leaves,
+reproducibility with a seed, resume, the refusals (one line, nothing written), and the written config as
+transformers builds it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from ropectl.rope.methods import parse_spec
+from ropectl.search.output import run_search
+from ropectl.search.run import SearchRequest
+from tests.helpers.cli import one_line, runner
+from tests.helpers.eval_data import write_corpus
+
+pytest.importorskip("optuna")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("search-corpus"), [700] * 8)
+
+
+def request(model: Path, corpus: Path, out: Path, **kw: object) -> SearchRequest:
+    base = SearchRequest(str(model), 512, "yarn", out, budget=3, docs=2, held_out=2, samples=1, dataset=str(corpus),
+                         dtype="fp32", device="cpu", grid=(1.0,))
+    return replace(base, **kw)
+
+
+def params(out: Path) -> list[tuple[str, dict, float | None]]:
+    return [(t["state"], t["params"], t["fitness"]) for t in json.loads((out / "trials.json").read_text())]
+
+
+def test_search_leaves_its_study_trials_report_and_model(tiny_model: Path, corpus: Path, isolated: Path) -> None:
+    result = run_search(request(tiny_model, corpus, isolated / "out"))
+    out, summary = result.out, result.summary
+    assert {"study.db", "trials.json", "trials.csv", "reference.json", "search.json", "model"} <= {
+        p.name for p in out.iterdir()}
+    trials = json.loads((out / "trials.json").read_text())
+    assert len(trials) == 3 and trials[0]["spec"] == "yarn:2,beta_fast=32,beta_slow=1,attention_factor=1.07"
+    assert len((out / "trials.csv").read_text().splitlines()) == 4
+    assert not set(summary["search_docs"]) & set(summary["held_out_docs"])  # held-out text is never searched
+    assert summary["seed"] == 0 and len(summary["held_out_docs"]) == 2
+    parse_spec(result.spec)  # best.spec is a method spec every command accepts
+    # recommend's grid at target / trained; dynamic is out: vLLM, which serves a folder by default, runs it static
+    assert set(summary["reference"]) == {"none", "yarn:2", "ntk:2", "linear:2"}
+    written = json.loads((out / "model" / "config.json").read_text())
+    assert written["rope_parameters"]["rope_type"] == parse_spec(result.spec).name
+
+
+def test_same_seed_same_trials_and_resume_continues_the_study(tiny_model: Path, corpus: Path, isolated: Path) -> None:
+    first = run_search(request(tiny_model, corpus, isolated / "a", budget=2, emit="vllm"))
+    again = run_search(request(tiny_model, corpus, isolated / "b", budget=2, emit="vllm"))
+    assert params(first.out) == params(again.out)  # the sampler, the split and the needles all follow --seed
+    resumed = run_search(request(tiny_model, corpus, isolated / "a", budget=4, resume=True, emit="vllm"))
+    rows = params(resumed.out)
+    assert len(rows) == 4 and rows[:2] == params(again.out)  # the same study, two more trials
+    assert "model" not in {p.name for p in first.out.iterdir()}  # --emit prints, writes no folder
+    one_line(["search", str(tiny_model), "-t", "512", "--space", "ntk", "--resume", "-o", str(isolated / "a"),
+              "--dataset", str(corpus), "--docs", "2", "--held-out", "2", "--dtype", "fp32"],
+             "another search", "space")
+    assert len(params(isolated / "a")) == 4  # the refused search added nothing
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--budget", "0"], "--budget"),
+    (["-t", "200"], "inside the trained context 256"),
+    (["-t", "4k"], "documents of at least 4096 tokens"),
+    (["--space", "longrope2"], "unknown search space"),
+    (["--prune-at", "128"], "--prune-at 128"),
+    (["--grid", "0.5"], "--grid"),
+])
+def test_bad_input_one_line_nothing_written(tiny_model: Path, corpus: Path, isolated: Path, args: list[str],
+                                            needle: str) -> None:
+    base = ["search", str(tiny_model), "-t", "512", "-o", str(isolated / "out"), "--dataset", str(corpus), "--docs",
+            "2", "--held-out", "2", "--dtype", "fp32"]
+    one_line(base + args, needle)
+    assert not (isolated / "out").exists()
+
+
+def test_a_space_the_gguf_engines_cannot_read_is_refused(smollm2: Path, isolated: Path) -> None:
+    one_line(["search", str(smollm2), "-t", "16k", "--space", "llama3", "-o", str(isolated / "out")], "llama3",
+             "rope_freqs")
+    one_line(["search", str(smollm2), "-t", "16k", "--space", "longrope", "-o", str(isolated / "out")], "GGUF")
+    assert not (isolated / "out").exists()
+
+
+def test_the_written_searched_yarn_config_is_what_transformers_builds(single: Path, isolated: Path) -> None:
+    """A searched point (not the closed form) through the search's write path; transformers builds the rotary
+    embedding from the written file, ropectl computes the frequencies from the spec alone."""
+    import torch
+    from transformers import AutoConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    from ropectl.rope.frequencies import compute_frequencies
+    from ropectl.rope.methods import apply_method
+    from ropectl.schema.read import read_model_rope
+    from ropectl.search.output import write_winner
+    from ropectl.search.spaces import build_space
+
+    space = build_space("yarn", 2.0)
+    spec = space.spec({"beta_fast": 12.5, "beta_slow": 1.85, "attention_factor": 1.105})
+    req = SearchRequest(str(single), 512, "yarn", isolated)
+    write_winner(req, spec.label, {"model": str(single)})
+    config = AutoConfig.from_pretrained(isolated / "model")
+    built = LlamaRotaryEmbedding(config)
+    base = read_model_rope(json.loads((single / "config.json").read_text())).rope
+    want = compute_frequencies(apply_method(base, parse_spec(spec.label)), seq_len=512)
+    assert torch.allclose(built.inv_freq.double(), torch.tensor(want.inv_freq, dtype=torch.float64), rtol=1e-6, atol=0)
+    assert built.attention_scaling == pytest.approx(1.105, rel=1e-6) == pytest.approx(want.attention_factor, rel=1e-6)
+
+
+def test_cli_prints_the_spec_and_json(tiny_model: Path, corpus: Path, isolated: Path) -> None:
+    args = ["search", str(tiny_model), "-t", "512", "--space", "ntk", "--budget", "2", "-o", str(isolated / "out"),
+            "--dataset", str(corpus), "--docs", "2", "--held-out", "2", "--samples", "1", "--dtype", "fp32",
+            "--no-answer-loss", "--json"]
+    result = runner.invoke(__import__("ropectl.cli.app", fromlist=["app"]).app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    parse_spec(data["best"]["spec"])
+    assert data["space"] == "ntk" and data["answer_loss"] is False
+    assert "estimate: one trial is about" in result.stderr
+
+
+def test_stage2_glue_seeds_fitness_and_written_longrope(tiny_model: Path, corpus: Path, isolated: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--space longrope through the evolutionary stage's interface (a stand-in that scores its seeds): seeds are
+    per-pair factors in [1, s], non-decreasing; the best is written as longrope with short_factor all ones."""
+    import types
+
+    seen: list[tuple[tuple[float, ...], float | None]] = []
+
+    def evolve(fitness, seeds, factor, *, population, iterations, seed, should_stop=None, **kw):  # noqa: ANN001, ANN003, ANN202
+        for s in seeds:
+            seen.append((tuple(s), fitness(tuple(s))))
+        scored = [(f, s) for s, f in seen if f is not None]
+        best_f, best = min(scored)
+        return types.SimpleNamespace(best=best, best_fitness=best_f,
+                                     trials=[{"factors": list(s), "fitness": f} for s, f in seen])
+
+    monkeypatch.setattr("ropectl.search.longrope.evolve", evolve)
+    result = run_search(request(tiny_model, corpus, isolated / "out", space="longrope", samples=0, answer_loss=False))
+    assert seen and all(len(s) == 8 for s, _ in seen)  # head_dim 16: 8 rotary pairs
+    for s, _ in seen:
+        assert all(1.0 - 1e-9 <= x <= 2.0 + 1e-9 for x in s) and list(s) == sorted(s)
+    found = parse_spec(result.summary["best"]["found"])  # longrope:2,file=OUT/longrope-factors.json
+    assert found.name == "longrope" and Path(found.file) == result.out / "longrope-factors.json"
+    written = json.loads(Path(found.file).read_text())
+    assert written["short_factor"] == [1.0] * 8 and len(written["long_factor"]) == 8
+    assert (result.out / "trials.json").is_file()
+
+
+def test_workers_share_one_study_through_storage(tiny_model: Path, corpus: Path, isolated: Path) -> None:
+    """Two workers (each its own OUT) on one journal-file study: the second counts the first's trials."""
+    journal = str(isolated / "study.log")
+    run_search(request(tiny_model, corpus, isolated / "w1", budget=2, storage=journal, emit="vllm"))
+    second = run_search(request(tiny_model, corpus, isolated / "w2", budget=3, storage=journal, emit="vllm"))
+    assert len(params(second.out)) == 3  # one new trial: the budget is the study's
+    assert not (isolated / "w1" / "study.db").exists()  # the study lives in --storage only
