@@ -10,12 +10,23 @@ import typer
 from ropectl.cli.errors import handle_errors
 from ropectl.cli.eval_flags import DeviceOpt, DtypeOpt, ModelOpt, out_option, resume_command
 from ropectl.cli.flags import LENGTH_SYNTAX, ForceOpt, JsonOpt, opt
+from ropectl.rope.methods import search_spaces
 
 SPACE, BUDGET, FIT, OUT = "Space", "Budget", "Fitness", "Output"
 TargetOpt = Annotated[str, opt("--target-length", "-t", panel=SPACE, help=f"Context to search for ({LENGTH_SYNTAX}).")]
-SpaceOpt = Annotated[str, opt("--space", panel=SPACE, help=(
-    "yarn (beta_fast, beta_slow, attention_factor), llama3 (low/high_freq_factor), ntk (its factor) or longrope "
-    "(per-dimension factors, LongRoPE's evolutionary search) [default: yarn]."))]
+
+
+def _space_help() -> str:
+    """Every --space from the method registry: stage 1 boxes with their options, then stage 2."""
+    spaces = search_spaces()
+    parts = [f"{n} ({', '.join(b.name for b in m.search_bounds(2.0))})" for n, m in spaces.items()
+             if m.search_bounds is not None and not m.search_per_pair]
+    parts += [f"{n} (per-dimension factors, LongRoPE's evolutionary search)" for n, m in spaces.items() if m.search_per_pair]
+    default = next((n for n, m in spaces.items() if m.search_default), parts[0])
+    return f"{', '.join(parts[:-1])} or {parts[-1]} [default: {default}]."
+
+
+SpaceOpt = Annotated[Optional[str], opt("--space", panel=SPACE, help=_space_help())]
 BudgetOpt = Annotated[Optional[int], opt("--budget", panel=BUDGET, help=(
     "Trials, pruned and infeasible ones included [default: 20 without --time]."))]
 TimeOpt = Annotated[Optional[float], opt("--time", panel=BUDGET, help="Minutes: stops after the trial running then.")]
@@ -47,7 +58,7 @@ IterationsOpt = Annotated[int, opt("--iterations", panel=BUDGET, help="longrope:
 
 @handle_errors
 def search_cmd(
-    model: ModelOpt = None, target_length: TargetOpt = "", space: SpaceOpt = "yarn", budget: BudgetOpt = None,
+    model: ModelOpt = None, target_length: TargetOpt = "", space: SpaceOpt = None, budget: BudgetOpt = None,
     time_min: TimeOpt = None, sampler: SamplerOpt = "tpe", storage: StorageOpt = None, docs: DocsOpt = 3,
     held_out: HeldOpt = 6, samples: SamplesOpt = 2, no_answer_loss: NoAnswerOpt = False,
     max_regression: RegressionOpt = None, prune_at: PruneOpt = None, grid: GridOpt = None,
@@ -71,11 +82,13 @@ def search_cmd(
     from ropectl.recommend import DEFAULT_MAX_REGRESSION
     from ropectl.search.output import run_search
     from ropectl.search.run import SearchRequest
+    from ropectl.search.spaces import default_space
 
     if not target_length:
         raise UsageError("--target-length is required", "pass the context to search for, e.g. -t 16k")
     folder = output_dir(out, resume, "search", "search")
-    req = SearchRequest(model, parse_length(target_length), space, Path(folder), budget, time_min, sampler, storage,
+    req = SearchRequest(model, parse_length(target_length), space or default_space(), Path(folder), budget, time_min, sampler,
+                        storage,
                         docs, held_out, samples, not no_answer_loss,
                         DEFAULT_MAX_REGRESSION if max_regression is None else max_regression, seed, dataset,
                         dtype or "auto", device or "auto", parse_lengths(prune_at) if prune_at else (), resume=resume,

@@ -129,4 +129,5 @@ def longrope_spec(long_factor: tuple[float, ...], factor: float, setup: Setup) -
     from ropectl.rope.methods import MethodSpec
 
     ones = [1.0] * len(long_factor)
-    return MethodSpec("longrope", round(factor, 6), (("short_factor", ones), ("long_factor", [round(x, 4) for x in long_factor])))
+    long = [round(x, 4) for x in long_factor]
+    return MethodSpec(setup.space.method, round(factor, 6), (("short_factor", ones), ("long_factor", long)))

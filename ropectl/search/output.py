@@ -139,6 +139,7 @@ def _closed_form_factors(setup: Setup) -> dict[str, tuple[float, ...]]:
     """YaRN's, NTK's and linear's per-pair factors at the target (LongRoPE's seeds), from ropectl's frequencies."""
     from ropectl.rope.methods import MethodSpec, unscaled_name
     from ropectl.search.longrope import seed_factors
+    from ropectl.search.spaces import seed_methods
 
     base = setup.ev.state(MethodSpec(unscaled_name())).rope
-    return {f"{m} (target {setup.plan.target})": seed_factors(m, base, setup.plan.target) for m in ("yarn", "ntk", "linear")}
+    return {f"{m} (target {setup.plan.target})": seed_factors(m, base, setup.plan.target) for m in seed_methods()}

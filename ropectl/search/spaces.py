@@ -13,30 +13,16 @@ its factor, which moves theta, is what it searches, from 1 (the model as trained
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ropectl.errors import UsageError
-from ropectl.rope.methods import MethodSpec, get_method, unscaled_name
+from ropectl.rope.methods import Method, MethodSpec, get_method, search_spaces, unscaled_name
+from ropectl.rope.methods.bounds import FACTOR, SearchBound
 from ropectl.rope.methods.yarn import yarn_mscale
 
-FACTOR = "factor"  # the searched parameter that is the method's factor (ntk)
-
-
-@dataclass(frozen=True)
-class Bound:
-    name: str
-    low: float
-    high: float
-    step: float
-    why: str  # where the range comes from, for the report and the docs
-
-    def grid(self, value: float) -> float:
-        """``value`` on the bound's grid (the resolution a result is reported at)."""
-        snapped = self.low + round((value - self.low) / self.step) * self.step
-        return round(min(self.high, max(self.low, snapped)), 10)
+Bound = SearchBound  # the bounds live with each method (Method.search_bounds); the search reads them
 
 
 @dataclass(frozen=True)
@@ -72,56 +58,36 @@ class Space:
         return [{"name": b.name, "low": b.low, "high": b.high, "step": b.step, "why": b.why} for b in self.bounds]
 
 
-def _bound(name: str, low: float, high: float, step: float, why: str) -> Bound:
-    """A bound whose high end lies on its grid (Optuna would move it there, with a warning)."""
-    steps = math.floor((high - low) / step + 1e-9)
-    return Bound(name, round(low, 6), round(low + steps * step, 6), step, why)
-
-
-def _around(name: str, default: float, down: float, up: float, step: float) -> Bound:
-    return _bound(name, default / down, default * up, step, f"the method's default {default:g} / {down:g} to x {up:g}")
-
-
-def _yarn(factor: float) -> tuple[Bound, ...]:
-    method = get_method("yarn")
-    fast, slow = float(method.param("beta_fast").default), float(method.param("beta_slow").default)
-    mscale = yarn_mscale(factor)  # the default attention factor 0.1 ln s + 1; the range 1 .. twice its excess
-    return (_around("beta_fast", fast, 8, 2, 0.5), _around("beta_slow", slow, 4, 2, 0.05),
-            _bound("attention_factor", 1.0, 1.0 + 2 * (mscale - 1.0), 0.005,
-                   f"1 (no scaling) to twice the default's excess over 1 ({mscale:.4f})"))
-
-
-def _llama3(factor: float) -> tuple[Bound, ...]:
-    method = get_method("llama3")
-    low, high = float(method.param("low_freq_factor").default), float(method.param("high_freq_factor").default)
-    return (_around("low_freq_factor", low, 2, 2, 0.05),
-            _bound("high_freq_factor", low * 2 + 0.5, high * 2, 0.1,
-                   f"above low_freq_factor's range to twice the default {high:g}"))
-
-
-def _ntk(factor: float) -> tuple[Bound, ...]:
-    # The step is a quarter of target / trained: measured on SmolLM2 (docs/reference/search.md), PPL at the target
-    # stays within 0.002 nats over about +-15 % of theta around its best, so finer steps chase the text's noise.
-    step = round(factor / 4, 4)
-    return (_bound(FACTOR, 1.0, 2 * factor, step, f"1 (the model as trained) to twice target / trained ({factor:g}), "
-                   "in steps of a quarter of it"),)
-
-
-SPACES = {"yarn": _yarn, "llama3": _llama3, "ntk": _ntk}
-STAGE2 = "longrope"
-
-
 def space_names() -> tuple[str, ...]:
-    return (*SPACES, STAGE2)
+    """Every --space, stage 1 first (the registry's methods with a search box), then stage 2."""
+    spaces = search_spaces()
+    return tuple(sorted(spaces, key=lambda n: spaces[n].search_per_pair))
+
+
+def default_space() -> str:
+    return next(n for n, m in search_spaces().items() if m.search_default)
+
+
+def seed_methods() -> tuple[str, ...]:
+    """The closed forms whose per-pair factors seed stage 2 (LongRoPE seeds from PI, NTK and YaRN)."""
+    from ropectl.rope.methods import METHODS
+
+    return tuple(n for n, m in METHODS.items() if m.search_seed)
+
+
+def _method(name: str) -> Method:
+    spaces = search_spaces()
+    if name not in spaces:
+        raise UsageError(f"unknown search space '{name}'", f"use one of: {', '.join(space_names())}")
+    return spaces[name]
 
 
 def build_space(name: str, factor: float) -> Space:
     """The space ``name`` for a search at ``factor`` = target / trained."""
-    if name == STAGE2:
-        return Space(STAGE2, STAGE2, factor, (), stage=2)
-    if name not in SPACES:
-        raise UsageError(f"unknown search space '{name}'", f"use one of: {', '.join(space_names())}")
-    return Space(name, name, factor, SPACES[name](factor))
+    method = _method(name)
+    if method.search_per_pair or method.search_bounds is None:
+        return Space(name, name, factor, (), stage=2)
+    return Space(name, name, factor, method.search_bounds(factor))
 
 
 def check_space(name: str, model: str) -> None:
@@ -147,9 +113,14 @@ def engine_notes(name: str, model: str, architecture: str) -> list[str]:
     read from GGUF metadata for a few architectures only, its flags set them for the rest)."""
     from ropectl.readers import llama_cpp
 
-    if name != "yarn" or not model.lower().endswith(".gguf") or llama_cpp.reads_betas(architecture):
+    if not model.lower().endswith(".gguf"):
         return []
-    flags = " / ".join(llama_cpp.FLAGS[k] for k in ("beta_fast", "beta_slow") if k in llama_cpp.FLAGS)
+    # The searched options llama.cpp would not read from this GGUF: any value off the default shows them.
+    off_default = {b.name: b.high + 1.0 for b in build_space(name, 2.0).bounds}
+    flagged = [k for k in llama_cpp.ignored_betas(architecture, off_default) if k in llama_cpp.FLAGS]
+    if not flagged:
+        return []
+    flags = " / ".join(llama_cpp.FLAGS[k] for k in flagged)
     return [f"note: llama.cpp reads YaRN's betas from GGUF metadata only for {', '.join(sorted(llama_cpp.YARN_BETA_ARCHS))}"
             f", not '{architecture}': found betas ship as its {flags or 'beta'} flags, printed with the result"]
 

@@ -26,4 +26,4 @@ def gguf_keys(p: RopeParams) -> dict[str, Any]:
 
 METHOD = Method("linear", "position interpolation: every frequency divided by the factor", (ORIGINAL,), build,
                 "linear", frequencies, gguf_type="linear", max_positions={TRAINED: TRAINED}, gguf_untyped=True,
-                gguf_keys=gguf_keys, candidate_order=3)
+                gguf_keys=gguf_keys, candidate_order=3, search_seed=True)

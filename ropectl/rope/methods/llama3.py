@@ -8,6 +8,7 @@ from typing import Any
 
 from ropectl.errors import MethodError
 from ropectl.rope.formulas import base_inv_freq, factor_of, require
+from ropectl.rope.methods.bounds import SearchBound, around, bound
 from ropectl.rope.methods.common import ORIGINAL, original
 from ropectl.rope.methods.registry import Method, Param
 from ropectl.rope.params import Frequencies, RopeParams
@@ -48,10 +49,20 @@ def validate(o: Mapping[str, Any], rotary_dim: int) -> None:
         raise MethodError("llama3 needs high_freq_factor > low_freq_factor", "e.g. low_freq_factor=1,high_freq_factor=4")
 
 
+LOW_FREQ, HIGH_FREQ = 1.0, 4.0  # Meta's values for Llama 3.1
+
+
+def search_bounds(factor: float) -> tuple[SearchBound, ...]:
+    """Low around Meta's 1, high from above low's range to twice Meta's 4: every point keeps low < high."""
+    return (around("low_freq_factor", LOW_FREQ, 2, 2, 0.05),
+            bound("high_freq_factor", LOW_FREQ * 2 + 0.5, HIGH_FREQ * 2, 0.1,
+                  f"above low_freq_factor's range to twice the default {HIGH_FREQ:g}"))
+
+
 METHOD = Method("llama3", "Llama 3.1: wavelength bands, smooth blend between them", (
     ORIGINAL,
-    Param("low_freq_factor", float, 1.0, "wavelengths above original/low are interpolated"),
-    Param("high_freq_factor", float, 4.0, "wavelengths below original/high are kept"),
+    Param("low_freq_factor", float, LOW_FREQ, "wavelengths above original/low are interpolated"),
+    Param("high_freq_factor", float, HIGH_FREQ, "wavelengths below original/high are kept"),
 ), build, "llama3", frequencies, validate,
     gguf_none="llama.cpp bakes llama3 frequencies into a rope_freqs tensor when converting", needs_original=True,
-    reextendable=True, carried_options=("low_freq_factor", "high_freq_factor"))
+    reextendable=True, carried_options=("low_freq_factor", "high_freq_factor"), search_bounds=search_bounds)

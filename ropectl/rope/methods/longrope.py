@@ -56,4 +56,4 @@ METHOD = Method("longrope", "LongRoPE: per-dimension rescale factors (short and 
 ), build, "longrope", frequencies, validate,
     gguf_none="llama.cpp keeps LongRoPE factors in rope_factors_long/short tensors written when converting",
     length_dependent=True, needs_original=True, aliases=("su",), implied_factor=True, original_at_top_level=True,
-    explicit_attention_factor=True, factors_file=("short_factor", "long_factor"))
+    explicit_attention_factor=True, factors_file=("short_factor", "long_factor"), search_per_pair=True)

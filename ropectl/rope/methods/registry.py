@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ropectl.errors import MethodError
+from ropectl.rope.methods.bounds import SearchBound
 from ropectl.rope.params import Frequencies, RopeParams
 
 TRAINED, TARGET = "trained", "target"  # the write forms of max_position_embeddings (schema.write)
@@ -79,6 +80,11 @@ class Method:
     patch_note: str = ""  # a line patch prints whenever it writes this method
     candidate_order: int | None = None  # its place among the methods recommend tries without a card (lower first)
     inference_only: str = ""  # why a model cannot be fine-tuned with it ("" where it can): finetune refuses it
+    # --- ropectl search (docs/reference/search.md) ---
+    search_bounds: Callable[[float], tuple[SearchBound, ...]] | None = None  # stage 1: its box at a factor
+    search_per_pair: bool = False  # stage 2: LongRoPE's evolution over the per-pair factors it writes
+    search_seed: bool = False  # its per-pair factors seed stage 2 (LongRoPE seeds from PI, NTK and YaRN)
+    search_default: bool = False  # the space `search` takes without --space
 
     @property
     def max_positions_vary(self) -> bool:
@@ -179,6 +185,11 @@ def default_candidates() -> tuple[str, ...]:
     """The methods recommend tries on a model without a card recipe, in their ``candidate_order``."""
     ranked = [m for m in METHODS.values() if m.candidate_order is not None]
     return tuple(m.name for m in sorted(ranked, key=lambda m: m.candidate_order or 0))
+
+
+def search_spaces() -> dict[str, Method]:
+    """The methods ``ropectl search`` takes as a --space (stage 1 boxes, then stage 2), in registry order."""
+    return {n: m for n, m in METHODS.items() if m.search_bounds is not None or m.search_per_pair}
 
 
 def method_names(exclude: tuple[str, ...] = (), where: Callable[[Method], bool] | None = None) -> str:

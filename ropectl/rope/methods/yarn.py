@@ -14,6 +14,7 @@ from ropectl.rope.formulas import (
     yarn_mscale,
     yarn_ramp,
 )
+from ropectl.rope.methods.bounds import SearchBound, around, bound
 from ropectl.rope.methods.common import ORIGINAL, clean, original
 from ropectl.rope.methods.registry import TRAINED, Method, Param
 from ropectl.rope.params import YARN_DEFAULT_BETAS, Frequencies, RopeParams
@@ -86,6 +87,16 @@ def gguf_read(scaling: dict[str, Any], meta: Callable[[str], Any]) -> dict[str, 
     return scaling
 
 
+def search_bounds(factor: float) -> tuple[SearchBound, ...]:
+    """Its betas around their defaults (fitted once on Llama 2), the attention factor from 1 (none) to twice the
+    default rule's excess over 1: the box `ropectl search` varies at a fixed factor."""
+    fast, slow = YARN_DEFAULT_BETAS["beta_fast"], YARN_DEFAULT_BETAS["beta_slow"]
+    mscale = yarn_mscale(factor)
+    return (around("beta_fast", fast, 8, 2, 0.5), around("beta_slow", slow, 4, 2, 0.05),
+            bound("attention_factor", 1.0, 1.0 + 2 * (mscale - 1.0), 0.005,
+                  f"1 (no scaling) to twice the default's excess over 1 ({mscale:.4f})"))
+
+
 METHOD = Method("yarn", "YaRN: interpolate low frequencies, keep high ones, scale attention", (
     ORIGINAL,
     Param("beta_fast", float, YARN_DEFAULT_BETAS["beta_fast"], "rotations where the ramp ends (keep)"),
@@ -97,4 +108,4 @@ METHOD = Method("yarn", "YaRN: interpolate low frequencies, keep high ones, scal
 ), build, "yarn", frequencies, validate, gguf_type="yarn", max_positions={TRAINED: TRAINED}, needs_original=True,
     implied_factor=True, original_from_max_positions=True, reextendable=True,
     carried_options=("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate"), gguf_keys=gguf_keys,
-    gguf_read=gguf_read, candidate_order=1)
+    gguf_read=gguf_read, candidate_order=1, search_bounds=search_bounds, search_seed=True, search_default=True)
