@@ -33,9 +33,9 @@ def _root(
 
 def _register() -> None:
     # Command modules import only typer at load time; the core is imported when a command runs.
-    from ropectl.cli import inspect_cmd, layout_cmd, passkey_cmd, patch_cmd, ppl_cmd, recommend_cmd, tasks_cmd
+    from ropectl.cli import finetune_cmd, inspect_cmd, layout_cmd, passkey_cmd, patch_cmd, ppl_cmd, recommend_cmd, tasks_cmd
 
-    for module in (inspect_cmd, patch_cmd, layout_cmd, ppl_cmd, passkey_cmd, tasks_cmd, recommend_cmd):
+    for module in (inspect_cmd, patch_cmd, layout_cmd, ppl_cmd, passkey_cmd, tasks_cmd, recommend_cmd, finetune_cmd):
         module.register(app)
 
 

@@ -28,4 +28,6 @@ METHOD = Method("dynamic", "dynamic NTK: theta grows with the sequence length pa
                 max_positions={TARGET: TRAINED, TRAINED: TRAINED},
                 max_position_rule="kept at the trained context (scaling starts past it)", length_dependent=True,
                 patch_note="dynamic keeps max_position_embeddings at the trained length: transformers scales only "
-                           "beyond it", candidate_order=4)
+                           "beyond it", candidate_order=4,
+                inference_only="dynamic NTK is an inference-time method: its theta changes with each sequence's "
+                               "length, so no fixed RoPE is trained (LLaMA-Factory warns against training with it)")

@@ -78,6 +78,7 @@ class Method:
     gguf_read: Callable[[dict[str, Any], Callable[[str], Any]], dict[str, Any]] | None = None
     patch_note: str = ""  # a line patch prints whenever it writes this method
     candidate_order: int | None = None  # its place among the methods recommend tries without a card (lower first)
+    inference_only: str = ""  # why a model cannot be fine-tuned with it ("" where it can): finetune refuses it
 
     @property
     def max_positions_vary(self) -> bool:

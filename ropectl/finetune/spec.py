@@ -1,0 +1,137 @@
+"""What one ``ropectl finetune`` run is asked to do: a frozen spec, every model-free check made when it is built.
+
+Defaults and where they come from (docs/how-to/finetune.md says more):
+- LR 2e-5, AdamW: YaRN (``finetune.py``), PoSE (``train_pose.py``) and LongLoRA all train at 2e-5.
+- warm-up 5 % of the steps (at least 1): YaRN's 20 warm-up steps of 400.
+- gradient clipping 1.0 (transformers' Trainer default, YaRN's accelerate loop clips at 1.0 too).
+- steps 200: PoSE reports PPL nearly converged by about 100 steps; YaRN trains 400 at s=16.
+- 8 sequences per step: the references use 64; a CPU-sized default, raise it with --batch-tokens on a GPU.
+- LoRA alpha 2 x r (LongLoRA's r=8, alpha=16), targets q/k/v/o projections.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ropectl.errors import UsageError
+from ropectl.rope.methods import MethodSpec
+
+MODES = ("pose", "full")
+DTYPES = ("auto", "bf16", "fp32")
+DEFAULT_STEPS = 200
+DEFAULT_LR = 2e-5
+WARMUP_FRACTION = 0.05  # YaRN: 20 warm-up steps of 400
+DEFAULT_SEQUENCES = 8  # sequences per step when neither --batch-tokens nor --batch-size is given
+DEFAULT_HELD_OUT = 2
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+@dataclass(frozen=True)
+class FinetuneSpec:
+    """One ``ropectl finetune`` invocation, fully resolved except what needs the model's config (``plan``)."""
+
+    model: str
+    method: MethodSpec
+    output: Path
+    target_length: int | None = None
+    data: str | None = None
+    mode: str = "pose"
+    window: int | None = None
+    steps: int = DEFAULT_STEPS
+    lr: float = DEFAULT_LR
+    warmup: int | None = None
+    batch_tokens: int | None = None
+    batch_size: int | None = None  # sequences per device per micro-step
+    grad_accum: int | None = None
+    lora: int | None = None
+    lora_alpha: float | None = None
+    train_embeddings_norms: bool = False
+    merge: bool = False
+    seed: int = 0
+    eval_every: int | None = None
+    held_out: int = DEFAULT_HELD_OUT
+    dtype: str = "auto"
+    device: str = "auto"
+    dry_run: bool = False
+    resume: Path | None = None
+    force: bool = False
+    context_parallel: int = 1
+    chunk_size: int = 1024
+    text_field: str = "text"
+    split: str = "train"
+
+    def __post_init__(self) -> None:
+        _check_mode(self)
+        _check_numbers(self)
+        _check_lora(self)
+        if self.dtype not in DTYPES:
+            raise UsageError(f"--dtype {self.dtype} is not a training dtype here", f"use one of: {', '.join(DTYPES)}")
+
+    @property
+    def pose(self) -> bool:
+        return self.mode == "pose"
+
+    @property
+    def warmup_steps(self) -> int:
+        return self.warmup if self.warmup is not None else max(1, round(WARMUP_FRACTION * self.steps))
+
+    @property
+    def lora_scale(self) -> float:
+        return float(self.lora_alpha if self.lora_alpha is not None else 2 * (self.lora or 0))
+
+    def with_(self, **changes: Any) -> FinetuneSpec:
+        return replace(self, **changes)
+
+    def identity(self) -> dict[str, Any]:
+        """What must match for ``--resume`` to continue this run: everything that changes the trained weights."""
+        keep = ("model", "target_length", "data", "mode", "window", "steps", "lr", "warmup", "batch_tokens",
+                "batch_size", "grad_accum", "lora", "lora_alpha", "train_embeddings_norms", "seed", "held_out",
+                "dtype", "chunk_size", "text_field", "split")
+        out = {k: getattr(self, k) for k in keep}
+        out["method"] = self.method.label
+        return out
+
+
+def _check_mode(spec: FinetuneSpec) -> None:
+    if spec.mode not in MODES:
+        raise UsageError(f"unknown training mode '{spec.mode}'", "pass --pose (the default) or --full")
+    if spec.mode == "full" and spec.window is not None:
+        raise UsageError("--window sets PoSE's training window, and --full trains at the target length",
+                         "drop --window, or drop --full to train with PoSE")
+    if spec.context_parallel != 1:
+        raise UsageError(f"context parallelism (--context-parallel {spec.context_parallel}) splits one sequence over "
+                         "GPUs (accelerate's ParallelismConfig(cp_size=...), FSDP2 + CUDA SDPA); it is not available "
+                         "on CPU", "drop --context-parallel, or train with PoSE (--pose), which needs no long sequence")
+
+
+def _check_numbers(spec: FinetuneSpec) -> None:
+    positive = {"--steps": spec.steps, "--batch-tokens": spec.batch_tokens, "--batch-size": spec.batch_size,
+                "--grad-accum": spec.grad_accum, "--window": spec.window, "--eval-every": spec.eval_every,
+                "--lora": spec.lora, "--target-length": spec.target_length, "--chunk-size": spec.chunk_size}
+    for flag, value in positive.items():
+        if value is not None and value <= 0:
+            raise UsageError(f"{flag} must be positive, got {value}", f"pass a positive {flag}")
+    if not spec.lr > 0:
+        raise UsageError(f"--lr must be positive, got {spec.lr:g}", "pass e.g. --lr 2e-5")
+    if spec.warmup is not None and not 0 <= spec.warmup <= spec.steps:
+        raise UsageError(f"--warmup {spec.warmup} is outside 0..--steps ({spec.steps})", "pass a smaller --warmup")
+    if spec.held_out < 0:
+        raise UsageError(f"--held-out must be 0 or more, got {spec.held_out}", "pass e.g. --held-out 2")
+    if spec.batch_tokens is not None and (spec.batch_size is not None or spec.grad_accum is not None):
+        raise UsageError("--batch-tokens and --batch-size / --grad-accum are two ways to size a step",
+                         "pass --batch-tokens alone, or --batch-size (and --grad-accum)")
+    if spec.eval_every is not None and spec.held_out == 0:
+        raise UsageError("--eval-every scores held-out documents, and --held-out is 0", "pass --held-out 1 or more")
+
+
+def _check_lora(spec: FinetuneSpec) -> None:
+    if spec.merge and spec.lora is None:
+        raise UsageError("--merge merges LoRA adapters into the weights, and no --lora is given",
+                         "add --lora R, or drop --merge (a full fine-tune writes full weights anyway)")
+    if spec.lora is None and spec.lora_alpha is not None:
+        raise UsageError("--lora-alpha scales LoRA adapters, and no --lora is given", "add --lora R, or drop --lora-alpha")
+    if spec.lora is None and spec.train_embeddings_norms:
+        raise UsageError("--train-embeddings-norms adds embeddings and norms to LoRA's trainable set, and a full "
+                         "fine-tune (no --lora) trains them already", "add --lora R, or drop --train-embeddings-norms")

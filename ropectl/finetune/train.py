@@ -1,0 +1,400 @@
+"""``ropectl finetune``'s run: plan, data, the patched model, transformers' Trainer, the final checkpoint.
+
+Why transformers' Trainer and not TRL: the loss here is our own (the chunked, recomputed head of ``loss.py``) and the
+data are already packed windows with PoSE position ids, so TRL's SFTTrainer would add only dataset handling we do not
+use; Trainer alone gives AdamW, the warm-up schedule, clipping, accumulation, bf16 autocast, DDP / FSDP through
+accelerate (``torchrun`` and ``accelerate launch`` both work, multi-node is the same command) and checkpoint-N resume.
+
+State lives in a run folder beside the output (``OUT.run/``: ``run.json`` with the run's identity, ``train_log.jsonl``,
+``checkpoint-N/``). Ctrl-C or SIGTERM finishes the current step, saves a checkpoint and raises ``FinetuneInterrupted``
+(the CLI prints the command that resumes); ``--resume OUT.run`` continues from its last checkpoint; the run folder is
+removed once the output is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ropectl.errors import OutputError, RopectlError, UsageError
+from ropectl.finetune.plan import RunPlan
+from ropectl.finetune.spec import FinetuneSpec
+from ropectl.output import dumps
+
+RUN_FILE = "run.json"
+
+
+class FinetuneInterrupted(RopectlError):
+    """Ctrl-C or SIGTERM: a checkpoint is saved in the run folder; exit 130 (143 for SIGTERM)."""
+
+    def __init__(self, run_dir: Path, step: int, terminated: bool) -> None:
+        self.run_dir, self.step, self.terminated = run_dir, step, terminated
+        self.exit_code = 143 if terminated else 130
+        super().__init__(f"{'terminated' if terminated else 'interrupted'} at step {step}; checkpoint saved in "
+                         f"{run_dir}", f"rerun the same command with --resume {run_dir}")
+
+
+@dataclass(frozen=True)
+class FinetuneResult:
+    output: Path
+    plan: dict[str, Any]
+    provenance: dict[str, Any]
+    final_loss: float | None
+    evaluation: dict[str, Any] | None
+    written: Any = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        written = self.written.to_dict() if hasattr(self.written, "to_dict") else self.written
+        return {"output": str(self.output), "plan": self.plan, "provenance": self.provenance,
+                "final_loss": self.final_loss, "evaluation": self.evaluation, "written": written, "notes": self.notes}
+
+
+def run_dir_for(output: Path) -> Path:
+    output = Path(output)
+    return output.parent / f"{output.name}.run"
+
+
+def prepare_run_dir(spec: FinetuneSpec, run_dir: Path, world_main: bool) -> Path | None:
+    """Check (resume) or create (fresh) the run folder; returns the checkpoint to resume from, if any."""
+    marker = run_dir / RUN_FILE
+    if spec.resume is not None:
+        try:
+            saved = json.loads(marker.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise UsageError(f"'{run_dir}' is not a finetune run folder (no readable {RUN_FILE})",
+                             "pass the OUT.run folder an interrupted run printed") from None
+        if saved.get("identity") != json.loads(dumps(spec.identity())):
+            diff = sorted(k for k, v in spec.identity().items() if saved.get("identity", {}).get(k) != v)
+            raise UsageError(f"the run folder '{run_dir}' belongs to another run (it differs in {', '.join(diff)})",
+                             "rerun with the flags of the interrupted run, or start a new run without --resume")
+        return last_checkpoint(run_dir)
+    if run_dir.exists():
+        if not (marker.is_file() and spec.force):
+            raise OutputError(f"'{run_dir}' exists (an earlier run's folder)",
+                              f"resume it with --resume {run_dir}, or pass --force to start over")
+        if world_main:
+            shutil.rmtree(run_dir)
+    if world_main:
+        run_dir.mkdir(parents=True)
+        marker.write_text(dumps({"identity": spec.identity()}, indent=1) + "\n", encoding="utf-8")
+    return None
+
+
+def last_checkpoint(run_dir: Path) -> Path | None:
+    found = sorted((p for p in run_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
+                   key=lambda p: int(p.name.split("-")[-1]))
+    return found[-1] if found else None
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[Callable[[], str | None]]:
+    """While open, the first Ctrl-C / SIGTERM asks the trainer to stop after this step; a second Ctrl-C aborts."""
+    got: list[str] = []
+
+    def ask(signum: int, frame: object) -> None:
+        if got and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        got.append("SIGTERM" if signum == signal.SIGTERM else "SIGINT")
+
+    try:
+        previous = {s: signal.signal(s, ask) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: signals stay as they are
+        yield lambda: None
+        return
+    try:
+        yield lambda: got[0] if got else None
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def any_rank(flag: bool) -> bool:
+    """A stop asked on one rank stops every rank at the same step (else the others would wait for ever)."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return flag
+    t = torch.tensor([1 if flag else 0])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def training_arguments(spec: FinetuneSpec, plan: RunPlan, run_dir: Path, device: str, dtype: str) -> Any:
+    import dataclasses
+    import os
+
+    from transformers import TrainingArguments
+
+    cpu = device == "cpu"
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    ckpt = "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"  # 5.2x
+    distributed = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
+    return TrainingArguments(
+        output_dir=str(run_dir), max_steps=plan.steps, per_device_train_batch_size=plan.per_device,
+        gradient_accumulation_steps=plan.grad_accum, learning_rate=spec.lr, warmup_steps=plan.warmup,
+        lr_scheduler_type="linear", weight_decay=0.0, adam_beta2=0.95,  # YaRN's AdamW betas (0.9, 0.95)
+        max_grad_norm=1.0, bf16=dtype == "bf16", use_cpu=cpu, seed=spec.seed, data_seed=spec.seed,
+        logging_steps=1, save_strategy="no", save_total_limit=1, report_to=[], disable_tqdm=True,
+        remove_unused_columns=False, dataloader_num_workers=0, ddp_find_unused_parameters=False,
+        ddp_backend="gloo" if cpu and distributed else None,
+        **{ckpt: True, f"{ckpt}_kwargs": {"use_reentrant": False}},
+    )
+
+
+def make_trainer(model: Any, args: Any, dataset: Any, chunk_size: int, callbacks: list[Any]) -> Any:
+    """transformers' Trainer with our loss (``loss.training_loss``) and the dataset read in order."""
+    from torch.utils.data import SequentialSampler
+    from transformers import Trainer
+
+    from ropectl.finetune.data import collate
+    from ropectl.finetune.loss import training_loss
+
+    class RopeTrainer(Trainer):
+        loss_is_scaled_for_ga = False  # compute_loss returns a micro-batch mean; Trainer divides by the accumulation
+
+        def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False,
+                         num_items_in_batch: Any = None) -> Any:
+            loss = training_loss(model, self.accelerator.unwrap_model(model), inputs, chunk_size)
+            return (loss, None) if return_outputs else loss
+
+        def _get_train_sampler(self, train_dataset: Any = None) -> Any:
+            # Example j is already a seeded function of j (data.PackedExamples): order is the data's own
+            return SequentialSampler(train_dataset if train_dataset is not None else self.train_dataset)
+
+    trainer = RopeTrainer(model=model, args=args, train_dataset=dataset, data_collator=collate, callbacks=callbacks)
+    trainer.model_accepts_loss_kwargs = False
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    for quiet in (PrinterCallback, ProgressCallback):  # stdout stays ours (--json); our callback reports progress
+        trainer.remove_callback(quiet)
+    return trainer
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything before the first weight loads: checked, planned, tokenized."""
+
+    spec: FinetuneSpec
+    source: Any  # eval.model.ModelSource
+    plan: RunPlan
+    tokenizer: Any
+    split: Any  # data.Split
+    corpus: str
+    device: str
+    dtype: str
+    dtype_why: str
+
+
+def prepare(spec: FinetuneSpec, world_size: int = 1, local_rank: int = 0) -> Prepared:
+    """Model config, plan (the patch path), output checks, tokenizer and data: every refusal before any training."""
+    from ropectl.eval.corpus import load_corpus, make_source
+    from ropectl.eval.model import load_tokenizer, model_source, resolve_device, resolve_dtype_choice, trained_context
+    from ropectl.finetune.data import split
+    from ropectl.finetune.plan import make_plan
+    from ropectl.io.files import check_output_dir
+
+    source = model_source(spec.model)
+    plan = make_plan(spec, source.config, trained_context(source.config), world_size)
+    if not spec.dry_run:
+        check_output_dir(spec.output, source.resolved.folder if not source.resolved.is_gguf else None, spec.force)
+    device = resolve_device(spec.device, local_rank)
+    dtype, why = resolve_dtype_choice(spec.dtype, device)
+    tokenizer = load_tokenizer(source.path, source.kwargs)
+    corpus = load_corpus(make_source(spec.data, spec.split, spec.text_field), tokenizer, None)
+    parts = split(corpus.documents, plan.span, spec.held_out, plan.target, spec.seed,
+                  tokenizer.bos_token_id, tokenizer.eos_token_id, corpus.name)
+    return Prepared(spec, source, plan, tokenizer, parts, corpus.name, device, dtype, why)
+
+
+def provenance(p: Prepared, steps_done: int) -> dict[str, Any]:
+    s = p.spec
+    return {"base_model": s.model, "method": p.plan.method, "mode": s.mode, "window": p.plan.window,
+            "target": p.plan.target, "trained": p.plan.trained, "steps": steps_done,
+            "tokens": steps_done * p.plan.tokens_per_step, "tokens_per_step": p.plan.tokens_per_step,
+            "data": p.corpus, "held_out": p.split.held_out_ids, "train_docs": p.split.train_docs, "seed": s.seed,
+            "lr": s.lr, "warmup": p.plan.warmup, "dtype": p.dtype,
+            "lora": None if s.lora is None else {"r": s.lora, "alpha": s.lora_scale,
+                                                 "embeddings_norms": s.train_embeddings_norms, "merged": s.merge}}
+
+
+def finetune(spec: FinetuneSpec, on_progress: Callable[[Any], None] | None = None) -> FinetuneResult:
+    """Train and write ``spec.output``; raises FinetuneInterrupted on Ctrl-C / SIGTERM (a checkpoint is saved)."""
+    from ropectl.eval.dist import world_from_env
+
+    world = world_from_env()
+    p = prepare(spec, world.size, world.local_rank)
+    run_dir = Path(spec.resume) if spec.resume is not None else run_dir_for(spec.output)
+    resume_from = prepare_run_dir(spec, run_dir, world.is_main)
+    try:
+        return _train(spec, p, world, run_dir, resume_from, on_progress)
+    except FinetuneInterrupted:
+        raise
+    except BaseException:
+        if spec.resume is None and world.is_main and last_checkpoint(run_dir) is None:
+            shutil.rmtree(run_dir, ignore_errors=True)  # a failed fresh run leaves no folder that blocks the next
+        raise
+
+
+def _train(spec: FinetuneSpec, p: Prepared, world: Any, run_dir: Path, resume_from: Path | None,
+           on_progress: Callable[[Any], None] | None) -> FinetuneResult:
+    from transformers import set_seed
+
+    from ropectl.eval.engines.hf import TransformersEngine
+    from ropectl.finetune import monitor
+    from ropectl.finetune.build import add_lora, build_model
+    from ropectl.finetune.data import PackedExamples
+
+    log = run_dir / monitor.LOG if world.is_main else None
+    if log is not None and resume_from is not None:
+        monitor.keep_rows_until(log, int(resume_from.name.split("-")[-1]))
+    set_seed(spec.seed)  # LoRA's initial A matrices
+    model = build_model(p.source, p.plan.config, p.device)
+    if spec.lora is not None:
+        model = add_lora(model, spec)
+    dataset = PackedExamples(p.split.spans, p.plan.steps * p.plan.global_batch, spec.seed, p.plan.window,
+                             p.plan.target, spec.pose)
+    evaluate_now = None
+    if spec.eval_every and world.is_main:
+        engine = TransformersEngine.from_loaded(p.source, model, p.tokenizer, p.device, p.dtype)
+        lengths = sorted({p.plan.trained, p.plan.target})
+        evaluate_now = _evaluator(model, engine, p.split.held_out, lengths, p.dtype)
+    with stop_signals() as stopped:
+        callback = monitor.make_callback(log=log, tokens_per_step=p.plan.tokens_per_step, steps=p.plan.steps,
+                                         on_progress=on_progress if world.is_main else None, evaluate_now=evaluate_now,
+                                         eval_every=spec.eval_every, stop_requested=lambda: any_rank(bool(stopped())),
+                                         start_step=int(resume_from.name.split("-")[-1]) if resume_from else 0)
+        args = training_arguments(spec, p.plan, run_dir, p.device, p.dtype)
+        trainer = make_trainer(model, args, dataset, spec.chunk_size, [callback])
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        why = stopped()
+    step = trainer.state.global_step
+    if why is not None or step < p.plan.steps:
+        raise FinetuneInterrupted(run_dir, step, why == "SIGTERM")
+    return _finish(p, trainer, run_dir, log)
+
+
+def _evaluator(model: Any, engine: Any, held_out: Any, lengths: list[int], dtype: str) -> Callable[[], dict[str, Any]]:
+    """Held-out scoring in eval mode under the training autocast, back to train mode after."""
+    import torch
+
+    from ropectl.finetune.monitor import evaluate
+
+    def run() -> dict[str, Any]:
+        was = model.training
+        model.eval()
+        try:
+            with torch.autocast("cpu" if engine.device == "cpu" else "cuda", dtype=torch.bfloat16,
+                                enabled=dtype == "bf16"):
+                return evaluate(engine, held_out, lengths)
+        finally:
+            model.train(was)
+
+    return run
+
+
+def _finish(p: Prepared, trainer: Any, run_dir: Path, log: Path | None) -> FinetuneResult:
+    """Rank 0 writes the checkpoint (ft-output's write_checkpoint), then the log and plot beside it."""
+    from ropectl.eval.dist import world_from_env
+    from ropectl.finetune import monitor
+    from ropectl.io.files import atomic_write_text
+    from ropectl.io.ownership import note_written
+
+    prov = provenance(p, trainer.state.global_step)
+    rows = monitor.read_rows(log) if log is not None else []
+    losses = [r["loss"] for r in rows if "loss" in r]
+    evals = [r["eval"] for r in rows if "eval" in r]
+    if not world_from_env().is_main:
+        return FinetuneResult(p.spec.output, p.plan.to_dict(), prov, None, None)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    source = None if p.source.resolved.is_gguf else p.source.resolved.folder
+    written = write_checkpoint(p.spec.output, model, p.tokenizer, p.plan.config, prov, merge=p.spec.merge,
+                               dtype=p.dtype, force=p.spec.force, source=source)
+    assert log is not None
+    atomic_write_text(p.spec.output / monitor.LOG, log.read_text(encoding="utf-8"))
+    monitor.plot_loss(log, p.spec.output / monitor.PLOT)
+    note_written(p.spec.output, [monitor.LOG, monitor.PLOT])
+    shutil.rmtree(run_dir, ignore_errors=True)
+    notes = [f"a step is {p.plan.tokens_per_step:,} tokens ({p.plan.global_batch} sequences of {p.plan.seq_len:,})"]
+    if p.source.resolved.is_gguf:
+        notes.append("the GGUF input was dequantized and trained; convert the output back with llama.cpp's "
+                     "convert_hf_to_gguf.py")
+    return FinetuneResult(p.spec.output, p.plan.to_dict(), prov, losses[-1] if losses else None,
+                          evals[-1] if evals else None, written, notes)
+
+
+def write_checkpoint(output: Path, model: Any, tokenizer: Any, config: dict[str, Any], provenance: dict[str, Any], *,
+                     merge: bool, dtype: str, force: bool, source: Path | None) -> Any:
+    """ft-output's ``ropectl.finetune.output.write_checkpoint`` where present, else a minimal stand-in (removed once
+    that module lands): weights, tokenizer and the patched config.json with the provenance in ropectl's record."""
+    try:
+        from ropectl.finetune.output import write_checkpoint as real
+    except ImportError:
+        real = None
+    if real is not None:
+        return real(output, model, tokenizer, config, provenance, merge=merge, dtype=dtype, force=force, source=source)
+    import torch
+
+    from ropectl.io.files import staged_dir
+
+    if merge:
+        model = model.merge_and_unload()
+    with staged_dir(output, force=force, command="finetune") as staging:
+        model.to({"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]).save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        record = dict(config.get("ropectl") or {})
+        record["finetune"] = provenance
+        (staging / "config.json").write_text(dumps({**config, "ropectl": record}, indent=2) + "\n", encoding="utf-8")
+    return {"path": str(output), "layout": "merged" if merge else ("adapter" if hasattr(model, "peft_config") else "full")}
+
+
+# The ETA of --dry-run assumes this fraction of the CPU's measured matmul FLOP/s (a stated guess, not a measurement
+# of training: attention, norms and the optimizer run well below matmul speed).
+ASSUMED_MFU = 0.3
+
+
+def dry_run_plan(spec: FinetuneSpec) -> dict[str, Any]:
+    """The plan, memory estimates of PoSE and full-length training, and an ETA; loads no weights, writes nothing."""
+    from ropectl.eval.dist import world_from_env
+    from ropectl.finetune.plan import estimates, shape_of
+
+    world = world_from_env()
+    p = prepare(spec, world.size, world.local_rank)
+    shape = shape_of(p.plan.config)
+    trainable = shape.params if spec.lora is None else _lora_params(shape, spec.lora)
+    speed = _matmul_flops(p.dtype) if p.device == "cpu" else None
+    est = estimates(p.plan, shape, trainable, p.dtype == "bf16", spec.chunk_size, speed * ASSUMED_MFU if speed else None)
+    return {"plan": p.plan.to_dict(), **est, "dtype": p.dtype, "dtype_why": p.dtype_why, "params": shape.params,
+            "trainable": trainable, "data": p.corpus, "train_spans": len(p.split.spans),
+            "held_out": p.split.held_out_ids,
+            "eta_basis": f"{ASSUMED_MFU:.0%} of a measured {speed / 1e9:.0f} GFLOP/s {p.dtype} matmul" if speed else ""}
+
+
+def _lora_params(shape: Any, r: int) -> int:
+    """LoRA on q/k/v/o: r x (in + out) per projection and layer (k/v narrower under GQA: an upper estimate)."""
+    return shape.layers * 4 * r * (shape.hidden + shape.attention_width)
+
+
+def _matmul_flops(dtype: str) -> float:
+    """Best-of-3 FLOP/s of one SmolLM2-sized F.linear in the training dtype (well under a second)."""
+    import time
+
+    import torch
+    import torch.nn.functional as F
+
+    dt = torch.bfloat16 if dtype == "bf16" else torch.float32
+    x, w = torch.randn(512, 576, dtype=dt), torch.randn(1536, 576, dtype=dt)
+    F.linear(x, w)
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        F.linear(x, w)
+        best = min(best, time.perf_counter() - start)
+    return 2 * 512 * 576 * 1536 / best
