@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ropectl-installed
 
-.PHONY: demo test test-fast lint bench clean compat compat-transformers compat-engines compat-ruler
+.PHONY: demo test test-fast lint bench bench-finetune bench-finetune-speed finetune-smoke gpu-wheels clean compat compat-transformers compat-engines compat-ruler
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,26 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_ppl.py
 	$(BIN)/python bench/bench_layout.py
+
+# `ropectl finetune`'s steps to recover (docs/reference/finetune-benchmark.md): the tiny Llama pretrained at 128 tokens
+# (bench/tiny_model.py, cached in ~/.cache/ropectl-bench; built on first use), extended x4 to 512 with linear, ntk,
+# yarn and PoSE+yarn, and `none` at 128 as the control; 200 steps, 2 seeds, evaluated every 20 steps.
+bench-finetune: $(STAMP)
+	$(BIN)/python bench/bench_finetune_recover.py --docs-out docs/reference
+
+# Training step speed and peak memory against a plain transformers Trainer at 4k (SmolLM2-shaped, random init).
+bench-finetune-speed: $(STAMP)
+	$(BIN)/python bench/bench_finetune_speed.py --lengths 4096 --steps 4 --repeat 2
+
+# The real model end to end: the embedded SmolLM2 GGUF, PoSE + yarn:4 (8k -> 32k), 2k window, LoRA merged, 20 steps;
+# PPL and niah_single_1 at 16k before and after (see docs/reference/finetune-benchmark.md for its measured time).
+finetune-smoke: $(STAMP)
+	$(BIN)/python bench/finetune_smoke.py
+
+# Wheels for bench/gpu_finetune.sh on a GPU machine without internet (carry bench/wheels with the working tree).
+gpu-wheels: $(STAMP)
+	$(BIN)/python -m pip download -q --no-deps -d bench/wheels -c constraints.txt transformers tokenizers \
+		safetensors accelerate huggingface_hub typer click rich shellingham markdown-it-py mdurl pygments
 
 clean:
 	rm -rf $(VENV) .pytest_cache

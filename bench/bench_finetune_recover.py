@@ -58,7 +58,7 @@ def prepare_data(model: Path, out: Path) -> tuple[Path, list[str]]:
     for name, text in embedded_source().texts():
         if name not in recipe["held_out"]:
             (data / f"train__{name.replace('/', '__')}.txt").write_text(text, encoding="utf-8")
-    return data, [f"{HELD_PREFIX}{Path(n).stem}" for n in held]
+    return data, [f"{HELD_PREFIX}{n}" for n in held]  # a local file's document id is its relative path
 
 
 def worker(held: int, argv: list[str]) -> None:

@@ -38,8 +38,8 @@ RECIPE: dict[str, Any] = {
     "model": {"vocab_size": 2048, "hidden_size": 192, "intermediate_size": 512, "num_hidden_layers": 4,
               "num_attention_heads": 6, "num_key_value_heads": 6, "head_dim": 32, "max_position_embeddings": 128,
               "rope_theta": 10000.0, "tie_word_embeddings": True},
-    # ~4.5M tokens: about 3 passes over the ~1.4M training tokens, ~8 CPU-minutes on a 2-core AMX Xeon (measured).
-    "train": {"seq_len": 128, "batch": 32, "steps": 1100, "lr": 1e-3, "min_lr": 1e-4, "warmup": 50,
+    # 2.5M tokens: about 1.7 passes over the ~1.5M training tokens (CPU cost measured in pretrain.json).
+    "train": {"seq_len": 128, "batch": 32, "steps": 600, "lr": 1e-3, "min_lr": 1e-4, "warmup": 50,
               "weight_decay": 0.1, "betas": [0.9, 0.95], "clip": 1.0, "dtype": "fp32", "seed": 0},
     "held_out": list(HELD_OUT),
 }
@@ -152,6 +152,9 @@ def build(folder: Path) -> None:
         raise SystemExit(f"held-out plays not in the corpus: {sorted(missing)}")
     train_texts = [t for name, t in all_plays if name not in HELD_OUT]
     held = [(name, t) for name, t in all_plays if name in HELD_OUT]
+    # One thread: on a shared 2-core machine two OpenMP threads spin waiting for each other (measured: about 2.5x
+    # the CPU time per step at load 7); ROPECTL_BENCH_THREADS sets another count.
+    torch.set_num_threads(int(os.environ.get("ROPECTL_BENCH_THREADS", "1")))
     cpu0, wall0 = _cpu_seconds(), time.perf_counter()
     torch.manual_seed(RECIPE["train"]["seed"])
     tokenizer = train_tokenizer(train_texts)
