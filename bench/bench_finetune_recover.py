@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +90,9 @@ def finetune(name: str, seed: int, args: argparse.Namespace, model: Path, data: 
             str(args.batch), "--grad-accum", "1", "--dtype", args.dtype, "-o", str(out), "--force"]
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(len(held)), "--", *argv]
     print(f"[{name} seed {seed}] ropectl {' '.join(argv)}", file=sys.stderr, flush=True)
-    subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(args.threads)}
+    with open(args.out / "runs" / f"{name}-s{seed}.log", "w", encoding="utf-8") as log:
+        subprocess.run(cmd, check=True, env=env, stdout=log, stderr=subprocess.STDOUT)
     check_held_out(out, held)
     return out
 
@@ -143,9 +146,13 @@ def main() -> None:
     # 1e-3, and at 2e-5 it barely moves in 200 steps.
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--batch", type=int, default=8, help="sequences per step")
+    parser.add_argument("--batch", type=int, default=4, help="sequences per step")
     parser.add_argument("--dtype", default="fp32")
-    parser.add_argument("--docs-out", type=Path, default=None, help="also copy the report and plot here")
+    # Single-threaded runs side by side: on a shared 2-core machine two OpenMP threads per process spin-wait.
+    parser.add_argument("--jobs", type=int, default=2, help="runs at once")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument("--docs-out", type=Path, default=None,
+                        help="also copy the plot here (the tables go into docs/reference/finetune-benchmark.md by hand)")
     parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
     if args.worker is not None:
@@ -158,13 +165,20 @@ def main() -> None:
     steps0 = zero_shot(args, model)
     runs: dict[str, dict[int, list[dict[str, Any]]]] = {}
     timing: dict[str, float] = {}
-    for name in args.methods:
-        for seed in seeds:
-            t0 = time.perf_counter()
-            log = read_log(finetune(name, seed, args, model, data, held) / "train_log.jsonl")
-            timing[f"{name}-s{seed}"] = round(time.perf_counter() - t0, 1)
-            zero = [] if any(r["step"] == 0 for r in log) else [steps0[RUNS[name][0]]]
-            runs.setdefault(name, {})[seed] = zero + log
+
+    def one(job: tuple[str, int]) -> None:
+        name, seed = job
+        t0 = time.perf_counter()
+        log = read_log(finetune(name, seed, args, model, data, held) / "train_log.jsonl")
+        timing[f"{name}-s{seed}"] = round(time.perf_counter() - t0, 1)
+        zero = [] if any(r["step"] == 0 for r in log) else [steps0[RUNS[name][0]]]
+        runs.setdefault(name, {})[seed] = zero + log
+
+    (args.out / "runs").mkdir(parents=True, exist_ok=True)
+    jobs = [(n, s) for n in args.methods for s in seeds]
+    with ThreadPoolExecutor(args.jobs) as pool:  # runs are subprocesses: threads only wait for them
+        list(pool.map(one, jobs))
+    runs = {n: dict(sorted(runs[n].items())) for n in args.methods}
     result = {"machine": machine(), "model": str(model), "held_out": held, "args": {
         k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "runs": runs, "wall_s": timing,
         "total_wall_s": round(time.perf_counter() - wall0, 1), "total_cpu_s": round(_children_cpu() - cpu0, 1),

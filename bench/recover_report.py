@@ -96,4 +96,3 @@ def write_report(result: Mapping[str, Any], curves: Mapping[str, Mapping[int, Se
     if docs_out:
         docs_out.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(out / "recover.png", docs_out / "finetune-recover.png")
-        shutil.copyfile(out / "report.md", docs_out / "finetune-recover-table.md")
