@@ -8,7 +8,8 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ropectl.cli.errors import handle_errors
-from ropectl.cli.flags import LENGTH_SYNTAX, ForceOpt, JsonOpt, ModelArg, opt
+from ropectl.cli.eval_flags import DeviceOpt, DtypeOpt
+from ropectl.cli.flags import LENGTH_SYNTAX, ForceOpt, JsonOpt, ModelArg, OutputOpt, opt
 from ropectl.rope.methods import method_names
 
 METHOD, TRAIN, DATA, LORA, OUT = "Method", "Training", "Data", "LoRA", "Output"
@@ -34,15 +35,13 @@ AccumOpt = Annotated[Optional[int], opt("--grad-accum", panel=TRAIN, help="Gradi
 SeedOpt = Annotated[int, opt("--seed", panel=TRAIN, help="Seed of data order, PoSE draws and LoRA init [default: 0].")]
 EvalEveryOpt = Annotated[Optional[int], opt("--eval-every", panel=TRAIN,
                                             help="Score held-out documents at the trained and target lengths every N steps.")]
-DtypeOpt = Annotated[str, opt("--dtype", panel=TRAIN, help="auto (bf16 autocast where the CPU/GPU has bf16 units), bf16, fp32.")]
-DeviceOpt = Annotated[str, opt("--device", panel=TRAIN, help="auto, cpu, cuda, cuda:N.")]
-CpOpt = Annotated[int, opt("--context-parallel", panel=TRAIN, help="Context parallelism degree (GPU only; refused on CPU).")]
+CpOpt = Annotated[int, opt("--context-parallel", panel=TRAIN,
+                           help="Context parallelism degree: not available (refused; see docs/how-to/finetune.md).")]
 LoraOpt = Annotated[Optional[int], opt("--lora", panel=LORA, help="Train LoRA adapters of rank R instead of all weights.")]
 AlphaOpt = Annotated[Optional[float], opt("--lora-alpha", panel=LORA, help="LoRA alpha [default: 2 x R].")]
 EmbNormOpt = Annotated[bool, opt("--train-embeddings-norms", panel=LORA,
                                  help="Also train embeddings and norms in full (LongLoRA).")]
 MergeOpt = Annotated[bool, opt("--merge", panel=LORA, help="Write LoRA merged into full weights.")]
-OutputOpt = Annotated[Optional[Path], opt("--output", "-o", panel=OUT, help="Output checkpoint folder.")]
 DryRunOpt = Annotated[bool, opt("--dry-run", panel=OUT, help="Print the plan (tokens, steps, memory, ETA); write nothing.")]
 ResumeOpt = Annotated[Optional[Path], opt("--resume", panel=OUT, help="Continue an interrupted run from its OUT.run folder.")]
 
@@ -54,8 +53,8 @@ def finetune(
     full: FullOpt = False, window: WindowOpt = None, steps: StepsOpt = 200, lr: LrOpt = 2e-5, warmup: WarmupOpt = None,
     batch_tokens: BatchTokensOpt = None, batch_size: BatchSizeOpt = None, grad_accum: AccumOpt = None,
     lora: LoraOpt = None, lora_alpha: AlphaOpt = None, train_embeddings_norms: EmbNormOpt = False,
-    merge: MergeOpt = False, seed: SeedOpt = 0, eval_every: EvalEveryOpt = None, dtype: DtypeOpt = "auto",
-    device: DeviceOpt = "auto", context_parallel: CpOpt = 1, dry_run: DryRunOpt = False, resume: ResumeOpt = None,
+    merge: MergeOpt = False, seed: SeedOpt = 0, eval_every: EvalEveryOpt = None, dtype: DtypeOpt = None,
+    device: DeviceOpt = None, context_parallel: CpOpt = 1, dry_run: DryRunOpt = False, resume: ResumeOpt = None,
     force: ForceOpt = False, json_out: JsonOpt = False,
 ) -> None:
     """Patch MODEL's RoPE exactly as `ropectl patch` does, fine-tune it (PoSE by default) and write a checkpoint."""
@@ -77,7 +76,7 @@ def finetune(
         lr=lr, warmup=warmup, batch_tokens=None if batch_tokens is None else parse_length(batch_tokens),
         batch_size=batch_size, grad_accum=grad_accum, lora=lora, lora_alpha=lora_alpha,
         train_embeddings_norms=train_embeddings_norms, merge=merge, seed=seed, eval_every=eval_every,
-        held_out=held_out, dtype=dtype, device=device, dry_run=dry_run, resume=resume, force=force,
+        held_out=held_out, dtype=dtype or "auto", device=device or "auto", dry_run=dry_run, resume=resume, force=force,
         context_parallel=context_parallel)
     if dry_run:
         _show(_dry_run(spec), json_out)

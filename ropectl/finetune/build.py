@@ -6,6 +6,7 @@ A GGUF file is dequantized by transformers' own ``gguf_file=`` loader (``ModelSo
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,8 +36,24 @@ def build_model(source: ModelSource, config: Mapping[str, Any], device: str) -> 
             model = AutoModelForCausalLM.from_pretrained(source.path, config=patched, dtype=torch.float32,
                                                          attn_implementation="eager", **source.kwargs)
     model.config.use_cache = False
+    if "gguf_file" in source.kwargs:
+        dequantized(model)
     verify_patched_rope(model, config)
     return model.to(device)
+
+
+def dequantized(model: Any) -> None:
+    """transformers' GGUF loader dequantizes every tensor but still marks the model as GGUF-quantized, which
+    Trainer refuses and save_pretrained would write as a quantization_config: the weights are plain floats, so the
+    marks go (checked first)."""
+    if any(not p.dtype.is_floating_point for p in model.parameters()):
+        raise VerificationError("the GGUF weights were not fully dequantized by transformers",
+                                "convert the GGUF to a safetensors folder first, then fine-tune that")
+    model.is_quantized = False
+    model.hf_quantizer = None
+    for holder in (model, model.config):
+        if hasattr(holder, "quantization_config"):
+            delattr(holder, "quantization_config")
 
 
 def patched_state(config: Mapping[str, Any], label: str) -> MethodState:
@@ -70,9 +87,22 @@ def add_lora(model: Any, spec: FinetuneSpec) -> Any:
         raise VerificationError(f"the model has none of the LoRA target modules {', '.join(LORA_TARGETS)}",
                                 "fine-tune it in full (drop --lora)")
     save = embeddings_and_norms(model) if spec.train_embeddings_norms else None
+    extra = {}
+    if save and _ties_embeddings(model):
+        # peft copies a modules_to_save embedding; without this the tied lm_head keeps the old copy and the ties
+        # break in training and merge (peft #2777). peft < 0.18 has no such option: refused rather than broken.
+        if "ensure_weight_tying" not in {f.name for f in dataclasses.fields(LoraConfig)}:
+            raise VerificationError("this peft cannot keep tied embeddings tied while training them",
+                                    "upgrade peft (pip install -U 'ropectl[finetune]'), or drop --train-embeddings-norms")
+        extra["ensure_weight_tying"] = True
     config = LoraConfig(r=spec.lora, lora_alpha=spec.lora_scale, target_modules=targets, lora_dropout=0.0,
-                        bias="none", task_type="CAUSAL_LM", modules_to_save=save)
+                        bias="none", task_type="CAUSAL_LM", modules_to_save=save, **extra)
     return get_peft_model(model, config)
+
+
+def _ties_embeddings(model: Any) -> bool:
+    out = model.get_output_embeddings()
+    return out is not None and out.weight is model.get_input_embeddings().weight
 
 
 def embeddings_and_norms(model: Any) -> list[str]:

@@ -156,3 +156,31 @@ def estimates(plan: RunPlan, shape: Shape, trainable: int, bf16: bool, chunk: in
     out["flops"] = total
     out["eta_s"] = total / flops_per_s if flops_per_s else None
     return out
+
+
+# The ETA of --dry-run assumes this fraction of the CPU's measured matmul FLOP/s (a stated guess, not a measurement
+# of training: attention, norms and the optimizer run well below matmul speed).
+ASSUMED_MFU = 0.3
+
+
+def lora_params(shape: Any, r: int) -> int:
+    """LoRA on q/k/v/o: r x (in + out) per projection and layer (k/v narrower under GQA: an upper estimate)."""
+    return shape.layers * 4 * r * (shape.hidden + shape.attention_width)
+
+
+def matmul_flops(dtype: str) -> float:
+    """Best-of-3 FLOP/s of one SmolLM2-sized F.linear in the training dtype (well under a second)."""
+    import time
+
+    import torch
+    import torch.nn.functional as F
+
+    dt = torch.bfloat16 if dtype == "bf16" else torch.float32
+    x, w = torch.randn(512, 576, dtype=dt), torch.randn(1536, 576, dtype=dt)
+    F.linear(x, w)
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        F.linear(x, w)
+        best = min(best, time.perf_counter() - start)
+    return 2 * 512 * 576 * 1536 / best

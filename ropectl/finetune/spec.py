@@ -102,8 +102,9 @@ def _check_mode(spec: FinetuneSpec) -> None:
                          "drop --window, or drop --full to train with PoSE")
     if spec.context_parallel != 1:
         raise UsageError(f"context parallelism (--context-parallel {spec.context_parallel}) splits one sequence over "
-                         "GPUs (accelerate's ParallelismConfig(cp_size=...), FSDP2 + CUDA SDPA); it is not available "
-                         "on CPU", "drop --context-parallel, or train with PoSE (--pose), which needs no long sequence")
+                         "GPUs (accelerate's ParallelismConfig(cp_size=...) needs FSDP2 and CUDA SDPA): it cannot run "
+                         "on CPU, and finetune does not wire it on GPUs yet",
+                         "drop --context-parallel; train with PoSE (--pose), which needs no long sequence")
 
 
 def _check_numbers(spec: FinetuneSpec) -> None:

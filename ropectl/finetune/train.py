@@ -13,31 +13,26 @@ removed once the output is written.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import shutil
-import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropectl.errors import OutputError, RopectlError, UsageError
+from ropectl.errors import UsageError
 from ropectl.finetune.plan import RunPlan
+from ropectl.finetune.runs import (
+    FinetuneInterrupted,
+    any_rank,
+    last_checkpoint,
+    prepare_run_dir,
+    run_dir_for,
+    stop_signals,
+)
 from ropectl.finetune.spec import FinetuneSpec
 from ropectl.output import dumps
 
-RUN_FILE = "run.json"
-
-
-class FinetuneInterrupted(RopectlError):
-    """Ctrl-C or SIGTERM: a checkpoint is saved in the run folder; exit 130 (143 for SIGTERM)."""
-
-    def __init__(self, run_dir: Path, step: int, terminated: bool) -> None:
-        self.run_dir, self.step, self.terminated = run_dir, step, terminated
-        self.exit_code = 143 if terminated else 130
-        super().__init__(f"{'terminated' if terminated else 'interrupted'} at step {step}; checkpoint saved in "
-                         f"{run_dir}", f"rerun the same command with --resume {run_dir}")
+__all__ = ["FinetuneInterrupted", "FinetuneResult", "dry_run_plan", "finetune", "prepare", "run_dir_for"]
 
 
 @dataclass(frozen=True)
@@ -54,77 +49,6 @@ class FinetuneResult:
         written = self.written.to_dict() if hasattr(self.written, "to_dict") else self.written
         return {"output": str(self.output), "plan": self.plan, "provenance": self.provenance,
                 "final_loss": self.final_loss, "evaluation": self.evaluation, "written": written, "notes": self.notes}
-
-
-def run_dir_for(output: Path) -> Path:
-    output = Path(output)
-    return output.parent / f"{output.name}.run"
-
-
-def prepare_run_dir(spec: FinetuneSpec, run_dir: Path, world_main: bool) -> Path | None:
-    """Check (resume) or create (fresh) the run folder; returns the checkpoint to resume from, if any."""
-    marker = run_dir / RUN_FILE
-    if spec.resume is not None:
-        try:
-            saved = json.loads(marker.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            raise UsageError(f"'{run_dir}' is not a finetune run folder (no readable {RUN_FILE})",
-                             "pass the OUT.run folder an interrupted run printed") from None
-        if saved.get("identity") != json.loads(dumps(spec.identity())):
-            diff = sorted(k for k, v in spec.identity().items() if saved.get("identity", {}).get(k) != v)
-            raise UsageError(f"the run folder '{run_dir}' belongs to another run (it differs in {', '.join(diff)})",
-                             "rerun with the flags of the interrupted run, or start a new run without --resume")
-        return last_checkpoint(run_dir)
-    if run_dir.exists():
-        if not (marker.is_file() and spec.force):
-            raise OutputError(f"'{run_dir}' exists (an earlier run's folder)",
-                              f"resume it with --resume {run_dir}, or pass --force to start over")
-        if world_main:
-            shutil.rmtree(run_dir)
-    if world_main:
-        run_dir.mkdir(parents=True)
-        marker.write_text(dumps({"identity": spec.identity()}, indent=1) + "\n", encoding="utf-8")
-    return None
-
-
-def last_checkpoint(run_dir: Path) -> Path | None:
-    found = sorted((p for p in run_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
-                   key=lambda p: int(p.name.split("-")[-1]))
-    return found[-1] if found else None
-
-
-@contextlib.contextmanager
-def stop_signals() -> Iterator[Callable[[], str | None]]:
-    """While open, the first Ctrl-C / SIGTERM asks the trainer to stop after this step; a second Ctrl-C aborts."""
-    got: list[str] = []
-
-    def ask(signum: int, frame: object) -> None:
-        if got and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        got.append("SIGTERM" if signum == signal.SIGTERM else "SIGINT")
-
-    try:
-        previous = {s: signal.signal(s, ask) for s in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread: signals stay as they are
-        yield lambda: None
-        return
-    try:
-        yield lambda: got[0] if got else None
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
-def any_rank(flag: bool) -> bool:
-    """A stop asked on one rank stops every rank at the same step (else the others would wait for ever)."""
-    import torch
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        return flag
-    t = torch.tensor([1 if flag else 0])
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
 
 
 def training_arguments(spec: FinetuneSpec, plan: RunPlan, run_dir: Path, device: str, dtype: str) -> Any:
@@ -273,6 +197,9 @@ def _train(spec: FinetuneSpec, p: Prepared, world: Any, run_dir: Path, resume_fr
                                          start_step=int(resume_from.name.split("-")[-1]) if resume_from else 0)
         args = training_arguments(spec, p.plan, run_dir, p.device, p.dtype)
         trainer = make_trainer(model, args, dataset, spec.chunk_size, [callback])
+        if getattr(trainer, "is_fsdp_enabled", False):  # the final write gathers on rank 0 alone: DDP only
+            raise UsageError("FSDP was asked for by the launcher, and finetune writes its checkpoint from rank 0's "
+                             "full weights (data parallel only)", "launch without --use_fsdp (DDP is used)")
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         why = stopped()
     step = trainer.state.global_step
@@ -308,6 +235,8 @@ def _finish(p: Prepared, trainer: Any, run_dir: Path, log: Path | None) -> Finet
     from ropectl.io.ownership import note_written
 
     prov = provenance(p, trainer.state.global_step)
+    # what really ran: accelerate 1.15 drops an FSDP plugin on CPU (MULTI_CPU has no FSDP path) and runs DDP
+    prov["parallel"] = {"processes": p.plan.world, "fsdp": bool(getattr(trainer, "is_fsdp_enabled", False))}
     rows = monitor.read_rows(log) if log is not None else []
     losses = [r["loss"] for r in rows if "loss" in r]
     evals = [r["eval"] for r in rows if "eval" in r]
@@ -355,46 +284,18 @@ def write_checkpoint(output: Path, model: Any, tokenizer: Any, config: dict[str,
     return {"path": str(output), "layout": "merged" if merge else ("adapter" if hasattr(model, "peft_config") else "full")}
 
 
-# The ETA of --dry-run assumes this fraction of the CPU's measured matmul FLOP/s (a stated guess, not a measurement
-# of training: attention, norms and the optimizer run well below matmul speed).
-ASSUMED_MFU = 0.3
-
-
 def dry_run_plan(spec: FinetuneSpec) -> dict[str, Any]:
     """The plan, memory estimates of PoSE and full-length training, and an ETA; loads no weights, writes nothing."""
     from ropectl.eval.dist import world_from_env
-    from ropectl.finetune.plan import estimates, shape_of
+    from ropectl.finetune.plan import ASSUMED_MFU, estimates, lora_params, matmul_flops, shape_of
 
     world = world_from_env()
     p = prepare(spec, world.size, world.local_rank)
     shape = shape_of(p.plan.config)
-    trainable = shape.params if spec.lora is None else _lora_params(shape, spec.lora)
-    speed = _matmul_flops(p.dtype) if p.device == "cpu" else None
+    trainable = shape.params if spec.lora is None else lora_params(shape, spec.lora)
+    speed = matmul_flops(p.dtype) if p.device == "cpu" else None
     est = estimates(p.plan, shape, trainable, p.dtype == "bf16", spec.chunk_size, speed * ASSUMED_MFU if speed else None)
     return {"plan": p.plan.to_dict(), **est, "dtype": p.dtype, "dtype_why": p.dtype_why, "params": shape.params,
             "trainable": trainable, "data": p.corpus, "train_spans": len(p.split.spans),
             "held_out": p.split.held_out_ids,
             "eta_basis": f"{ASSUMED_MFU:.0%} of a measured {speed / 1e9:.0f} GFLOP/s {p.dtype} matmul" if speed else ""}
-
-
-def _lora_params(shape: Any, r: int) -> int:
-    """LoRA on q/k/v/o: r x (in + out) per projection and layer (k/v narrower under GQA: an upper estimate)."""
-    return shape.layers * 4 * r * (shape.hidden + shape.attention_width)
-
-
-def _matmul_flops(dtype: str) -> float:
-    """Best-of-3 FLOP/s of one SmolLM2-sized F.linear in the training dtype (well under a second)."""
-    import time
-
-    import torch
-    import torch.nn.functional as F
-
-    dt = torch.bfloat16 if dtype == "bf16" else torch.float32
-    x, w = torch.randn(512, 576, dtype=dt), torch.randn(1536, 576, dtype=dt)
-    F.linear(x, w)
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        F.linear(x, w)
-        best = min(best, time.perf_counter() - start)
-    return 2 * 512 * 576 * 1536 / best

@@ -134,7 +134,7 @@ def test_entry_point_keeps_help_version_and_exit_codes(tmp_path: Path) -> None:
 def test_help_imports_no_heavy_libraries() -> None:
     code = ("import sys; from typer.testing import CliRunner; from ropectl.cli.app import app; r = CliRunner();"
             "[r.invoke(app, a) for a in (['--help'], ['inspect', '--help'], ['patch', '--help'],"
-            " ['convert-layout', '--help'], ['eval-ppl', '--help'])];"
+            " ['convert-layout', '--help'], ['eval-ppl', '--help'], ['finetune', '--help'])];"
             "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'numpy', 'safetensors') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -89,7 +89,7 @@ def test_resume_after_sigint_equals_uninterrupted(ft_model: Path, ft_corpus: Pat
 
 def test_resume_folder_of_another_run_is_refused(ft_model: Path, ft_corpus: Path, isolated: Path) -> None:
     from ropectl.errors import UsageError
-    from ropectl.finetune.train import prepare_run_dir
+    from ropectl.finetune.runs import prepare_run_dir
 
     run_dir = isolated / "x.run"
     prepare_run_dir(_spec(ft_model, ft_corpus, isolated / "x"), run_dir, True)
@@ -156,3 +156,28 @@ def test_lora_trains_only_adapters_and_writes(ft_model: Path, ft_corpus: Path, i
     result = finetune(spec.with_(merge=True))
     assert result.provenance["lora"] == {"r": 4, "alpha": 8.0, "embeddings_norms": False, "merged": True}
     assert (isolated / "out" / "config.json").is_file()
+
+
+def test_trained_embeddings_stay_tied_to_the_head(tmp_path: Path) -> None:
+    """--train-embeddings-norms on a model with tied embeddings (SmolLM2 ties them): after a step, and merged, the
+    head is still the embedding (peft #2777)."""
+    import torch
+
+    from ropectl.eval.model import model_source
+    from ropectl.finetune.build import add_lora, build_model
+    from ropectl.schema.apply import apply_to_config
+    from tests.helpers.checkpoints import tiny_llama
+
+    folder = tiny_llama(tmp_path / "tied", tie_word_embeddings=True)
+    source = model_source(str(folder))
+    patched, _ = apply_to_config(source.config, parse_spec("yarn:4"))
+    spec = _spec(folder, folder, tmp_path / "out", lora=4, train_embeddings_norms=True)
+    model = add_lora(build_model(source, patched, "cpu"), spec)
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
+    ids = torch.randint(0, 128, (1, 20), generator=torch.Generator().manual_seed(0))
+    model(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+    merged = model.merge_and_unload()
+    embed, head = merged.get_input_embeddings().weight, merged.get_output_embeddings().weight
+    assert torch.equal(embed, head)
+    assert not torch.equal(embed, build_model(source, patched, "cpu").get_input_embeddings().weight)  # it trained
