@@ -129,6 +129,7 @@ def zero_shot(args: argparse.Namespace, model: Path) -> dict[str, dict[str, Any]
     specs = sorted({RUNS[n][0] for n in args.methods})
     cmd = [sys.executable, "-m", "ropectl", "eval-ppl", str(model), *[a for s in specs for a in ("-m", s)],
            "--lengths", f"{TRAINED},{TARGET}", "--dataset", str(model / "heldout"), "--dtype", args.dtype,
+           "-n", str(len(list((model / "heldout").glob("*.txt")))),
            "-o", str(out), "--force"]
     subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL)
     cells = load_outputs(out)["cells"]

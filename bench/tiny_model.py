@@ -218,7 +218,8 @@ def check(folder: Path) -> None:
     """Zero-shot `none` at the trained length and 4x it, through the eval-ppl command users run."""
     out = folder.parent / f"{folder.name}-check"
     cmd = [sys.executable, "-m", "ropectl", "eval-ppl", str(folder), "-m", "none", "--lengths", "128,512",
-           "--dataset", str(folder / "heldout"), "--dtype", "fp32", "-o", str(out), "--force"]
+           "--dataset", str(folder / "heldout"), "--dtype", "fp32",
+           "-n", str(len(list((folder / "heldout").glob("*.txt")))), "-o", str(out), "--force"]
     print("$", " ".join(cmd), file=sys.stderr)
     subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
 
