@@ -28,7 +28,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
-from finetune_recover_lib import curve, read_log, zero_shot_rows  # noqa: E402
+from finetune_recover_lib import curve, curve_against, read_log, zero_shot_rows  # noqa: E402
 from recover_report import write_report  # noqa: E402
 from tiny_model import machine, tiny_model  # noqa: E402
 
@@ -155,9 +155,12 @@ def main() -> None:
     parser.add_argument("--docs-out", type=Path, default=None,
                         help="also copy the plot here (the tables go into docs/reference/finetune-benchmark.md by hand)")
     parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--report-only", action="store_true", help="rewrite the report from OUT/recover.json")
     args, rest = parser.parse_known_args()
     if args.worker is not None:
         return worker(args.worker, [a for a in rest if a != "--"])
+    if args.report_only:
+        return report(json.loads((args.out / "recover.json").read_text(encoding="utf-8")), args.out, args.docs_out)
     args.methods = [m for m in args.methods.split(",") if m]
     seeds = [int(s) for s in args.seeds.split(",")]
     cpu0, wall0 = _children_cpu(), time.perf_counter()
@@ -185,9 +188,18 @@ def main() -> None:
         "total_wall_s": round(time.perf_counter() - wall0, 1), "total_cpu_s": round(_children_cpu() - cpu0, 1),
         "pretrain": json.loads((model / "pretrain.json").read_text())}
     (args.out / "recover.json").write_text(json.dumps(result), encoding="utf-8")
+    report(result, args.out, args.docs_out)
+
+
+def report(result: dict[str, Any], out: Path, docs_out: Path | None) -> None:
+    """Curves from the logs (seed keys are strings once read back from recover.json), then the report and plot."""
+    runs = {n: {int(s): rows for s, rows in by.items()} for n, by in result["runs"].items()}
     curves = {n: {s: curve(rows, TRAINED, RUNS[n][1] if n != "none@128" else TRAINED) for s, rows in by.items()}
               for n, by in runs.items()}
-    write_report(result, curves, args.out, args.docs_out)
+    control = runs.get("none@128", {})
+    against = {n: {s: curve_against(rows, control[s], TRAINED, TARGET) for s, rows in by.items() if s in control}
+               for n, by in runs.items() if n != "none@128"}
+    write_report(result, curves, against, out, docs_out)
 
 
 def _children_cpu() -> float:

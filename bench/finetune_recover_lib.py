@@ -101,3 +101,18 @@ def zero_shot_rows(cells: Sequence[Mapping[str, Any]], method: str, lengths: Seq
     table = {(c["length"], c["doc"]): (c["nll_sum"], c["tokens"]) for c in cells if c["method"] == method}
     ev = {str(n): {"per_doc": [list(table[(n, d)]) for d in docs]} for n in lengths}
     return {"step": 0, "tokens": 0, "eval": ev}
+
+
+def curve_against(rows: Sequence[Mapping[str, Any]], control: Sequence[Mapping[str, Any]], trained: int,
+                  target: int) -> list[Point]:
+    """PPL@target of a run ÷ PPL@trained of the control run (`none` fine-tuned at the trained length, same seed and
+    steps), paired over the same documents: the in-window cost a method keeps counts here, where the same-model ratio
+    of ``curve`` would call a model that is equally bad at both lengths recovered."""
+    base = {int(r["step"]): {int(k): v for k, v in r["eval"].items()}.get(trained) for r in control}
+    out = []
+    for row in rows:
+        ev = {int(k): v for k, v in row["eval"].items()}
+        ref = base.get(int(row["step"]))
+        if target in ev and ref is not None:
+            out.append(point(int(row["step"]), int(row.get("tokens", 0)), ref, ev[target]))
+    return out

@@ -13,9 +13,13 @@ from finetune_recover_lib import WITHIN, Point, steps_to_recover
 CONTROL = "none@128"
 
 
-def summary_rows(curves: Mapping[str, Mapping[int, Sequence[Point]]], tokens_per_step: Mapping[str, int]) -> list[str]:
+Curves = Mapping[str, Mapping[int, Sequence[Point]]]
+
+
+def summary_rows(curves: Curves, against: Curves, tokens_per_step: Mapping[str, int]) -> list[str]:
     out = ["| method | tokens / step | PPL@512 ÷ PPL@128 at step 0 | last step: ratio [95 % CI] | steps (tokens) to "
-           f"within {WITHIN - 1:.0%}, per seed | same, CI upper end within |", "|---|---:|---|---|---|---|"]
+           f"within {WITHIN - 1:.0%}, per seed | same, CI upper end within | last step: PPL@512 ÷ control's PPL@128 "
+           f"[95 % CI] | steps (tokens) to within {WITHIN - 1:.0%} of the control |", "|---|---:|---|---|---|---|---|---|"]
     for name, by_seed in curves.items():
         if name == CONTROL:
             continue
@@ -25,8 +29,11 @@ def summary_rows(curves: Mapping[str, Mapping[int, Sequence[Point]]], tokens_per
         strict = [_when(steps_to_recover(pts, strict=True)) for pts in by_seed.values()]
         zero = " / ".join(f"{p.ratio:.2f}" for p in first)
         end = " / ".join(f"{p.step}: {p.ratio:.3f} [{p.lo:.3f}, {p.hi:.3f}]" for p in last)
+        vs = against.get(name, {})
+        vs_end = " / ".join(f"{pts[-1].ratio:.3f} [{pts[-1].lo:.3f}, {pts[-1].hi:.3f}]" for pts in vs.values() if pts)
+        vs_rec = "; ".join(_when(steps_to_recover(pts)) for pts in vs.values())
         out.append(f"| {name} | {tokens_per_step.get(name, 0):,} | {zero} | {end} | {'; '.join(rec)} | "
-                   f"{'; '.join(strict)} |")
+                   f"{'; '.join(strict)} | {vs_end or '–'} | {vs_rec or '–'} |")
     return out
 
 
@@ -34,7 +41,7 @@ def _when(p: Point | None) -> str:
     return "not within" if p is None else f"{p.step} ({p.tokens:,})"
 
 
-def step_rows(curves: Mapping[str, Mapping[int, Sequence[Point]]]) -> list[str]:
+def step_rows(curves: Curves) -> list[str]:
     out = ["| method | step | tokens | PPL@128 | PPL@512 | ratio [95 % CI] per seed |", "|---|---:|---:|---|---|---|"]
     for name, by_seed in curves.items():
         steps = sorted({p.step for pts in by_seed.values() for p in pts})
@@ -50,7 +57,7 @@ def step_rows(curves: Mapping[str, Mapping[int, Sequence[Point]]]) -> list[str]:
     return out
 
 
-def plot(curves: Mapping[str, Mapping[int, Sequence[Point]]], path: Path) -> None:
+def plot(curves: Curves, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -66,11 +73,22 @@ def plot(curves: Mapping[str, Mapping[int, Sequence[Point]]], path: Path) -> Non
             if name != CONTROL:
                 left.plot([p.step for p in pts], [p.ratio for p in pts], color=color, marker="o", ms=3, label=label)
                 left.fill_between([p.step for p in pts], [p.lo for p in pts], [p.hi for p in pts], color=color, alpha=0.1)
-            right.plot([p.step for p in pts], [p.ppl_trained for p in pts], color=color, marker="o", ms=3, label=label)
+            right.plot([p.step for p in pts], [p.ppl_trained for p in pts], color=color, ls=":", label=None)
+            if name != CONTROL:
+                right.plot([p.step for p in pts], [p.ppl_target for p in pts], color=color, marker="o", ms=3,
+                           label=label)
+            elif seed == min(by_seed):
+                right.plot([], [], color=color, ls=":", label=f"{name} (PPL@128)")
     left.axhline(WITHIN, color="grey", ls="--", lw=1, label=f"within {WITHIN - 1:.0%}")
     left.set(yscale="log", xlabel="fine-tune step", ylabel="PPL@512 ÷ PPL@128 (same model)",
              title="Recovery at 4x (held-out acts, 95 % CI)")
-    right.set(xlabel="fine-tune step", ylabel="PPL@128", title="PPL at the trained length (domain effect)")
+    right.set(yscale="log", xlabel="fine-tune step", ylabel="held-out PPL",
+              title="PPL@512 (solid), PPL@128 (dotted)")
+    from matplotlib.ticker import FormatStrFormatter
+
+    for ax in (left, right):  # plain numbers on the log axes, not powers of ten
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
     left.legend(fontsize=8)
     right.legend(fontsize=8)
     fig.tight_layout()
@@ -78,8 +96,7 @@ def plot(curves: Mapping[str, Mapping[int, Sequence[Point]]], path: Path) -> Non
     plt.close(fig)
 
 
-def write_report(result: Mapping[str, Any], curves: Mapping[str, Mapping[int, Sequence[Point]]], out: Path,
-                 docs_out: Path | None) -> None:
+def write_report(result: Mapping[str, Any], curves: Curves, against: Curves, out: Path, docs_out: Path | None) -> None:
     args = result["args"]
     tps = {n: args["batch"] * (128 if n in (CONTROL, "pose+yarn") else 512) for n in curves}
     m = result["machine"]
@@ -90,7 +107,7 @@ def write_report(result: Mapping[str, Any], curves: Mapping[str, Mapping[int, Se
              f"{args['warmup']}, {args['batch']} sequences per step, seeds {args['seeds']}; total "
              f"{result['total_wall_s'] / 60:.1f} min wall, {result['total_cpu_s'] / 60:.1f} CPU-min.", "",
              "Mean wall seconds per run: " + ", ".join(f"{n} {s:.0f}" for n, s in per.items()) + ".", "",
-             *summary_rows(curves, tps), "", *step_rows(curves)]
+             *summary_rows(curves, against, tps), "", *step_rows(curves)]
     (out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     plot(curves, out / "recover.png")
     if docs_out:
