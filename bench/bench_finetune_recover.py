@@ -156,11 +156,15 @@ def main() -> None:
                         help="also copy the plot here (the tables go into docs/reference/finetune-benchmark.md by hand)")
     parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--report-only", action="store_true", help="rewrite the report from OUT/recover.json")
+    parser.add_argument("--collect", action="store_true",
+                        help="report what the runs under OUT/runs have logged so far (finished or still training)")
     args, rest = parser.parse_known_args()
     if args.worker is not None:
         return worker(args.worker, [a for a in rest if a != "--"])
     if args.report_only:
         return report(json.loads((args.out / "recover.json").read_text(encoding="utf-8")), args.out, args.docs_out)
+    if args.collect:
+        return collect(args)
     args.methods = [m for m in args.methods.split(",") if m]
     seeds = [int(s) for s in args.seeds.split(",")]
     cpu0, wall0 = _children_cpu(), time.perf_counter()
@@ -200,6 +204,23 @@ def report(result: dict[str, Any], out: Path, docs_out: Path | None) -> None:
     against = {n: {s: curve_against(rows, control[s], TRAINED, TARGET) for s, rows in by.items() if s in control}
                for n, by in runs.items() if n != "none@128"}
     write_report(result, curves, against, out, docs_out)
+
+
+def collect(args: argparse.Namespace) -> None:
+    """The report from the logs as they stand: a finished run's OUT/train_log.jsonl, else its run folder's."""
+    runs: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    for name in args.methods.split(","):
+        for seed in (int(s) for s in args.seeds.split(",")):
+            out = args.out / "runs" / f"{name}-s{seed}"
+            log = next((p for p in (out / "train_log.jsonl", Path(f"{out}.run") / "train_log.jsonl") if p.is_file()), None)
+            if log is not None:
+                runs.setdefault(name, {})[seed] = read_log(log)
+    model = tiny_model()
+    result = {"machine": machine(), "model": str(model), "partial": True, "args": {
+        k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "runs": runs,
+        "wall_s": {}, "total_wall_s": 0.0, "total_cpu_s": 0.0, "pretrain": json.loads((model / "pretrain.json").read_text())}
+    (args.out / "recover.json").write_text(json.dumps(result), encoding="utf-8")
+    report(result, args.out, args.docs_out)
 
 
 def _children_cpu() -> float:

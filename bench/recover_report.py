@@ -102,10 +102,11 @@ def write_report(result: Mapping[str, Any], curves: Curves, against: Curves, out
     m = result["machine"]
     flags = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in m["flags"].items())
     walls = result["wall_s"]
-    per = {n: statistics.mean(v for k, v in walls.items() if k.startswith(n + "-s")) for n in curves}
+    per = {n: statistics.mean(v) for n in curves if (v := [w for k, w in walls.items() if k.startswith(n + "-s")])}
     lines = [f"Machine: {m['cpu']}, {m['cores']} cores ({flags}); dtype {args['dtype']}; LR {args['lr']}, warm-up "
-             f"{args['warmup']}, {args['batch']} sequences per step, seeds {args['seeds']}; total "
-             f"{result['total_wall_s'] / 60:.1f} min wall, {result['total_cpu_s'] / 60:.1f} CPU-min.", "",
+             f"{args['warmup']}, {args['batch']} sequences per step, seeds {args['seeds']}; " + (
+                 "PARTIAL: the logs as they stood, some runs still training." if result.get("partial") else
+                 f"total {result['total_wall_s'] / 60:.1f} min wall, {result['total_cpu_s'] / 60:.1f} CPU-min."), "",
              "Mean wall seconds per run: " + ", ".join(f"{n} {s:.0f}" for n, s in per.items()) + ".", "",
              *summary_rows(curves, against, tps), "", *step_rows(curves)]
     (out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
