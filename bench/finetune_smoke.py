@@ -48,6 +48,7 @@ def main() -> None:
     parser.add_argument("--ppl-length", default="16k")
     parser.add_argument("--niah-length", default="16k")
     parser.add_argument("--niah-trials", type=int, default=4)
+    parser.add_argument("--reuse-before", action="store_true", help="keep the before numbers of OUT/smoke.json")
     args = parser.parse_args()
     gguf = str(default_model_path())
     out, model = args.out, args.out / "model"
@@ -55,10 +56,14 @@ def main() -> None:
     t: dict[str, float] = {}
     ppl = ["eval-ppl", "-l", args.ppl_length, "-n", "1", "--force"]
     niah = ["eval-tasks", "-T", "niah_single_1", "-l", args.niah_length, "-n", str(args.niah_trials), "--force"]
+    before = json.loads((out / "smoke.json").read_text()) if args.reuse_before and (out / "smoke.json").is_file() else {}
+    if before:  # the untrained model's numbers do not change between smoke runs: --reuse-before keeps them
+        t.update({k: v for k, v in before["timings_s"].items() if k.endswith("_before")})
     result = {
-        "ppl_before": ropectl([*ppl[:1], gguf, "-m", METHOD, *ppl[1:], "-o", str(out / "ppl-before")], t, "ppl_before"),
-        "niah_before": ropectl([*niah[:1], gguf, "-m", METHOD, *niah[1:], "-o", str(out / "niah-before")], t,
-                               "niah_before"),
+        "ppl_before": before.get("ppl_before") or ropectl([*ppl[:1], gguf, "-m", METHOD, *ppl[1:], "-o",
+                                                          str(out / "ppl-before")], t, "ppl_before"),
+        "niah_before": before.get("niah_before") or ropectl([*niah[:1], gguf, "-m", METHOD, *niah[1:], "-o",
+                                                            str(out / "niah-before")], t, "niah_before"),
         "finetune": ropectl(["finetune", gguf, "-m", METHOD, "--pose", "--window", "2k", "--lora", "8", "--merge",
                              "--steps", str(args.steps), "--batch-size", "1", "--grad-accum", "1", "--held-out", "1",
                              "-o", str(model), "--force"], t, "finetune"),
