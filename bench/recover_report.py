@@ -72,7 +72,7 @@ def plot(curves: Curves, path: Path) -> None:
             label = name if seed == min(by_seed) else None
             if name != CONTROL:
                 left.plot([p.step for p in pts], [p.ratio for p in pts], color=color, marker="o", ms=3, label=label)
-                left.fill_between([p.step for p in pts], [p.lo for p in pts], [p.hi for p in pts], color=color, alpha=0.1)
+                left.fill_between([p.step for p in pts], [p.lo for p in pts], [p.hi for p in pts], color=color, alpha=0.05)
             right.plot([p.step for p in pts], [p.ppl_trained for p in pts], color=color, ls=":", label=None)
             if name != CONTROL:
                 right.plot([p.step for p in pts], [p.ppl_target for p in pts], color=color, marker="o", ms=3,
