@@ -61,8 +61,9 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_layout.py
 
 # `ropectl finetune`'s steps to recover (docs/reference/finetune-benchmark.md): the tiny Llama pretrained at 128 tokens
-# (bench/tiny_model.py, cached in ~/.cache/ropectl-bench; built on first use), extended x4 to 512 with linear, ntk,
-# yarn and PoSE+yarn, and `none` at 128 as the control; 200 steps, 2 seeds, evaluated every 20 steps.
+# (bench/tiny_model.py, cached in ~/.cache/ropectl-bench; built on first use: 9.4 CPU-min), extended x4 to 512 with
+# linear, ntk, yarn and PoSE+yarn, and `none` at 128 as the control; 200 steps, 2 seeds, evaluated every 20 steps.
+# Measured at 120 steps (--steps 120): 13.8 CPU-min, 19.6 min wall on the shared 2-core AMX Xeon; 200 steps: ~23 CPU-min.
 bench-finetune: $(STAMP)
 	$(BIN)/python bench/bench_finetune_recover.py --docs-out docs/reference
 
@@ -70,15 +71,18 @@ bench-finetune: $(STAMP)
 bench-finetune-speed: $(STAMP)
 	$(BIN)/python bench/bench_finetune_speed.py --lengths 4096 --steps 4 --repeat 2
 
-# The real model end to end: the embedded SmolLM2 GGUF, PoSE + yarn:4 (8k -> 32k), 2k window, LoRA merged, 20 steps;
-# PPL and niah_single_1 at 16k before and after (see docs/reference/finetune-benchmark.md for its measured time).
+# The real model end to end: the embedded SmolLM2 GGUF, PoSE + yarn:4 (8k -> 32k), 2k window, LoRA merged; PPL (1 play)
+# and niah_single_1 (2 trials) at 16k before and after. Measured with 3 steps on the 2-core AMX Xeon under load 7-19:
+# SMOKE_TIME (eval-ppl at 16k ~5-10 min per run; a 2k-token LoRA step ~3 min). SMOKE_STEPS=20 for tens of steps.
+SMOKE_STEPS ?= 3
 finetune-smoke: $(STAMP)
-	$(BIN)/python bench/finetune_smoke.py
+	$(BIN)/python bench/finetune_smoke.py --steps $(SMOKE_STEPS) --niah-trials 2
 
-# Wheels for bench/gpu_finetune.sh on a GPU machine without internet (carry bench/wheels with the working tree).
+# Wheels for bench/gpu_finetune.sh on a GPU machine without internet (carry bench/wheels with the working tree; about
+# 60 MB in all, pyarrow two thirds of it: the GPU script installs only the ones its Python lacks).
 gpu-wheels: $(STAMP)
 	$(BIN)/python -m pip download -q --no-deps -d bench/wheels -c constraints.txt transformers tokenizers \
-		safetensors accelerate huggingface_hub typer click rich shellingham markdown-it-py mdurl pygments
+		safetensors accelerate huggingface_hub typer click rich shellingham markdown-it-py mdurl pygments pyarrow
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -90,3 +90,15 @@ def test_byte_tokenizer_round_trips_any_text_with_bos() -> None:
     assert ids[0] == tok.bos_token_id == 1 and max(ids) < 259
     assert len(ids) == 1 + len(text.encode("utf-8"))
     assert tok.decode(ids, skip_special_tokens=True) == text
+
+
+def test_against_the_control_pairs_each_step_with_the_controls_same_step() -> None:
+    lib = load("finetune_recover_lib")
+    run = [{"step": 0, "eval": {"128": cell([2.0], 127), "512": cell([3.0], 511)}},
+           {"step": 20, "tokens": 40960, "eval": {"128": cell([2.5], 127), "512": cell([2.2], 511)}},
+           {"step": 40, "eval": {"512": cell([2.1], 511)}}]  # the control has no step 40: no point
+    control = [{"step": 0, "eval": {"128": cell([2.0], 127)}}, {"step": 20, "eval": {"128": cell([2.1], 127)}}]
+    pts = lib.curve_against(run, control, 128, 512)
+    assert [p.step for p in pts] == [0, 20]
+    assert pts[0].ratio == pytest.approx(math.exp(1.0)) and pts[1].ratio == pytest.approx(math.exp(0.1))
+    assert pts[1].tokens == 40960
