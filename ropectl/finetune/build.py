@@ -96,7 +96,7 @@ def add_lora(model: Any, spec: FinetuneSpec) -> Any:
                                     "upgrade peft (pip install -U 'ropectl[finetune]'), or drop --train-embeddings-norms")
         extra["ensure_weight_tying"] = True
     config = LoraConfig(r=spec.lora, lora_alpha=spec.lora_scale, target_modules=targets, lora_dropout=0.0,
-                        bias="none", task_type="CAUSAL_LM", modules_to_save=save, **extra)
+                        task_type="CAUSAL_LM", modules_to_save=save, **extra)  # peft's default: biases frozen
     return get_peft_model(model, config)
 
 

@@ -3,8 +3,9 @@
 - Every document is one token sequence bookended by BOS (where the tokenizer has one) and EOS, as YaRN's PG19
   chunks are. Documents are concatenated in a seeded order and cut into equal spans with no padding, so attention
   DOES cross document boundaries inside a span (YaRN and PoSE do the same); the EOS between them marks the seam.
-- The held-out documents are chosen by document (seeded), preferring ones long enough to be scored at the target,
-  recorded in the output and never packed into a training span.
+- The held-out documents are whole documents: named by the user (the same ones across runs, for paired comparisons),
+  or drawn seeded, preferring ones long enough to be scored at the target; recorded in the output and never packed
+  into a training span.
 - A training example is a span of ``span`` tokens: ``--full`` uses the target length with plain positions; PoSE
   draws its window and skipped positions from a span of up to 5 x the window (``positions``).
 - One "step" is ``global_batch`` examples of ``seq_len`` tokens each; example ``j`` of the run is a pure function of
@@ -58,16 +59,30 @@ def choose_held_out(lengths: Sequence[int], k: int, need: int, seed: int) -> lis
     return sorted((long_enough + rest)[:k])
 
 
+def named_held_out(doc_ids: Sequence[str], names: Sequence[str], corpus: str) -> list[int]:
+    """Indices of the documents ``names`` (as the corpus names them); an unknown name is refused."""
+    index = {doc_id: i for i, doc_id in enumerate(doc_ids)}
+    unknown = [n for n in names if n not in index]
+    if unknown:
+        raise DataError(f"the corpus '{corpus}' has no document '{unknown[0]}'",
+                        f"name documents as the corpus does, e.g. {', '.join(list(index)[:3])}")
+    return sorted(index[n] for n in names)
+
+
 def split(documents: Sequence[Any], span: int, held_out: int, eval_length: int, seed: int,
-          bos: int | None, eos: int | None, corpus: str = "corpus") -> Split:
-    """Bookend, hold out ``held_out`` documents, pack the rest in a seeded order and cut ``span``-token spans."""
+          bos: int | None, eos: int | None, corpus: str = "corpus", names: Sequence[str] = ()) -> Split:
+    """Bookend, hold out ``held_out`` documents (or those ``names``), pack the rest in a seeded order and cut
+    ``span``-token spans."""
     import numpy as np
 
     docs = [(d.doc_id, bookend(d.tokens, bos, eos)) for d in documents]
+    held_out = len(names) or held_out
     if held_out >= len(docs):
         raise DataError(f"the corpus '{corpus}' has {len(docs)} documents, and --held-out {held_out} would leave "
                         "none to train on", "pass a smaller --held-out (or 0), or a corpus with more documents")
-    keep = set(choose_held_out([len(t) for _, t in docs], held_out, eval_length, seed))
+    chosen = named_held_out([d for d, _ in docs], names, corpus) if names else \
+        choose_held_out([len(t) for _, t in docs], held_out, eval_length, seed)
+    keep = set(chosen)
     train = [docs[i][1] for i in range(len(docs)) if i not in keep]
     order = np.random.default_rng([seed, 2]).permutation(len(train))
     stream = np.concatenate([train[i] for i in order])

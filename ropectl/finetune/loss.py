@@ -62,6 +62,13 @@ def training_loss(model: Any, inner: Any, batch: Mapping[str, Any], chunk_size: 
     """The loss of ``batch`` (input_ids, optional position_ids) through ``model`` (DDP-wrapped or not), whose
     unwrapped causal LM (a PreTrainedModel or a peft model) is ``inner``."""
     kwargs = {k: v for k, v in batch.items() if k in ("input_ids", "position_ids")}
+    if "position_ids" in kwargs:
+        # Without a mask, transformers 5 reads any position jump as the start of another packed sequence
+        # (masking_utils.find_packed_sequence_indices) and cuts attention there: PoSE's chunk 2 would never see
+        # chunk 1. An explicit all-ones mask says every token is one sequence.
+        import torch
+
+        kwargs["attention_mask"] = torch.ones_like(kwargs["input_ids"])
     with captured_hidden(inner) as box:
         try:
             model(**kwargs, use_cache=False, logits_to_keep=1)

@@ -32,6 +32,7 @@ class TrainProgress:
     tokens_per_s: float | None
     eta_s: float | None
     evaluation: dict[str, Any] | None = None
+    message: str | None = None  # a line to show as is (the plan, before the first step)
 
 
 def append_row(path: Path, row: dict[str, Any]) -> None:
@@ -94,6 +95,8 @@ def make_callback(*, log: Path | None, tokens_per_step: int, steps: int, on_prog
             if stop_requested():
                 control.should_save = True
                 control.should_training_stop = True
+            if state.global_step >= steps:  # the last step is kept too: a failed or interrupted write resumes
+                control.should_save = True
             self.clock = time.perf_counter()
             return control
 

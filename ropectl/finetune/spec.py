@@ -52,6 +52,8 @@ class FinetuneSpec:
     seed: int = 0
     eval_every: int | None = None
     held_out: int = DEFAULT_HELD_OUT
+    held_out_docs: tuple[str, ...] = ()  # documents named to hold out (then held_out is their count)
+    max_docs: int | None = None  # read the corpus's first N documents (needed for a streamed hub dataset)
     dtype: str = "auto"
     device: str = "auto"
     dry_run: bool = False
@@ -88,6 +90,7 @@ class FinetuneSpec:
         """What must match for ``--resume`` to continue this run: everything that changes the trained weights."""
         keep = ("model", "target_length", "data", "mode", "window", "steps", "lr", "warmup", "batch_tokens",
                 "batch_size", "grad_accum", "lora", "lora_alpha", "train_embeddings_norms", "seed", "held_out",
+                "held_out_docs", "max_docs",
                 "dtype", "chunk_size", "text_field", "split")
         out = {k: getattr(self, k) for k in keep}
         out["method"] = self.method.label
@@ -110,7 +113,8 @@ def _check_mode(spec: FinetuneSpec) -> None:
 def _check_numbers(spec: FinetuneSpec) -> None:
     positive = {"--steps": spec.steps, "--batch-tokens": spec.batch_tokens, "--batch-size": spec.batch_size,
                 "--grad-accum": spec.grad_accum, "--window": spec.window, "--eval-every": spec.eval_every,
-                "--lora": spec.lora, "--target-length": spec.target_length, "--chunk-size": spec.chunk_size}
+                "--lora": spec.lora, "--target-length": spec.target_length, "--chunk-size": spec.chunk_size,
+                "--max-docs": spec.max_docs}
     for flag, value in positive.items():
         if value is not None and value <= 0:
             raise UsageError(f"{flag} must be positive, got {value}", f"pass a positive {flag}")
@@ -123,7 +127,7 @@ def _check_numbers(spec: FinetuneSpec) -> None:
     if spec.batch_tokens is not None and (spec.batch_size is not None or spec.grad_accum is not None):
         raise UsageError("--batch-tokens and --batch-size / --grad-accum are two ways to size a step",
                          "pass --batch-tokens alone, or --batch-size (and --grad-accum)")
-    if spec.eval_every is not None and spec.held_out == 0:
+    if spec.eval_every is not None and spec.held_out == 0 and not spec.held_out_docs:
         raise UsageError("--eval-every scores held-out documents, and --held-out is 0", "pass --held-out 1 or more")
 
 

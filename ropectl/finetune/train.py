@@ -14,12 +14,13 @@ removed once the output is written.
 from __future__ import annotations
 
 import shutil
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropectl.errors import UsageError
+from ropectl.errors import OutputError, UsageError
 from ropectl.finetune.plan import RunPlan
 from ropectl.finetune.runs import (
     FinetuneInterrupted,
@@ -30,7 +31,6 @@ from ropectl.finetune.runs import (
     stop_signals,
 )
 from ropectl.finetune.spec import FinetuneSpec
-from ropectl.output import dumps
 
 __all__ = ["FinetuneInterrupted", "FinetuneResult", "dry_run_plan", "finetune", "prepare", "run_dir_for"]
 
@@ -64,7 +64,7 @@ def training_arguments(spec: FinetuneSpec, plan: RunPlan, run_dir: Path, device:
     return TrainingArguments(
         output_dir=str(run_dir), max_steps=plan.steps, per_device_train_batch_size=plan.per_device,
         gradient_accumulation_steps=plan.grad_accum, learning_rate=spec.lr, warmup_steps=plan.warmup,
-        lr_scheduler_type="linear", weight_decay=0.0, adam_beta2=0.95,  # YaRN's AdamW betas (0.9, 0.95)
+        weight_decay=0.0, adam_beta2=0.95,  # YaRN's AdamW betas (0.9, 0.95); Trainer's default schedule: linear decay
         max_grad_norm=1.0, bf16=dtype == "bf16", use_cpu=cpu, seed=spec.seed, data_seed=spec.seed,
         logging_steps=1, save_strategy="no", save_total_limit=1, report_to=[], disable_tqdm=True,
         remove_unused_columns=False, dataloader_num_workers=0, ddp_find_unused_parameters=False,
@@ -122,20 +122,34 @@ def prepare(spec: FinetuneSpec, world_size: int = 1, local_rank: int = 0) -> Pre
     from ropectl.eval.corpus import load_corpus, make_source
     from ropectl.eval.model import load_tokenizer, model_source, resolve_device, resolve_dtype_choice, trained_context
     from ropectl.finetune.data import split
+    from ropectl.finetune.output import check_output
     from ropectl.finetune.plan import make_plan
-    from ropectl.io.files import check_output_dir
 
+    if spec.lora is not None:
+        _require_peft()
     source = model_source(spec.model)
     plan = make_plan(spec, source.config, trained_context(source.config), world_size)
-    if not spec.dry_run:
-        check_output_dir(spec.output, source.resolved.folder if not source.resolved.is_gguf else None, spec.force)
+    if not spec.dry_run:  # the writer's own refusals, before any training
+        check_output(spec.output, source.resolved.path, spec.force)
     device = resolve_device(spec.device, local_rank)
     dtype, why = resolve_dtype_choice(spec.dtype, device)
     tokenizer = load_tokenizer(source.path, source.kwargs)
-    corpus = load_corpus(make_source(spec.data, spec.split, spec.text_field), tokenizer, None)
+    data = make_source(spec.data, spec.split, spec.text_field)
+    if data.identity.get("kind") == "hub" and spec.max_docs is None:  # a stream has no end to wait for
+        raise UsageError(f"'{spec.data}' is a hub dataset, streamed document by document, and would be read to its end",
+                         "pass --max-docs N (e.g. 2000) to train on its first N documents")
+    corpus = load_corpus(data, tokenizer, spec.max_docs)
     parts = split(corpus.documents, plan.span, spec.held_out, plan.target, spec.seed,
-                  tokenizer.bos_token_id, tokenizer.eos_token_id, corpus.name)
+                  tokenizer.bos_token_id, tokenizer.eos_token_id, corpus.name, spec.held_out_docs)
     return Prepared(spec, source, plan, tokenizer, parts, corpus.name, device, dtype, why)
+
+
+def _require_peft() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("peft") is None:
+        raise UsageError("--lora trains peft adapters, and peft is not installed",
+                         "pip install 'ropectl[finetune]' (or drop --lora for a full fine-tune)")
 
 
 def provenance(p: Prepared, steps_done: int) -> dict[str, Any]:
@@ -177,8 +191,14 @@ def _train(spec: FinetuneSpec, p: Prepared, world: Any, run_dir: Path, resume_fr
     from ropectl.finetune.data import PackedExamples
 
     log = run_dir / monitor.LOG if world.is_main else None
-    if log is not None and resume_from is not None:
-        monitor.keep_rows_until(log, int(resume_from.name.split("-")[-1]))
+    if log is not None and spec.resume is not None:  # no checkpoint yet (a killed run): the log starts again
+        monitor.keep_rows_until(log, int(resume_from.name.split("-")[-1]) if resume_from else -1)
+    if on_progress is not None and world.is_main:
+        plan = p.plan
+        on_progress(monitor.TrainProgress(0, plan.steps, 0, None, None, None, None, message=(
+            f"{plan.method}: {'PoSE window' if spec.pose else 'full length'} {plan.seq_len:,} -> target "
+            f"{plan.target:,}; a step is {plan.tokens_per_step:,} tokens ({plan.global_batch} sequences), "
+            f"{plan.steps} steps = {plan.total_tokens:,} tokens; dtype {p.dtype} ({p.dtype_why})")))
     set_seed(spec.seed)  # LoRA's initial A matrices
     model = build_model(p.source, p.plan.config, p.device)
     if spec.lora is not None:
@@ -190,7 +210,9 @@ def _train(spec: FinetuneSpec, p: Prepared, world: Any, run_dir: Path, resume_fr
         engine = TransformersEngine.from_loaded(p.source, model, p.tokenizer, p.device, p.dtype)
         lengths = sorted({p.plan.trained, p.plan.target})
         evaluate_now = _evaluator(model, engine, p.split.held_out, lengths, p.dtype)
-    with stop_signals() as stopped:
+    with stop_signals() as stopped, warnings.catch_warnings():
+        # transformers' own deprecation notes about its internals (gradient_checkpointing names) are not the user's
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
         callback = monitor.make_callback(log=log, tokens_per_step=p.plan.tokens_per_step, steps=p.plan.steps,
                                          on_progress=on_progress if world.is_main else None, evaluate_now=evaluate_now,
                                          eval_every=spec.eval_every, stop_requested=lambda: any_rank(bool(stopped())),
@@ -205,7 +227,13 @@ def _train(spec: FinetuneSpec, p: Prepared, world: Any, run_dir: Path, resume_fr
     step = trainer.state.global_step
     if why is not None or step < p.plan.steps:
         raise FinetuneInterrupted(run_dir, step, why == "SIGTERM")
-    return _finish(p, trainer, run_dir, log)
+    try:
+        return _finish(p, trainer, run_dir, log)
+    except KeyboardInterrupt:  # the last step's checkpoint is saved: --resume only writes the output again
+        raise FinetuneInterrupted(run_dir, step, False) from None
+    except OSError as exc:
+        raise OutputError(f"writing '{p.spec.output}' failed ({exc.strerror or exc}); the trained weights are kept in "
+                          f"{run_dir}", f"fix that, then rerun the same command with --resume {run_dir}") from None
 
 
 def _evaluator(model: Any, engine: Any, held_out: Any, lengths: list[int], dtype: str) -> Callable[[], dict[str, Any]]:
@@ -230,7 +258,7 @@ def _evaluator(model: Any, engine: Any, held_out: Any, lengths: list[int], dtype
 def _finish(p: Prepared, trainer: Any, run_dir: Path, log: Path | None) -> FinetuneResult:
     """Rank 0 writes the checkpoint (ft-output's write_checkpoint), then the log and plot beside it."""
     from ropectl.eval.dist import world_from_env
-    from ropectl.finetune import monitor
+    from ropectl.finetune import monitor, output
     from ropectl.io.files import atomic_write_text
     from ropectl.io.ownership import note_written
 
@@ -243,45 +271,20 @@ def _finish(p: Prepared, trainer: Any, run_dir: Path, log: Path | None) -> Finet
     if not world_from_env().is_main:
         return FinetuneResult(p.spec.output, p.plan.to_dict(), prov, None, None)
     model = trainer.accelerator.unwrap_model(trainer.model)
-    source = None if p.source.resolved.is_gguf else p.source.resolved.folder
-    written = write_checkpoint(p.spec.output, model, p.tokenizer, p.plan.config, prov, merge=p.spec.merge,
-                               dtype=p.dtype, force=p.spec.force, source=source)
+    source = p.source.resolved.path  # the folder or the .gguf file trained from (the adapter layout's base)
+    written = output.write_checkpoint(p.spec.output, model, p.tokenizer, p.plan.config, prov, merge=p.spec.merge,
+                                      dtype=p.dtype, force=p.spec.force, source=source, target=p.plan.target)
     assert log is not None
     atomic_write_text(p.spec.output / monitor.LOG, log.read_text(encoding="utf-8"))
     monitor.plot_loss(log, p.spec.output / monitor.PLOT)
     note_written(p.spec.output, [monitor.LOG, monitor.PLOT])
     shutil.rmtree(run_dir, ignore_errors=True)
-    notes = [f"a step is {p.plan.tokens_per_step:,} tokens ({p.plan.global_batch} sequences of {p.plan.seq_len:,})"]
-    if p.source.resolved.is_gguf:
+    notes = []
+    if p.source.resolved.is_gguf and not getattr(written, "notes", None):
         notes.append("the GGUF input was dequantized and trained; convert the output back with llama.cpp's "
                      "convert_hf_to_gguf.py")
     return FinetuneResult(p.spec.output, p.plan.to_dict(), prov, losses[-1] if losses else None,
                           evals[-1] if evals else None, written, notes)
-
-
-def write_checkpoint(output: Path, model: Any, tokenizer: Any, config: dict[str, Any], provenance: dict[str, Any], *,
-                     merge: bool, dtype: str, force: bool, source: Path | None) -> Any:
-    """ft-output's ``ropectl.finetune.output.write_checkpoint`` where present, else a minimal stand-in (removed once
-    that module lands): weights, tokenizer and the patched config.json with the provenance in ropectl's record."""
-    try:
-        from ropectl.finetune.output import write_checkpoint as real
-    except ImportError:
-        real = None
-    if real is not None:
-        return real(output, model, tokenizer, config, provenance, merge=merge, dtype=dtype, force=force, source=source)
-    import torch
-
-    from ropectl.io.files import staged_dir
-
-    if merge:
-        model = model.merge_and_unload()
-    with staged_dir(output, force=force, command="finetune") as staging:
-        model.to({"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]).save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        record = dict(config.get("ropectl") or {})
-        record["finetune"] = provenance
-        (staging / "config.json").write_text(dumps({**config, "ropectl": record}, indent=2) + "\n", encoding="utf-8")
-    return {"path": str(output), "layout": "merged" if merge else ("adapter" if hasattr(model, "peft_config") else "full")}
 
 
 def dry_run_plan(spec: FinetuneSpec) -> dict[str, Any]:

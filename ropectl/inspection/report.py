@@ -82,6 +82,7 @@ class InspectReport:
             "max_position_embeddings": rope.max_position_embeddings,
             "trained_context": self.trained_context,
             "trained_context_source": _context_source(m),
+            "finetune": Record.from_json(m.record).finetune,  # ropectl finetune's provenance (None: not fine-tuned)
             "model_card": card_summary(m.card),
             "notes": [m.card_note] if m.card_note else [],
             "target_context": self.target_context,

@@ -17,6 +17,7 @@ from typing import Any
 from ropectl.errors import ConfigError, ModelNotFoundError
 
 CONFIG_FILES = ("config.json", "generation_config.json")
+ADAPTER_CONFIG = "adapter_config.json"  # a peft adapter folder (``ropectl finetune`` without --merge writes one)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                    "vocab.json", "merges.txt")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
@@ -71,7 +72,30 @@ def resolve_model(spec: str | os.PathLike[str], *, weights: bool = False) -> Res
     )
 
 
+def adapter_base(folder: Path) -> Path | None:
+    """A peft adapter folder (adapter_config.json, no config.json): the local base model it names, whose config
+    describes the model (transformers with peft loads the folder as base + adapter); None for anything else."""
+    folder = Path(folder)
+    if not (folder / ADAPTER_CONFIG).is_file() or (folder / "config.json").exists():
+        return None
+    try:
+        base = json.loads((folder / ADAPTER_CONFIG).read_text(encoding="utf-8")).get("base_model_name_or_path")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return None
+    # only a full model folder: an adapter naming another adapter (or itself) is not followed
+    return Path(base) if isinstance(base, str) and base and (Path(base) / "config.json").is_file() else None
+
+
+def config_folder(path: str | os.PathLike[str]) -> str:
+    """The folder whose config.json transformers' AutoConfig should read for ``path`` (an adapter's base)."""
+    base = adapter_base(Path(path)) if Path(path).is_dir() else None
+    return str(base) if base is not None else str(path)
+
+
 def read_config(folder: Path) -> dict[str, Any]:
+    base = adapter_base(folder)
+    if base is not None:
+        return read_config(base)
     config = folder / "config.json"
     if config.exists() and not config.is_file():
         raise ConfigError(f"'{config}' is a folder or special file, not a JSON file",

@@ -36,3 +36,57 @@ def _load(read: Callable[[Path], dict[str, Any]], folder: Path, main: Path, comm
         return read(folder)
     except (OSError, ValueError, KeyError, TypeError):
         raise DataError(f"'{main}' is not {command} results", fix) from None
+
+
+SAME_SETUP = ("dataset", "mode", "stride", "trained_context")  # what must agree for runs of two models to be paired
+
+
+def load_ppl_runs(folders: list[Path]) -> dict[str, Any]:
+    """One eval-ppl folder, or the runs of several models on the same documents (a patched model, then its
+    fine-tune: ``recommend --ppl PATCHED --ppl FINETUNED``) as one result, so the paired rule compares models as it
+    compares methods. The first run's methods keep their names (its ``none`` stays the reference); a later run's
+    are named by its model folder (``NAME`` for the checkpoint as it is, ``NAME/METHOD`` otherwise), and
+    ``meta["runs"]`` maps each such name to [model, method] for the commands that ship it."""
+    runs = [load_ppl(f) for f in folders]
+    first = runs[0]
+    if len(runs) == 1:
+        return first
+    from ropectl.eval.model import AS_IS
+
+    meta = {**first["meta"], "methods": list(first["meta"]["methods"]),
+            "screened_out": list(first["meta"].get("screened_out", ())), "runs": {}}
+    merged = {"meta": meta, "table": list(first["table"]), "cells": list(first.get("cells", []))}
+    for folder, run in zip(folders[1:], runs[1:]):
+        _check_paired(first, run, Path(folder))
+        model = str(run["meta"]["model"])
+        name = Path(model).name or model
+        rename = {m: name if m == AS_IS else f"{name}/{m}" for m in run["meta"]["methods"]}
+        if set(rename.values()) & set(meta["methods"]):
+            raise DataError(f"two --ppl runs name the same method ({name})", "pass runs of models in differently "
+                            "named folders")
+        meta["methods"] += list(rename.values())
+        meta["screened_out"] += [rename[m] for m in run["meta"].get("screened_out", ())]
+        meta["runs"].update({new: [model, old] for old, new in rename.items()})
+        merged["table"] += [{**r, "method": rename[r["method"]]} for r in run["table"]]
+        merged["cells"] += [{**c, "method": rename[c["method"]]} for c in run.get("cells", [])]
+    return merged
+
+
+def _check_paired(first: dict[str, Any], run: dict[str, Any], folder: Path) -> None:
+    """Runs compared document by document must have scored the same documents the same way."""
+    fix = "run eval-ppl on each model with the same --dataset, --docs, --lengths and --mode, then pass those folders"
+    for key in SAME_SETUP:
+        if first["meta"].get(key) != run["meta"].get(key):
+            raise DataError(f"'{folder}' was run with another {key} ({run['meta'].get(key)!r}, not "
+                            f"{first['meta'].get(key)!r}), so its documents cannot be paired", fix)
+
+    def docs(data: dict[str, Any]) -> dict[int, set[str]]:
+        out: dict[int, set[str]] = {}
+        for c in data.get("cells", []):
+            out.setdefault(int(c["length"]), set()).add(str(c["doc"]))
+        return out
+
+    mine, theirs = docs(first), docs(run)
+    for length in set(mine) & set(theirs):
+        if mine[length] != theirs[length]:
+            raise DataError(f"'{folder}' scored other documents at {length} tokens than the first --ppl run", fix)

@@ -33,10 +33,10 @@ from ropectl.eval.stats import (
     samples_to_separate,
     trials_to_separate_binary,
 )
-from ropectl.recommend.data import load_ppl, load_tasks
+from ropectl.recommend.data import load_ppl, load_ppl_runs, load_tasks
 
-__all__ = ["DEFAULT_MAX_REGRESSION", "MIN_DOCS", "Evidence", "Recommendation", "REFERENCE", "Rival", "load_ppl", "load_tasks",
-           "in_window", "patch_commands", "recommend", "screen"]
+__all__ = ["DEFAULT_MAX_REGRESSION", "MIN_DOCS", "Evidence", "Recommendation", "REFERENCE", "Rival", "load_ppl",
+           "load_ppl_runs", "load_tasks", "in_window", "patch_commands", "recommend", "screen"]
 DEFAULT_MAX_REGRESSION = 0.05
 MIN_DOCS = min_pairs(0.95)  # 6: the fewest documents on which the PPL ratio alone may separate two methods
 
@@ -123,8 +123,9 @@ def recommend(ppl: dict[str, Any], tasks: dict[str, Any] | None, target: int,
     docs = _docs(ppl.get("cells", []), target)
     trials = _trials(tasks["rows"] if tasks else [], target)
     screened = set(meta.get("screened_out", ()))
+    runs = meta.get("runs", {})  # rows of other models (load_ppl_runs): served as their own method says
     found = [_served(_evidence(m, table, trained, target, reference, trials.get(m), max_regression),
-                     serve_with) for m in meta["methods"] if (m, target) in table or m in screened]
+                     serve_with, runs.get(m, (None, m))[1]) for m in meta["methods"] if (m, target) in table or m in screened]
     ranked = sorted(found, key=_order)
     leader = ranked[0]
     rivals = tuple(compare(leader.method, e.method, trials, docs) for e in ranked[1:] if e.eligible)
@@ -207,13 +208,13 @@ def _trials(rows: list[dict[str, Any]], target: int) -> dict[str, dict[Any, floa
     return {method: trial_average(per_task) for method, per_task in by.items()}
 
 
-def _served(e: Evidence, serve_with: tuple[str, ...]) -> Evidence:
+def _served(e: Evidence, serve_with: tuple[str, ...], method: str) -> Evidence:
     from ropectl.readers import why_not_served
     from ropectl.rope.methods import parse_spec
 
-    if e.method in REFERENCE or not serve_with:
+    if method in REFERENCE or not serve_with:
         return e
-    why = why_not_served(parse_spec(e.method).name, serve_with)
+    why = why_not_served(parse_spec(method).name, serve_with)
     return e if why is None else replace(e, eligible=False, note=f"not served as evaluated: {why}")
 
 

@@ -2,7 +2,9 @@
 
 One typed home for it. ``patch`` records the unscaled base (so a second patch replaces the scaling
 instead of stacking factors) and the method it applied; ``convert-layout`` records the q/k layout it
-wrote. Unknown keys from newer ropectl versions are kept, so reading and writing back loses nothing.
+wrote; ``finetune`` records the run that trained the checkpoint (base model, method, steps, tokens, data, seed) and
+the layout it wrote (``ropectl.finetune.output``). Unknown keys from newer ropectl versions are kept, so reading and
+writing back loses nothing.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class Record:
     method: str | None = None
     layout: str | None = None
     layout_source: str | None = None
+    finetune: Mapping[str, Any] | None = None  # the fine-tune's provenance, JSON values as written
     extra: Mapping[str, Any] = field(default_factory=dict)  # keys this version does not know, kept verbatim
 
     def to_json(self) -> dict[str, Any]:
@@ -60,16 +63,21 @@ class Record:
         for name in ("method", "layout", "layout_source"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
+        if self.finetune is not None:
+            out["finetune"] = dict(self.finetune)
         return out
 
     @classmethod
     def from_json(cls, raw: Any) -> Record:
         if not isinstance(raw, Mapping):
             return cls()
-        known = ("base", "method", "layout", "layout_source")
-        text = {k: str(raw[k]) if raw.get(k) is not None else None for k in known[1:]}
+        known = ("base", "method", "layout", "layout_source", "finetune")
+        text = {k: str(raw[k]) if raw.get(k) is not None else None for k in known[1:4]}
+        tuned = raw.get("finetune")
         return cls(base=BaseRope.from_json(raw.get("base")), **text,
-                   extra={k: v for k, v in raw.items() if k not in known})
+                   finetune=dict(tuned) if isinstance(tuned, Mapping) else None,
+                   extra={k: v for k, v in raw.items() if k not in known or k == "finetune" and tuned is not None
+                          and not isinstance(tuned, Mapping)})  # a foreign shape is kept verbatim
 
     @classmethod
     def of(cls, config: Mapping[str, Any]) -> Record:

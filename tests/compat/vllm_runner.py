@@ -1,7 +1,9 @@
 """Run in the vLLM venv (it never imports ropectl): prompt log-probs and the max length vLLM derived, per job.
 
-Usage: python vllm_runner.py JOBS.json OUT.json. Each job is {"name", "model", "hf_overrides", "tokens"}; the
-engine is built with no --max-model-len, so the length it reports is the one it derived from the config.
+Usage: python vllm_runner.py JOBS.json OUT.json. Each job is {"name", "model", "hf_overrides", "tokens"} and
+optionally "lora" (a peft adapter folder served on the model with enable_lora, as `vllm serve MODEL --enable-lora
+--lora-modules NAME=DIR` does); the engine is built with no --max-model-len, so the length it reports is the one it
+derived from the config.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ def run_job(job: dict) -> dict:
     from vllm.inputs import TokensPrompt
 
     started = time.time()
+    lora = {"enable_lora": True, "max_lora_rank": job.get("lora_rank", 8), "max_loras": 1} if job.get("lora") else {}
     try:
         llm = LLM(model=job["model"], hf_overrides=job.get("hf_overrides") or {}, dtype="float32",
-                  enforce_eager=True, seed=0, max_num_seqs=1, max_num_batched_tokens=job.get("batch", 4096))
+                  enforce_eager=True, seed=0, max_num_seqs=1, max_num_batched_tokens=job.get("batch", 4096), **lora)
     except Exception as exc:  # the engine refusing the config is a result, not a crash
         return {"error": f"{type(exc).__name__}: {exc}"[:2000]}
     derived = int(llm.llm_engine.model_config.max_model_len)
@@ -28,7 +31,12 @@ def run_job(job: dict) -> dict:
     tokens = job["tokens"]
     if len(tokens) < derived:
         params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0)
-        result = llm.generate([TokensPrompt(prompt_token_ids=tokens)], params, use_tqdm=False)[0]
+        request = None
+        if job.get("lora"):
+            from vllm.lora.request import LoRARequest
+
+            request = LoRARequest("finetuned", 1, job["lora"])
+        result = llm.generate([TokensPrompt(prompt_token_ids=tokens)], params, use_tqdm=False, lora_request=request)[0]
         logprobs = []
         for tok, entry in zip(tokens[1:], result.prompt_logprobs[1:]):
             value = entry[tok].logprob if entry and tok in entry else float("nan")

@@ -21,6 +21,8 @@ from tests.helpers.cli import one_line
     (["-m", "yarn:4", "--context-parallel", "2"], ["context parallelism"]),
     (["-m", "yarn:4", "--batch-tokens", "100"], ["--batch-tokens"]),
     (["-m", "yarn:4", "--data", "no-such-corpus.txt"], ["no such file"]),
+    (["-m", "yarn:4", "--data", "nobody/no-such-dataset"], ["--max-docs"]),
+    (["-m", "yarn:4", "--data", "nobody/no-such-dataset", "--max-docs", "10"], ["unreachable dataset"]),
     (["-m", "yarn:4", "--held-out", "8"], ["--held-out"]),
 ])
 def test_refused_in_one_line_with_nothing_written(ft_model: Path, ft_corpus: Path, isolated: Path, extra: list[str],
@@ -63,3 +65,28 @@ def test_dry_run_prints_the_plan_and_writes_nothing(ft_model: Path, ft_corpus: P
     assert plan["plan"]["tokens_per_step"] == 8 * 64 and plan["plan"]["total_tokens"] == 10 * 8 * 64
     assert plan["memory_bytes"]["pose"] < plan["memory_bytes"]["full"]
     assert not (isolated / "out").exists() and not (isolated / "out.run").exists()
+
+
+def test_named_held_out_documents(ft_model: Path, ft_corpus: Path, isolated: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from ropectl.cli.app import app
+
+    base = ["finetune", str(ft_model), "-m", "yarn:4", "--data", str(ft_corpus), "-o", str(isolated / "out"),
+            "--dry-run", "--json"]
+    result = CliRunner().invoke(app, [*base, "--held-out", "doc05.txt,doc07.txt"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["held_out"] == ["doc05.txt", "doc07.txt"]
+    one_line([*base, "--held-out", "doc05.txt,hamlet"], "no document 'hamlet'")
+
+
+def test_lora_without_peft(ft_model: Path, ft_corpus: Path, isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else real(name, *a))
+    one_line(["finetune", str(ft_model), "-m", "yarn:4", "--data", str(ft_corpus), "-o", str(isolated / "out"),
+              "--lora", "4"], "peft is not installed", "ropectl[finetune]")
+    assert not (isolated / "out").exists()

@@ -29,14 +29,46 @@ def test_chunked_loss_value_and_grad_equal_transformers(tmp_path: Path, chunk: i
     if positions:  # PoSE-style skipped positions go through both the same way
         kwargs["position_ids"] = torch.cat([torch.arange(20), torch.arange(20, 50) + 90])[None].repeat(2, 1)
 
-    want = model(**kwargs, labels=ids).loss  # the oracle: transformers' full-logits loss
+    mask = {"attention_mask": torch.ones_like(ids)} if positions else {}  # one sequence (see the test below)
+    want = model(**kwargs, **mask, labels=ids).loss  # the oracle: transformers' full-logits loss
     want.backward()
     want_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
 
     got = training_loss(model, model, kwargs, chunk_size=chunk)
     got.backward()
-    assert abs(float(got) - float(want)) <= REL * abs(float(want))
+    assert abs(got.item() - want.item()) <= REL * abs(want.item())
     for name, p in model.named_parameters():
         scale = float(want_grads[name].abs().max()) or 1.0
         assert float((p.grad - want_grads[name]).abs().max()) <= REL * scale, name
+
+
+def test_pose_chunk_two_attends_chunk_one(tmp_path: Path) -> None:
+    """PoSE's skipped positions are one sequence: the loss at chunk 2 depends on chunk 1's tokens. Negative control:
+    the same forward without an attention mask, which transformers 5 cuts at the position jump."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ropectl.finetune.loss import captured_hidden
+    from tests.helpers.checkpoints import tiny_llama
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama(tmp_path / "m"), dtype=torch.float32).eval()
+    ids = torch.randint(3, 128, (1, 40), generator=torch.Generator().manual_seed(1))
+    changed = ids.clone()
+    changed[0, :10] = (changed[0, :10] + 7) % 125 + 3  # chunk 1 is tokens 0..9
+    positions = torch.cat([torch.arange(10), torch.arange(10, 40) + 500])[None]
+
+    def chunk_two(tokens: torch.Tensor, mask: bool) -> torch.Tensor:
+        extra = {"attention_mask": torch.ones_like(tokens)} if mask else {}
+        with torch.no_grad(), captured_hidden(model) as box:
+            model(input_ids=tokens, position_ids=positions, use_cache=False, **extra)  # as training runs
+        return box["hidden"][0, 10:]
+
+    def train_path(tokens: torch.Tensor) -> float:
+        with torch.no_grad():
+            return training_loss(model, model, {"input_ids": tokens, "position_ids": positions}).item()
+
+    assert not torch.allclose(chunk_two(ids, True), chunk_two(changed, True))
+    assert torch.allclose(chunk_two(ids, False), chunk_two(changed, False))  # the cut this guards against
+    # the training loss only over chunk 2's predictions differs too (it sees chunk 1)
+    assert train_path(ids) != train_path(changed)

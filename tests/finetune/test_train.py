@@ -181,3 +181,27 @@ def test_trained_embeddings_stay_tied_to_the_head(tmp_path: Path) -> None:
     embed, head = merged.get_input_embeddings().weight, merged.get_output_embeddings().weight
     assert torch.equal(embed, head)
     assert not torch.equal(embed, build_model(source, patched, "cpu").get_input_embeddings().weight)  # it trained
+
+
+def test_a_failed_final_write_resumes_without_training_again(ft_model: Path, ft_corpus: Path, isolated: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import ropectl.finetune.output as output
+
+    real = output.write_checkpoint
+
+    def full_disk(*args: object, **kw: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(output, "write_checkpoint", full_disk)
+    spec = _spec(ft_model, ft_corpus, isolated / "out", steps=2)
+    from ropectl.errors import OutputError
+
+    with pytest.raises(OutputError, match="No space left.*--resume"):
+        finetune(spec)
+    run_dir = run_dir_for(isolated / "out")
+    assert (run_dir / "checkpoint-2").is_dir()  # the last step was kept
+    monkeypatch.setattr(output, "write_checkpoint", real)
+    seen: list = []
+    result = finetune(spec.with_(resume=run_dir), seen.append)
+    assert not [p for p in seen if p.loss is not None]  # no step trained again
+    assert result.provenance["steps"] == 2 and (isolated / "out" / "config.json").is_file()

@@ -11,6 +11,7 @@ from typing import Any
 
 from ropectl.eval.model import quiet_transformers
 from ropectl.eval.reuse import freeze, shared
+from ropectl.io.resolve import config_folder
 
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
@@ -80,7 +81,7 @@ def _auto_class(path: str, kwargs: Mapping[str, Any]) -> Any:
         return AutoModelForCausalLM
     from transformers import AutoConfig, AutoModelForImageTextToText
 
-    config = AutoConfig.from_pretrained(path, **kwargs)
+    config = AutoConfig.from_pretrained(config_folder(path), **kwargs)
     causal = modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
     vlm = modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
     if config.model_type not in causal and config.model_type in vlm:

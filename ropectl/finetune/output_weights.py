@@ -1,0 +1,187 @@
+"""The torch and peft side of writing a fine-tuned checkpoint (``ropectl.finetune.output``): dtypes, the RoPE the
+model trained with, merging, and saving weights, adapters and a dequantized GGUF base."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from ropectl.errors import UsageError, VerificationError
+from ropectl.patch.verify import MAIN
+from ropectl.rope.frequencies import compute_frequencies
+from ropectl.rope.params import RopeParams
+
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32",
+          "bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+REL_TOL = 1e-5  # as patch's verification; widened to the buffer's precision where it is stored in bf16/fp16
+
+
+def is_peft(model: Any) -> bool:
+    try:
+        from peft import PeftModel
+    except ImportError:  # no peft: the model cannot be a peft model
+        return False
+    return isinstance(model, PeftModel)
+
+
+def resolve_dtype(dtype: str, config: Mapping[str, Any]) -> str:
+    """The torch dtype name the weights are written in; ``auto`` keeps the source's declared dtype (else float32)."""
+    if dtype == "auto":
+        declared = config.get("dtype") or config.get("torch_dtype") or "float32"
+        return DTYPES.get(str(declared), "float32")
+    if dtype not in DTYPES:
+        raise UsageError(f"unknown dtype '{dtype}' for the written weights", "use auto, bf16, fp16 or fp32")
+    return DTYPES[dtype]
+
+
+def _rotary_frequencies(module: Any) -> dict[str, Any]:
+    """{layer type or "main": (inv_freq tensor, attention scaling)} of one rotary module, as built at load time
+    (``original_inv_freq``: longrope swaps in its long factors past the original length during a forward)."""
+    if hasattr(module, "inv_freq"):
+        return {MAIN: (getattr(module, "original_inv_freq", module.inv_freq), getattr(module, "attention_scaling", 1.0))}
+    out = {}
+    for name in dir(module):
+        if name.endswith("_inv_freq") and not name.endswith("original_inv_freq"):
+            layer = name[: -len("_inv_freq")]
+            inv = getattr(module, f"{layer}_original_inv_freq", getattr(module, name))
+            out[layer] = (inv, getattr(module, f"{layer}_attention_scaling", 1.0))
+    return out
+
+
+def check_trained_rope(model: Any, expected: Mapping[str, RopeParams]) -> None:
+    """The model in memory (the one trained) has the RoPE the written config describes: a fallen-back rope_theta or
+    a scaling set after from_pretrained (ignored by transformers 5) would make the checkpoint describe another model."""
+    import torch
+
+    from ropectl.eval.engines.hf.rotary import rotary_modules
+
+    for _, _, module in rotary_modules(model):
+        built = _rotary_frequencies(module)
+        for layer, rope in expected.items():
+            if layer not in built:
+                continue  # a module of another layer type (per-layer models keep one module per type)
+            inv, scaling = built[layer]
+            want = compute_frequencies(rope)
+            ours = torch.tensor(want.inv_freq, dtype=torch.float64).to(inv.dtype).double()
+            tol = max(REL_TOL, 2 * torch.finfo(inv.dtype).eps)
+            got = inv.detach().double().cpu()
+            err = float(((got - ours).abs() / ours.abs().clamp_min(1e-30)).max()) if len(got) == len(ours) else 1.0
+            att = abs(float(scaling) - want.attention_factor) / want.attention_factor
+            if not max(err, att) <= tol:
+                raise VerificationError(
+                    f"the model being written was trained with other RoPE than its patched config says ({layer}: "
+                    f"inv_freq relative error {err:.1e}, attention {float(scaling):.6g} vs {want.attention_factor:.6g})",
+                    "build the model with from_pretrained(..., config=<the patched config>) before training; nothing "
+                    "was written")
+
+
+def merged(model: Any) -> Any:
+    """peft's merge_and_unload: W + B·A·scale into each base layer; the peft wrappers are removed."""
+    return model.merge_and_unload()
+
+
+def untied(model: Any) -> bool:
+    """lm_head and the input embeddings are different tensors (where the config says they are tied)."""
+    out, inp = model.get_output_embeddings(), model.get_input_embeddings()
+    if out is None or inp is None or getattr(out, "weight", None) is None:
+        return False
+    return out.weight.data_ptr() != inp.weight.data_ptr()
+
+
+def _cast_state_dict(model: Any, torch_dtype: str, tied: bool) -> dict[str, Any]:
+    """The model's tensors in ``torch_dtype`` (the caller's model is not converted in place); where the config ties
+    them, each shared tensor once, under its first name (the input embeddings, as transformers keeps it)."""
+    import torch
+
+    dtype = getattr(torch, torch_dtype)
+    seen: set[tuple[int, tuple[int, ...]]] = set()
+    out = {}
+    for name, tensor in model.state_dict().items():
+        key = (tensor.data_ptr(), tuple(tensor.shape))
+        if tied and tensor.numel() and key in seen:
+            continue
+        seen.add(key)
+        out[name] = tensor.detach().to("cpu", dtype) if tensor.is_floating_point() else tensor.detach().cpu()
+    return out
+
+
+def save_full(model: Any, folder: Path, torch_dtype: str, tied: bool) -> None:
+    """save_pretrained in ``torch_dtype`` (safetensors, sharded as transformers shards); config.json is rewritten
+    afterwards by the caller."""
+    with _dequantized(model):
+        model.save_pretrained(str(folder), state_dict=_cast_state_dict(model, torch_dtype, tied))
+
+
+@contextlib.contextmanager
+def _dequantized(model: Any) -> Iterator[None]:
+    """A model loaded from a GGUF holds plain float weights (transformers dequantized them) but keeps its GGUF
+    quantizer, whose save_pretrained refuses to serialize: the weights are saved as the floats they are."""
+    quantizer = getattr(model, "hf_quantizer", None)
+    method = getattr(getattr(quantizer, "quantization_config", None), "quant_method", None)
+    if quantizer is None or str(getattr(method, "value", method)) != "gguf":
+        yield
+        return
+    model.hf_quantizer = None
+    try:
+        yield
+    finally:
+        model.hf_quantizer = quantizer
+
+
+def save_adapter(model: Any, folder: Path, torch_dtype: str, base: Path) -> None:
+    """peft's adapter files, the weights in ``torch_dtype``, pointing at the patched base by its final path
+    (transformers resolves a relative path from the working folder, not from the adapter's)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    model.save_pretrained(str(folder), safe_serialization=True)
+    path = folder / ADAPTER_WEIGHTS
+    dtype = getattr(torch, torch_dtype)
+    tensors = {k: v.to(dtype) if v.is_floating_point() else v for k, v in load_file(str(path)).items()}
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    config = json.loads((folder / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+    config["base_model_name_or_path"] = str(base)
+    (folder / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
+def save_dequantized(gguf: Path, folder: Path, torch_dtype: str) -> None:
+    """A GGUF source's weights, dequantized by transformers (``gguf_file=``) as training loaded them."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ropectl.eval.model import quiet_transformers
+
+    quiet_transformers()
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                 dtype=getattr(torch, torch_dtype))
+    save_full(model, folder, torch_dtype, bool(getattr(model.config, "tie_word_embeddings", False)))
+
+
+def listed(folder: Path, skip: str | None = None) -> list[str]:
+    """Files under ``folder`` (relative, sorted), leaving out the ``skip`` subfolder."""
+    out = []
+    for root, dirs, files in os.walk(folder):
+        rel = Path(root).relative_to(folder)
+        if skip and rel == Path("."):
+            dirs[:] = [d for d in dirs if d != skip]
+        out += [(rel / f).as_posix() for f in files]
+    return sorted(out)
+
+
+def gguf_notes(source: Path | None, output: Path, layout: str) -> list[str]:
+    """A GGUF source: the folder written is safetensors; llama.cpp's own converter turns it back."""
+    if source is None or source.suffix.lower() != ".gguf":
+        return []
+    folder = output / "base" if layout == "adapter" else output
+    line = (f"trained from a GGUF (dequantized): the output is a safetensors folder; for llama.cpp convert it back "
+            f"with llama.cpp's converter: python convert_hf_to_gguf.py {folder} --outfile {folder}.gguf --outtype f16")
+    if layout == "adapter":
+        line += (f", and the adapter with: python convert_lora_to_gguf.py {output} --base {folder} "
+                 f"--outfile {output}-lora.gguf (llama.cpp --lora)")
+    return [line]
