@@ -33,7 +33,7 @@ from recover_report import write_report  # noqa: E402
 from tiny_model import machine, tiny_model  # noqa: E402
 
 TRAINED, TARGET, FACTOR = 128, 512, 4
-HELD_PREFIX = "0-heldout__"  # sorts before the training plays: the held-out documents are the first in load order
+HELD_PREFIX = "0-heldout__"  # the held-out acts' document ids (named to --held-out), listed first in the folder
 # name -> (method spec, target, mode flags); the method of the zero-shot (step 0) row is the spec itself.
 RUNS: dict[str, tuple[str, int, list[str]]] = {
     "none@128": ("none", TRAINED, ["--full"]),
@@ -45,7 +45,7 @@ RUNS: dict[str, tuple[str, int, list[str]]] = {
 
 
 def prepare_data(model: Path, out: Path) -> tuple[Path, list[str]]:
-    """A folder of the held-out acts (first in sorted order) and the tiny model's training plays."""
+    """A folder of the held-out acts and the tiny model's training plays; returns the acts' document ids."""
     from ropectl.eval.corpus import embedded_source
 
     recipe = json.loads((model / "recipe.json").read_text())
@@ -62,34 +62,15 @@ def prepare_data(model: Path, out: Path) -> tuple[Path, list[str]]:
     return data, [f"{HELD_PREFIX}{n}" for n in held]  # a local file's document id is its relative path
 
 
-def worker(held: int, argv: list[str]) -> None:
-    """Run the CLI in this process with the held-out split pinned to the first ``held`` documents.
-
-    `ropectl finetune --held-out K` draws K documents (seeded); the benchmark needs them to be exactly the acts
-    the tiny model never saw, whatever the seed, so the draw is replaced here and checked against the record
-    afterwards (check_held_out). Everything else is the command as users run it."""
-    import ropectl.finetune.data as data
-
-    def first(lengths: Any, k: int, need: int, seed: int) -> list[int]:
-        assert k == held, (k, held)
-        return list(range(k))
-
-    data.choose_held_out = first
-    from ropectl.cli.app import main as cli
-
-    sys.argv = ["ropectl", *argv]
-    cli()
-
-
 def finetune(name: str, seed: int, args: argparse.Namespace, model: Path, data: Path, held: list[str]) -> Path:
     spec, target, mode = RUNS[name]
     out = args.out / "runs" / f"{name}-s{seed}"
     argv = ["finetune", str(model), "-m", spec.split(":")[0], "-t", str(target), *mode, "--data", str(data),
-            "--held-out", str(len(held)), "--eval-every", str(args.eval_every), "--steps", str(args.steps),
+            "--held-out", ",".join(held), "--eval-every", str(args.eval_every), "--steps", str(args.steps),
             "--seed", str(seed), "--lr", str(args.lr), "--warmup", str(args.warmup), "--batch-size",
             str(args.batch), "--grad-accum", "1", "--dtype", args.dtype, "-o", str(out), "--force"]
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(len(held)), "--", *argv]
-    print(f"[{name} seed {seed}] ropectl {' '.join(argv)}", file=sys.stderr, flush=True)
+    cmd = [sys.executable, "-m", "ropectl", *argv]
+    print(f"[{name} seed {seed}] ropectl {' '.join(argv[:3])} ... -o {out}", file=sys.stderr, flush=True)
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(args.threads)}
     with open(args.out / "runs" / f"{name}-s{seed}.log", "w", encoding="utf-8") as log:
         subprocess.run(cmd, check=True, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -154,13 +135,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--docs-out", type=Path, default=None,
                         help="also copy the plot here (the tables go into docs/reference/finetune-benchmark.md by hand)")
-    parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--report-only", action="store_true", help="rewrite the report from OUT/recover.json")
     parser.add_argument("--collect", action="store_true",
                         help="report what the runs under OUT/runs have logged so far (finished or still training)")
-    args, rest = parser.parse_known_args()
-    if args.worker is not None:
-        return worker(args.worker, [a for a in rest if a != "--"])
+    args = parser.parse_args()
     if args.report_only:
         return report(json.loads((args.out / "recover.json").read_text(encoding="utf-8")), args.out, args.docs_out)
     if args.collect:
