@@ -75,7 +75,7 @@ bench-finetune-speed: $(STAMP)
 
 # The real model end to end: the embedded SmolLM2 GGUF, PoSE + yarn:4 (8k -> 32k), 2k window, LoRA merged; PPL (1 play)
 # and niah_single_1 (2 trials) at 16k before and after. Measured with 3 steps on the 2-core AMX Xeon under load 7-19:
-# SMOKE_TIME (eval-ppl at 16k ~5-10 min per run; a 2k-token LoRA step ~3 min). SMOKE_STEPS=20 for tens of steps.
+# 34 min (eval-ppl at 16k 5-10 min per run; a 2k-token LoRA step ~3 min). SMOKE_STEPS=20 for tens of steps.
 SMOKE_STEPS ?= 3
 finetune-smoke: $(STAMP)
 	$(BIN)/python bench/finetune_smoke.py --steps $(SMOKE_STEPS) --niah-trials 2
