@@ -65,7 +65,7 @@ bench: $(STAMP)
 # `ropectl finetune`'s steps to recover (docs/reference/finetune-benchmark.md): the tiny Llama pretrained at 128 tokens
 # (bench/tiny_model.py, cached in ~/.cache/ropectl-bench; built on first use: 9.4 CPU-min), extended x4 to 512 with
 # linear, ntk, yarn and PoSE+yarn, and `none` at 128 as the control; 200 steps, 2 seeds, evaluated every 20 steps.
-# Measured at 120 steps (--steps 120): 13.8 CPU-min, 19.6 min wall on the shared 2-core AMX Xeon; 200 steps: ~23 CPU-min.
+# Measured: 19.0 CPU-min, 9.7 min wall on the 2-core AMX Xeon (10 single-threaded runs side by side, machine quiet).
 bench-finetune: $(STAMP)
 	$(BIN)/python bench/bench_finetune_recover.py --docs-out docs/reference
 
