@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ropectl-installed
 
-.PHONY: demo test test-fast lint bench clean compat compat-transformers compat-engines compat-ruler
+.PHONY: demo test test-fast lint bench bench-finetune bench-finetune-speed finetune-smoke gpu-wheels clean compat compat-transformers compat-engines compat-ruler
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,30 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_ppl.py
 	$(BIN)/python bench/bench_layout.py
+
+# `ropectl finetune`'s steps to recover (docs/reference/finetune-benchmark.md): the tiny Llama pretrained at 128 tokens
+# (bench/tiny_model.py, cached in ~/.cache/ropectl-bench; built on first use: 9.4 CPU-min), extended x4 to 512 with
+# linear, ntk, yarn and PoSE+yarn, and `none` at 128 as the control; 200 steps, 2 seeds, evaluated every 20 steps.
+# Measured: 19.0 CPU-min, 9.7 min wall on the 2-core AMX Xeon (10 single-threaded runs side by side, machine quiet).
+bench-finetune: $(STAMP)
+	$(BIN)/python bench/bench_finetune_recover.py --docs-out docs/reference
+
+# Training step speed and peak memory against a plain transformers Trainer at 4k (SmolLM2-shaped, random init).
+bench-finetune-speed: $(STAMP)
+	$(BIN)/python bench/bench_finetune_speed.py --lengths 4096 --steps 4 --repeat 2
+
+# The real model end to end: the embedded SmolLM2 GGUF, PoSE + yarn:4 (8k -> 32k), 2k window, LoRA merged; PPL (1 play)
+# and niah_single_1 (2 trials) at 16k before and after. Measured with 3 steps on the 2-core AMX Xeon under load 7-19:
+# 34 min (eval-ppl at 16k 5-10 min per run; a 2k-token LoRA step ~3 min). SMOKE_STEPS=20 for tens of steps.
+SMOKE_STEPS ?= 3
+finetune-smoke: $(STAMP)
+	$(BIN)/python bench/finetune_smoke.py --steps $(SMOKE_STEPS) --niah-trials 2
+
+# Wheels for bench/gpu_finetune.sh on a GPU machine without internet (carry bench/wheels with the working tree; about
+# 60 MB in all, pyarrow two thirds of it: the GPU script installs only the ones its Python lacks).
+gpu-wheels: $(STAMP)
+	$(BIN)/python -m pip download -q --no-deps -d bench/wheels -c constraints.txt transformers tokenizers \
+		safetensors accelerate huggingface_hub typer click rich shellingham markdown-it-py mdurl pygments pyarrow
 
 clean:
 	rm -rf $(VENV) .pytest_cache
