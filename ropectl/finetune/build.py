@@ -21,12 +21,12 @@ def build_model(source: ModelSource, config: Mapping[str, Any], device: str) -> 
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from ropectl.eval.engines.hf.load import _no_gguf_bar
+    from ropectl.eval.engines.hf.load import no_gguf_bar
 
     quiet_transformers()
     base = AutoConfig.from_pretrained(source.path, **source.kwargs)
     patched = type(base).from_dict(dict(config))
-    with _no_gguf_bar():
+    with no_gguf_bar():
         try:
             model = AutoModelForCausalLM.from_pretrained(source.path, config=patched, dtype=torch.float32,
                                                          attn_implementation="sdpa", **source.kwargs)

@@ -107,7 +107,7 @@ def prepare(req: SearchRequest, say: Callable[[str], None]) -> Setup:
     ev.load_tokenizer()
     for point in (space.start(),) if space.bounds else ():
         ev.check(space.spec(point))
-    plan = Plan(trained, req.target, _lengths(req.lengths, trained, req.target), req.answer_loss)
+    plan = Plan(trained, req.target, pruning_lengths(req.lengths, trained, req.target), req.answer_loss)
     docs, held = split_documents(ev, req.dataset, req.docs, req.held_out, req.target, req.seed)
     needles = needle_trials(ev, req.dataset, req.target, req.samples, req.seed)
     held_needles = needle_trials(ev, req.dataset, req.target, max(req.samples, 1), req.seed + 1)
@@ -142,7 +142,7 @@ def _study(req: SearchRequest, identity: dict[str, Any], created: Path | None) -
         raise
 
 
-def _lengths(asked: tuple[int, ...], trained: int, target: int) -> tuple[int, ...]:
+def pruning_lengths(asked: tuple[int, ...], trained: int, target: int) -> tuple[int, ...]:
     """Pruning lengths: those asked for above the trained context and below the target, then the target. By default
     one halfway between, where the target is at least twice the trained context (else the target alone)."""
     inside = [n for n in asked if n <= trained or n > target]

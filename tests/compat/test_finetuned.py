@@ -169,23 +169,23 @@ def test_vllm_sees_the_finetune(vllm_runs: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("kind", ["merged", "adapter-base"])
 def test_llama_cpp_converts_finetuned_as_patched(kind: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    import llama_cpp_convert as conv
     import numpy as np
-    import test_llama_cpp_convert as conv
 
-    why = conv._missing()
+    why = conv.missing()
     if why:
         pytest.skip(why)
     if "llamacpp" not in _STATE:
         root = tmp_path_factory.mktemp("ft-llamacpp")
         source = root / "src"
-        conv._checkpoint(source, conv.FAMILIES["llama"])  # SmolLM2's tokenizer, sharp attention
+        conv.checkpoint(source, conv.FAMILIES["llama"])  # SmolLM2's tokenizer, sharp attention
         _STATE["llamacpp"], _ = _write_all(root, source, "yarn:4")
     folder = _STATE["llamacpp"][kind]
-    view = conv._view(folder)
+    view = conv.llama_cpp_view(folder)
     assert view["agrees"], view  # what ropectl says of the folder, as of the patched llama-yarn case
     ids = [int(i) for i in np.random.default_rng(0).integers(100, 40000, conv.N_TOKENS)]
-    llama = conv._llama_cpp(conv._convert(folder), ids)["logprobs"]
-    gap = max(abs(a - b) for a, b in zip(llama, conv._transformers(folder, ids)))
+    llama = conv.run_llama_cpp(conv.convert(folder), ids)["logprobs"]
+    gap = max(abs(a - b) for a, b in zip(llama, conv.transformers_logprobs(folder, ids)))
     assert gap <= conv.SAME_TOL, f"llama.cpp computes other log-probs than transformers for the {kind} folder: {gap}"
 
 

@@ -10,7 +10,7 @@ from ropectl.errors import UsageError
 from ropectl.rope.methods import get_method, parse_spec
 from ropectl.search.fitness import Measured, Plan
 from ropectl.search.report import compare, decide
-from ropectl.search.run import _lengths
+from ropectl.search.run import pruning_lengths
 from ropectl.search.spaces import FACTOR, build_space, values_of
 
 
@@ -47,11 +47,11 @@ def test_grid_snapping() -> None:
 
 
 def test_pruning_lengths_are_above_the_trained_context_only() -> None:
-    assert _lengths((), 2048, 4096) == (3072, 4096)
-    assert _lengths((), 2048, 3000) == (3000,)
-    assert _lengths((2500,), 2048, 4096) == (2500, 4096)
+    assert pruning_lengths((), 2048, 4096) == (3072, 4096)
+    assert pruning_lengths((), 2048, 3000) == (3000,)
+    assert pruning_lengths((2500,), 2048, 4096) == (2500, 4096)
     with pytest.raises(UsageError, match="in-window"):
-        _lengths((1024,), 2048, 4096)
+        pruning_lengths((1024,), 2048, 4096)
 
 
 def _measured(spec: str, per_doc: list[float], accuracy: float = 1.0, inside: float = 1.0) -> Measured:

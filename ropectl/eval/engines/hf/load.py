@@ -29,7 +29,7 @@ class LoadedModel:
 
 
 @contextlib.contextmanager
-def _no_gguf_bar() -> Iterator[None]:
+def no_gguf_bar() -> Iterator[None]:
     """transformers' GGUF loader draws a plain tqdm bar per tensor, which our progress bar replaces."""
     try:
         import transformers.modeling_gguf_pytorch_utils as gguf_utils
@@ -59,7 +59,7 @@ def _load_model(path: str, kwargs: Mapping[str, Any], tokenizer: Any, device: st
     torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
     extra: dict[str, Any] = {"device_map": "auto"} if device_map == "auto" else {}
     auto = _auto_class(path, kwargs)
-    with _no_gguf_bar():
+    with no_gguf_bar():
         try:
             model = auto.from_pretrained(path, dtype=torch_dtype, attn_implementation="sdpa", **extra, **kwargs)
         except ValueError as exc:
