@@ -75,22 +75,27 @@ def probe_cached(cache_dir: Path | None = None) -> tuple[str, str]:
     return dtype, why
 
 
-def probe() -> tuple[str, str]:
-    """Best-of-3 timing of one F.linear in fp32 and bf16 (well under a second on any CPU)."""
+def linear_flops(torch_dtype: object, shape: tuple[int, int, int] | None = None) -> float:
+    """Best-of-3 FLOP/s of one F.linear of ``shape`` (m, k, n) in ``torch_dtype`` (well under a second on any CPU)."""
     import torch
     import torch.nn.functional as F
 
-    m, k, n = PROBE_SHAPE
-    speed = {}
-    for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        x, w = torch.randn(m, k, dtype=dt), torch.randn(n, k, dtype=dt)
+    m, k, n = shape or PROBE_SHAPE
+    x, w = torch.randn(m, k, dtype=torch_dtype), torch.randn(n, k, dtype=torch_dtype)
+    F.linear(x, w)
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
         F.linear(x, w)
-        best = float("inf")
-        for _ in range(3):
-            start = time.perf_counter()
-            F.linear(x, w)
-            best = min(best, time.perf_counter() - start)
-        speed[name] = 2 * m * k * n / best / 1e9
+        best = min(best, time.perf_counter() - start)
+    return 2 * m * k * n / best
+
+
+def probe() -> tuple[str, str]:
+    """Best-of-3 timing of one F.linear in fp32 and bf16 (well under a second on any CPU)."""
+    import torch
+
+    speed = {name: linear_flops(dt) / 1e9 for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
     ratio = speed["bf16"] / speed["fp32"]
     dtype = "bf16" if ratio >= PROBE_MARGIN else "fp32"
     return dtype, f"auto: probe bf16 {speed['bf16']:.0f} vs fp32 {speed['fp32']:.0f} GFLOP/s ({ratio:.2f}x)"

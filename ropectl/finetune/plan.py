@@ -170,17 +170,8 @@ def lora_params(shape: Any, r: int) -> int:
 
 def matmul_flops(dtype: str) -> float:
     """Best-of-3 FLOP/s of one SmolLM2-sized F.linear in the training dtype (well under a second)."""
-    import time
-
     import torch
-    import torch.nn.functional as F
 
-    dt = torch.bfloat16 if dtype == "bf16" else torch.float32
-    x, w = torch.randn(512, 576, dtype=dt), torch.randn(1536, 576, dtype=dt)
-    F.linear(x, w)
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        F.linear(x, w)
-        best = min(best, time.perf_counter() - start)
-    return 2 * 512 * 576 * 1536 / best
+    from ropectl.eval.cpu import linear_flops
+
+    return linear_flops(torch.bfloat16 if dtype == "bf16" else torch.float32, (512, 576, 1536))
