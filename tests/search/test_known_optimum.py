@@ -38,6 +38,7 @@ def search(model: Path, out: Path, held_out: int) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_ntk_search_finds_the_factor_that_restores_theta(smollm2: Path, isolated: Path) -> None:
     summary = search(shrunk(smollm2, isolated, S_STAR), isolated / "found", held_out=2)
     found = parse_spec(summary["best"]["found"])
@@ -47,6 +48,7 @@ def test_ntk_search_finds_the_factor_that_restores_theta(smollm2: Path, isolated
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_negative_control_true_theta_finds_no_gain(smollm2: Path, isolated: Path) -> None:
     summary = search(shrunk(smollm2, isolated, 1.0), isolated / "control", held_out=6)
     assert summary["best"]["beats"] is False
