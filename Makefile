@@ -31,7 +31,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow and not heavy"
 
 # Real-model runs of a minute or more each: search's known optimum on SmolLM2 and its negative control
-# (2 tests, 2 min 15 s quiet on the 2-core AMX Xeon, bf16). CI runs it after make test.
+# (2 tests: 2 min 15 s to 2 min 58 s on the 2-core AMX Xeon, bf16). CI runs it after make test.
 test-heavy: $(STAMP)
 	$(BIN)/python -m pytest -q -m heavy
 
