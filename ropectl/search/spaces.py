@@ -20,7 +20,6 @@ from typing import Any
 from ropectl.errors import UsageError
 from ropectl.rope.methods import Method, MethodSpec, get_method, search_spaces, unscaled_name
 from ropectl.rope.methods.bounds import FACTOR, SearchBound
-from ropectl.rope.methods.yarn import yarn_mscale
 
 Bound = SearchBound  # the bounds live with each method (Method.search_bounds); the search reads them
 
@@ -48,9 +47,10 @@ class Space:
         method = get_method(self.method)
         out = {}
         for b in self.bounds:
-            default = self.factor if b.name == FACTOR else method.param(b.name).default
-            if default is None:  # yarn's attention factor: its default rule, 0.1 ln s + 1
-                default = yarn_mscale(self.factor)
+            if b.start is not None:  # a default that is a rule of the factor (yarn's attention factor)
+                default = b.start
+            else:
+                default = self.factor if b.name == FACTOR else method.param(b.name).default
             out[b.name] = b.grid(float(default))
         return out
 

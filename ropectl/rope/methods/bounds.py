@@ -19,6 +19,8 @@ class SearchBound:
     high: float
     step: float
     why: str  # where the range comes from, for the report and the docs
+    # The closed form's value at this factor where the option's default is a rule, not a number (the search's start).
+    start: float | None = None
 
     def grid(self, value: float) -> float:
         """``value`` on the bound's grid (the resolution a result is reported at)."""
@@ -26,10 +28,10 @@ class SearchBound:
         return round(min(self.high, max(self.low, snapped)), 10)
 
 
-def bound(name: str, low: float, high: float, step: float, why: str) -> SearchBound:
+def bound(name: str, low: float, high: float, step: float, why: str, start: float | None = None) -> SearchBound:
     """A bound whose high end lies on its grid (Optuna would move it there, with a warning)."""
     steps = math.floor((high - low) / step + 1e-9)
-    return SearchBound(name, round(low, 6), round(low + steps * step, 6), step, why)
+    return SearchBound(name, round(low, 6), round(low + steps * step, 6), step, why, start)
 
 
 def around(name: str, default: float, down: float, up: float, step: float) -> SearchBound:

@@ -94,7 +94,7 @@ def search_bounds(factor: float) -> tuple[SearchBound, ...]:
     mscale = yarn_mscale(factor)
     return (around("beta_fast", fast, 8, 2, 0.5), around("beta_slow", slow, 4, 2, 0.05),
             bound("attention_factor", 1.0, 1.0 + 2 * (mscale - 1.0), 0.005,
-                  f"1 (no scaling) to twice the default's excess over 1 ({mscale:.4f})"))
+                  f"1 (no scaling) to twice the default's excess over 1 ({mscale:.4f})", start=mscale))
 
 
 METHOD = Method("yarn", "YaRN: interpolate low frequencies, keep high ones, scale attention", (
