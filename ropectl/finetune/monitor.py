@@ -8,7 +8,6 @@ Log rows (one JSON object a line; ft benchmarks read them, keep the shape):
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -16,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ropectl.eval.rowlog import append_jsonl, read_jsonl
+from ropectl.io.files import atomic_write_text
 from ropectl.output import dumps
 
 LOG = "train_log.jsonl"
@@ -35,21 +36,10 @@ class TrainProgress:
     message: str | None = None  # a line to show as is (the plan, before the first step)
 
 
-def append_row(path: Path, row: dict[str, Any]) -> None:
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(dumps(row) + "\n")
-
-
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
 def keep_rows_until(path: Path, step: int) -> None:
     """A resumed run continues the log from its checkpoint: rows past it (never saved) are dropped."""
-    rows = [r for r in read_rows(path) if r.get("step", 0) <= step]
-    path.write_text("".join(dumps(r) + "\n" for r in rows), encoding="utf-8")
+    rows = [r for r in read_jsonl(path) if r.get("step", 0) <= step]
+    atomic_write_text(path, "".join(dumps(r) + "\n" for r in rows))
 
 
 def evaluate(engine: Any, held_out: Sequence[tuple[str, Any]], lengths: Sequence[int]) -> dict[str, Any]:
@@ -109,7 +99,7 @@ def make_callback(*, log: Path | None, tokens_per_step: int, steps: int, on_prog
             row = {"step": step, "tokens": step * tokens_per_step, "loss": float(logs["loss"]),
                    "lr": float(logs.get("learning_rate", 0.0)), "tokens_per_s": rate}
             if log is not None:
-                append_row(log, row)
+                append_jsonl(log, [row])
             if on_progress is not None:
                 eta = (steps - step) * tokens_per_step / rate if rate else None
                 on_progress(TrainProgress(step, steps, row["tokens"], row["loss"], row["lr"], rate, eta))
@@ -118,7 +108,7 @@ def make_callback(*, log: Path | None, tokens_per_step: int, steps: int, on_prog
             assert evaluate_now is not None
             row = {"step": state.global_step, "tokens": state.global_step * tokens_per_step, "eval": evaluate_now()}
             if log is not None:
-                append_row(log, row)
+                append_jsonl(log, [row])
             if on_progress is not None:
                 on_progress(TrainProgress(state.global_step, steps, row["tokens"], None, None, None, None, row["eval"]))
 
@@ -134,7 +124,7 @@ def plot_loss(log: Path, out: Path) -> None:
 
     from ropectl.io.files import save_figure
 
-    rows = read_rows(log)
+    rows = read_jsonl(log)
     losses = [(r["step"], r["loss"]) for r in rows if "loss" in r]
     evals = [r for r in rows if "eval" in r]
     fig, axes = plt.subplots(1, 2 if evals else 1, figsize=(10 if evals else 5, 3.5), squeeze=False)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import OutputError, UsageError
+from ropectl.eval.rowlog import read_jsonl
 from ropectl.finetune.plan import RunPlan
 from ropectl.finetune.runs import (
     FinetuneInterrupted,
@@ -265,7 +266,7 @@ def _finish(p: Prepared, trainer: Any, run_dir: Path, log: Path | None) -> Finet
     prov = provenance(p, trainer.state.global_step)
     # what really ran: accelerate 1.15 drops an FSDP plugin on CPU (MULTI_CPU has no FSDP path) and runs DDP
     prov["parallel"] = {"processes": p.plan.world, "fsdp": bool(getattr(trainer, "is_fsdp_enabled", False))}
-    rows = monitor.read_rows(log) if log is not None else []
+    rows = read_jsonl(log) if log is not None else []
     losses = [r["loss"] for r in rows if "loss" in r]
     evals = [r["eval"] for r in rows if "eval" in r]
     if not world_from_env().is_main:
