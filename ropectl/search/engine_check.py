@@ -20,10 +20,12 @@ from typing import Any
 from ropectl.search.fitness import Evaluator, Measured, measure
 
 CHECK_ENGINES = ("vllm",)
-# |mean NLL per token| between the engines, per held-out document and length. fp32: the vLLM engine tier measures at
-# most 1.6e-7 (tests/compat/test_vllm_engine.py), so 1e-4 leaves room for longer documents; half precision rounds
-# every activation to 8 (bf16) or 11 (fp16) bits, in kernels that differ between the engines.
-TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 5e-2}
+# |mean NLL per token| between the engines, per held-out document and length. fp32: the vLLM engine tiers measure at
+# most 1.6e-7 (tests/compat/test_vllm_engine.py, test_search_vllm.py: 8.2e-8), so 1e-4 leaves room for longer
+# documents and deeper models. Half precision rounds every activation to 8 (bf16) or 11 (fp16) bits in kernels that
+# differ between the engines: 1.8e-3 measured in bf16 on the same tiny model, so a bf16 check catches a wrong RoPE
+# only where it moves the PPL by whole percents (docs/reference/search.md); pass --dtype fp32 for a sharp one.
+TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 2e-2}
 
 
 @dataclass(frozen=True)
