@@ -70,17 +70,33 @@ class Measured:
                         data.get("niah_accuracy"))
 
 
-class Evaluator:
-    """One model, loaded once; documents and needle trials; a candidate's measurements on them."""
+@dataclass
+class EngineSweep:
+    """What an engine's ``check`` reads of a sweep (vLLM plans one serving per method and length from it)."""
 
-    def __init__(self, model: str | None, device: str, dtype: str) -> None:
+    spec: Any  # has ``lengths``
+    states: list[Any]
+    trained: int | None
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Lengths:
+    lengths: tuple[int, ...]
+
+
+class Evaluator:
+    """One model, loaded once; documents and needle trials; a candidate's measurements on them. Trials run on the
+    transformers engine (a method switch rebuilds only the rotary modules); another engine checks the winner."""
+
+    def __init__(self, model: str | None, device: str, dtype: str, engine: str = "transformers") -> None:
         from ropectl.eval.engines import get_engine
         from ropectl.eval.model import model_source, resolve_device, resolve_dtype_choice
 
         self.source = model_source(model)
         self.device = resolve_device(device)
         self.dtype = resolve_dtype_choice(dtype, self.device)[0]
-        self.engine = get_engine("transformers")(self.source, self.device, self.dtype, None, "search")
+        self.engine = get_engine(engine)(self.source, self.device, self.dtype, None, "search")
         self._states: dict[str, Any] = {}
         self.forwards = 0
 
@@ -94,18 +110,26 @@ class Evaluator:
     def load(self) -> None:
         self.engine.load()
 
-    def state(self, spec: MethodSpec) -> Any:
+    def state(self, spec: MethodSpec | None) -> Any:
+        """``spec``'s method state; None: the model's RoPE as its config states it (a written folder)."""
         from ropectl.eval.model import method_states
 
-        if spec.label not in self._states:
-            self._states[spec.label] = method_states(self.source.config, (spec,))[0]
-        return self._states[spec.label]
+        key = label(spec)
+        if key not in self._states:
+            self._states[key] = method_states(self.source.config, (spec,) if spec is not None else ())[0]
+        return self._states[key]
+
+    def plan(self, specs: Sequence[MethodSpec | None], lengths: tuple[int, ...], trained: int | None) -> list[str]:
+        """The engine's own refusals for these methods and lengths, before it loads (its warnings returned)."""
+        sweep = EngineSweep(Lengths(lengths), [self.state(s) for s in specs], trained)
+        self.engine.check(sweep)
+        return sweep.warnings
 
     def check(self, spec: MethodSpec) -> None:
         """Refuse a spec the config cannot take, before any weight loads."""
         self.state(spec)
 
-    def nll(self, spec: MethodSpec, docs: Sequence[Any], length: int, cuts: tuple[int, ...]
+    def nll(self, spec: MethodSpec | None, docs: Sequence[Any], length: int, cuts: tuple[int, ...]
             ) -> dict[int, tuple[list[float], list[int]]]:
         """Per-document NLL sums and token counts of the first ``length`` tokens, at each of ``cuts``."""
         state = self.state(spec)
@@ -140,7 +164,13 @@ class Evaluator:
         return math.fsum(per_token) / len(got), sum(hits) / len(hits)
 
 
-def measure(ev: Evaluator, spec: MethodSpec, docs: Sequence[Any], trials: Sequence[Any], plan: Plan,
+def label(spec: MethodSpec | None) -> str:
+    from ropectl.eval.model import AS_IS
+
+    return AS_IS if spec is None else spec.label
+
+
+def measure(ev: Evaluator, spec: MethodSpec | None, docs: Sequence[Any], trials: Sequence[Any], plan: Plan,
             on_length: Callable[[int, float], None] | None = None) -> Measured:
     """Measure ``spec`` at the plan's lengths, shortest first. Infeasible (in-window PPL above the plan's limit):
     returned at once, unmeasured at the target. ``on_length(step, log_ppl)`` after each length may raise to
@@ -154,13 +184,13 @@ def measure(ev: Evaluator, spec: MethodSpec, docs: Sequence[Any], trials: Sequen
         if step == 0 and plan.limit is not None:
             inside = math.fsum(nll[plan.trained]) / sum(tokens[plan.trained])
             if inside > plan.limit:
-                return Measured(spec.label, False, nll, tokens)
+                return Measured(label(spec), False, nll, tokens)
         if on_length is not None:
             on_length(step, math.fsum(nll[length]) / sum(tokens[length]))
     answer = accuracy = None
     if trials:
         answer, accuracy = ev.needles(spec, trials)
-    return Measured(spec.label, True, nll, tokens, answer, accuracy)
+    return Measured(label(spec), True, nll, tokens, answer, accuracy)
 
 
 def split_documents(ev: Evaluator, dataset: str | None, search: int, held_out: int, target: int, seed: int

