@@ -28,9 +28,10 @@ from typing import Any
 
 from ropectl.eval.engines.hf.forward import decoder, logits_fn
 
-# positions per lm_head chunk. Each chunk holds chunk x vocab logits in bf16 and fp32 plus their fp32 gradient
-# (about 12 bytes each: 150 MB at 256 x 49k); measured on SmolLM2's shape at 4k (docs/reference/finetune-benchmark.md)
-DEFAULT_CHUNK = 256
+# positions per lm_head chunk: the chunk's logits in bf16, their fp32 log-probabilities (then gradient) and the
+# bf16 gradient, about 10 bytes each (500 MB at 1024 x 49k); 512 takes half that and was 5-10 % slower on a
+# head-bound 2-layer step (the head's weight gradient is one [vocab, hidden] product and sum per chunk)
+DEFAULT_CHUNK = 1024
 
 
 @contextlib.contextmanager
@@ -68,7 +69,8 @@ def _head_loss() -> Any:
 
         @staticmethod
         def forward(ctx: Any, hidden: Any, targets: Any, head: Any, chunk: int, *params: Any) -> Any:
-            grads = [torch.zeros_like(t) for t in ([hidden] if hidden.requires_grad else []) + list(params)]
+            grads: list[Any] = [torch.empty_like(hidden)] if hidden.requires_grad else []
+            grads += [None] * len(params)  # the first chunk's gradient becomes each accumulator
             total = torch.zeros((), dtype=torch.float32, device=hidden.device)
             for start in range(0, hidden.shape[0], chunk):
                 part = hidden[start:start + chunk].detach().requires_grad_(hidden.requires_grad)
@@ -78,6 +80,8 @@ def _head_loss() -> Any:
                 for i, g in enumerate(step):
                     if i == 0 and hidden.requires_grad:
                         grads[0][start:start + chunk] = g
+                    elif grads[i] is None:
+                        grads[i] = g
                     else:
                         grads[i] += g
             # kept on ctx, not save_for_backward: neither inputs nor outputs, and backward scales them in place
@@ -116,7 +120,10 @@ def training_loss(model: Any, inner: Any, batch: Mapping[str, Any], chunk_size: 
                   amp: Callable[[], Any] = contextlib.nullcontext) -> Any:
     """The loss of ``batch`` (input_ids, optional position_ids) through ``model`` (DDP-wrapped or not), whose
     unwrapped causal LM (a PreTrainedModel or a peft model) is ``inner``; the head runs under ``amp()``."""
+    from ropectl.finetune.memory import release_freed_memory
+
     kwargs = {k: v for k, v in batch.items() if k in ("input_ids", "position_ids")}
+    release_freed_memory(kwargs["input_ids"].device)  # the previous step's gradients and states' churn
     if "position_ids" in kwargs:
         # Without a mask, transformers 5 reads any position jump as the start of another packed sequence
         # (masking_utils.find_packed_sequence_indices) and cuts attention there: PoSE's chunk 2 would never see
@@ -132,6 +139,7 @@ def training_loss(model: Any, inner: Any, batch: Mapping[str, Any], chunk_size: 
                 raise
             model(**kwargs, use_cache=False)
     hidden = box.pop("hidden")
+    release_freed_memory(hidden.device)  # the body's activations, before the head's large chunks
     with amp():
         return chunked_loss(hidden, batch["input_ids"], logits_fn(inner), chunk_size,
                             list(inner.get_output_embeddings().parameters()))
