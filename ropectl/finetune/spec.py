@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import UsageError
+from ropectl.finetune.loss import DEFAULT_CHUNK
 from ropectl.rope.methods import MethodSpec
 
 MODES = ("pose", "full")
@@ -60,7 +61,7 @@ class FinetuneSpec:
     resume: Path | None = None
     force: bool = False
     context_parallel: int = 1
-    chunk_size: int = 1024
+    chunk_size: int = DEFAULT_CHUNK
     text_field: str = "text"
     split: str = "train"
 

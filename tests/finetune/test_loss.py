@@ -72,3 +72,30 @@ def test_pose_chunk_two_attends_chunk_one(tmp_path: Path) -> None:
     assert torch.allclose(chunk_two(ids, False), chunk_two(changed, False))  # the cut this guards against
     # the training loss only over chunk 2's predictions differs too (it sees chunk 1)
     assert train_path(ids) != train_path(changed)
+
+
+def test_trainer_runs_the_head_under_its_bf16_autocast(tmp_path: Path) -> None:
+    """accelerate wraps only model.forward in autocast; the chunked head runs after it and must see the same bf16
+    autocast (else the [chunk, vocab] matmul runs in fp32). Oracle: the dtype lm_head's output has, observed by a hook;
+    negative control: the same trainer with bf16 off gives fp32."""
+    import torch
+    from transformers import AutoModelForCausalLM, TrainingArguments
+
+    from ropectl.finetune.train import make_trainer
+    from tests.helpers.checkpoints import tiny_llama
+
+    folder = tiny_llama(tmp_path / "m")
+    seen = {}
+    for bf16 in (True, False):
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).train()
+        dtypes: list[torch.dtype] = []
+        model.get_output_embeddings().register_forward_hook(lambda m, a, out, d=dtypes: d.append(out.dtype))
+        args = TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=1,
+                                 bf16=bf16, use_cpu=True, report_to=[], save_strategy="no", disable_tqdm=True,
+                                 remove_unused_columns=False)
+        ids = torch.randint(0, 128, (50,), generator=torch.Generator().manual_seed(0))
+        trainer = make_trainer(model, args, [{"input_ids": ids.numpy()}], 16, [])
+        trainer.train()
+        seen[bf16] = set(dtypes[1:])  # [0] is the forward's own 1-position head (logits_to_keep=1)
+    assert seen[True] == {torch.bfloat16}
+    assert seen[False] == {torch.float32}
