@@ -44,8 +44,10 @@ def build_model(source: ModelSource, config: Mapping[str, Any], device: str) -> 
 
 def dequantized(model: Any) -> None:
     """transformers' GGUF loader dequantizes every tensor but still marks the model as GGUF-quantized, which
-    Trainer refuses and save_pretrained would write as a quantization_config: the weights are plain floats, so the
-    marks go (checked first)."""
+    Trainer refuses and save_pretrained refuses to serialize (or would write as a quantization_config): the weights
+    are plain floats, so the marks go (checked first). A model without the GGUF mark is left as it is."""
+    if not _gguf_marked(model):
+        return
     if any(not p.dtype.is_floating_point for p in model.parameters()):
         raise VerificationError("the GGUF weights were not fully dequantized by transformers",
                                 "convert the GGUF to a safetensors folder first, then fine-tune that")
@@ -56,24 +58,36 @@ def dequantized(model: Any) -> None:
             delattr(holder, "quantization_config")
 
 
+def _gguf_marked(model: Any) -> bool:
+    for mark in (getattr(getattr(model, "hf_quantizer", None), "quantization_config", None),
+                 getattr(model.config, "quantization_config", None)):
+        method = mark.get("quant_method") if isinstance(mark, Mapping) else getattr(mark, "quant_method", None)
+        if str(getattr(method, "value", method)) == "gguf":
+            return True
+    return False
+
+
 def patched_state(config: Mapping[str, Any], label: str) -> MethodState:
     """The evaluation engine's view of the patched config: what its rotary modules must compute."""
     rope = read_model_rope(config)
     return MethodState(label, None, dict(config), rope.rope, dict(rope.layer_ropes))
 
 
-def verify_patched_rope(model: Any, config: Mapping[str, Any]) -> None:
-    """Every rotary module's inv_freq and attention factor equal ropectl's float64 reference (rel <= 1e-5): a
-    silent ``rope_theta`` fallback or a scaling dropped on the way into the model is refused before training."""
+def verify_patched_rope(model: Any, config: Mapping[str, Any], *, problem: str | None = None,
+                        fix: str | None = None) -> None:
+    """Every rotary module's inv_freq and attention factor equal ropectl's float64 reference (rel <= 1e-5, or the
+    buffer's bf16/fp16 precision): a silent ``rope_theta`` fallback or a scaling dropped on the way into the model is
+    refused before training, and a model trained with other RoPE is refused before it is written. ``problem``/``fix``:
+    the caller's words for a mismatch (``ropectl.eval.engines.hf.rotary.verify_rotary``)."""
     from ropectl.eval.engines.hf.rotary import rotary_modules, verify_rotary
 
     modules = rotary_modules(model)
     if not modules:
-        raise VerificationError("found no rotary embedding module in the model to train",
+        raise VerificationError("found no rotary embedding module in the model",
                                 "report this model type; finetune cannot check its RoPE")
     state = patched_state(config, "patched")
     for _, _, module in modules:
-        verify_rotary(module, state, None)
+        verify_rotary(module, state, None, problem=problem, fix=fix)
 
 
 def add_lora(model: Any, spec: FinetuneSpec) -> Any:

@@ -95,7 +95,7 @@ def write_checkpoint(output: Path, model: Any, tokenizer: Any, config: Mapping[s
                          "but no local source was given", "pass --merge to write one merged folder")
     torch_dtype = weights.resolve_dtype(dtype, config)
     expected = _expected(config)
-    weights.check_trained_rope(model, expected)  # the RoPE trained with is the RoPE written
+    weights.check_trained_rope(model, config)  # the RoPE trained with is the RoPE written
     tied = _ties(config, model)  # before a merge: peft's merge rewrites the model's config
     if layout == "merged":
         model = weights.merged(model)

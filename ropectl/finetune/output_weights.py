@@ -3,23 +3,19 @@ model trained with, merging, and saving weights, adapters and a dequantized GGUF
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ropectl.errors import UsageError, VerificationError
-from ropectl.patch.verify import MAIN
-from ropectl.rope.frequencies import compute_frequencies
-from ropectl.rope.params import RopeParams
+from ropectl.errors import UsageError
+from ropectl.finetune.build import dequantized, verify_patched_rope
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32",
           "bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
-REL_TOL = 1e-5  # as patch's verification; widened to the buffer's precision where it is stored in bf16/fp16
 
 
 def is_peft(model: Any) -> bool:
@@ -40,45 +36,15 @@ def resolve_dtype(dtype: str, config: Mapping[str, Any]) -> str:
     return DTYPES[dtype]
 
 
-def _rotary_frequencies(module: Any) -> dict[str, Any]:
-    """{layer type or "main": (inv_freq tensor, attention scaling)} of one rotary module, as built at load time
-    (``original_inv_freq``: longrope swaps in its long factors past the original length during a forward)."""
-    if hasattr(module, "inv_freq"):
-        return {MAIN: (getattr(module, "original_inv_freq", module.inv_freq), getattr(module, "attention_scaling", 1.0))}
-    out = {}
-    for name in dir(module):
-        if name.endswith("_inv_freq") and not name.endswith("original_inv_freq"):
-            layer = name[: -len("_inv_freq")]
-            inv = getattr(module, f"{layer}_original_inv_freq", getattr(module, name))
-            out[layer] = (inv, getattr(module, f"{layer}_attention_scaling", 1.0))
-    return out
-
-
-def check_trained_rope(model: Any, expected: Mapping[str, RopeParams]) -> None:
-    """The model in memory (the one trained) has the RoPE the written config describes: a fallen-back rope_theta or
-    a scaling set after from_pretrained (ignored by transformers 5) would make the checkpoint describe another model."""
-    import torch
-
-    from ropectl.eval.engines.hf.rotary import rotary_modules
-
-    for _, _, module in rotary_modules(model):
-        built = _rotary_frequencies(module)
-        for layer, rope in expected.items():
-            if layer not in built:
-                continue  # a module of another layer type (per-layer models keep one module per type)
-            inv, scaling = built[layer]
-            want = compute_frequencies(rope)
-            ours = torch.tensor(want.inv_freq, dtype=torch.float64).to(inv.dtype).double()
-            tol = max(REL_TOL, 2 * torch.finfo(inv.dtype).eps)
-            got = inv.detach().double().cpu()
-            err = float(((got - ours).abs() / ours.abs().clamp_min(1e-30)).max()) if len(got) == len(ours) else 1.0
-            att = abs(float(scaling) - want.attention_factor) / want.attention_factor
-            if not max(err, att) <= tol:
-                raise VerificationError(
-                    f"the model being written was trained with other RoPE than its patched config says ({layer}: "
-                    f"inv_freq relative error {err:.1e}, attention {float(scaling):.6g} vs {want.attention_factor:.6g})",
-                    "build the model with from_pretrained(..., config=<the patched config>) before training; nothing "
-                    "was written")
+def check_trained_rope(model: Any, config: Mapping[str, Any]) -> None:
+    """The model in memory (the one trained) has the RoPE the written (patched) config describes: a fallen-back
+    rope_theta or a scaling set after from_pretrained (ignored by transformers 5) would make the checkpoint describe
+    another model. Its inv_freq buffers may be bf16 after training: compared at their precision."""
+    verify_patched_rope(
+        model, config,
+        problem="the model being written was trained with other RoPE than its patched config says",
+        fix="build the model with from_pretrained(..., config=<the patched config>) before training; nothing was "
+            "written")
 
 
 def merged(model: Any) -> Any:
@@ -114,24 +80,8 @@ def _cast_state_dict(model: Any, torch_dtype: str, tied: bool) -> dict[str, Any]
 def save_full(model: Any, folder: Path, torch_dtype: str, tied: bool) -> None:
     """save_pretrained in ``torch_dtype`` (safetensors, sharded as transformers shards); config.json is rewritten
     afterwards by the caller."""
-    with _dequantized(model):
-        model.save_pretrained(str(folder), state_dict=_cast_state_dict(model, torch_dtype, tied))
-
-
-@contextlib.contextmanager
-def _dequantized(model: Any) -> Iterator[None]:
-    """A model loaded from a GGUF holds plain float weights (transformers dequantized them) but keeps its GGUF
-    quantizer, whose save_pretrained refuses to serialize: the weights are saved as the floats they are."""
-    quantizer = getattr(model, "hf_quantizer", None)
-    method = getattr(getattr(quantizer, "quantization_config", None), "quant_method", None)
-    if quantizer is None or str(getattr(method, "value", method)) != "gguf":
-        yield
-        return
-    model.hf_quantizer = None
-    try:
-        yield
-    finally:
-        model.hf_quantizer = quantizer
+    dequantized(model)  # a model loaded from a GGUF: its quantizer would refuse to save the floats it holds
+    model.save_pretrained(str(folder), state_dict=_cast_state_dict(model, torch_dtype, tied))
 
 
 def save_adapter(model: Any, folder: Path, torch_dtype: str, base: Path) -> None:
