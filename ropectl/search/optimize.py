@@ -108,10 +108,23 @@ def run_stage2(req: SearchRequest, setup: Setup, seeds: list[tuple[float, ...]],
 
     started = time.monotonic()
     factor = setup.space.factor
+    finished: list[dict[int, float]] = []  # log PPL per length step of each candidate measured to the end
 
     def fitness(factors: tuple[float, ...]) -> float | None:
-        m = measure(setup.ev, longrope_spec(factors, factor, setup), setup.docs,
-                    setup.needles if setup.plan.answer_loss else [], setup.plan)
+        values: dict[int, float] = {}
+        prune = median_pruner(finished, len(setup.plan.lengths) - 1)
+
+        def on_length(step: int, value: float) -> None:
+            values[step] = value
+            prune(step, value)
+
+        try:
+            m = measure(setup.ev, longrope_spec(factors, factor, setup), setup.docs,
+                        setup.needles if setup.plan.answer_loss else [], setup.plan, on_length)
+        except CandidatePruned:
+            return math.inf  # evolve records a non-finite fitness as pruned
+        if m.feasible:
+            finished.append(values)
         return m.fitness(setup.plan.target, setup.plan.answer_loss)
 
     def should_stop() -> bool:
@@ -122,6 +135,24 @@ def run_stage2(req: SearchRequest, setup: Setup, seeds: list[tuple[float, ...]],
     say(f"stage 2: {len(result.trials)} candidates, best fitness {result.best_fitness:.4f}")
     best = result.best if result.best and math.isfinite(result.best_fitness) else None
     return list(result.trials), best
+
+
+class CandidatePruned(Exception):
+    """A stage-2 candidate stopped at a pruning length."""
+
+
+def median_pruner(finished: list[dict[int, float]], last: int, startup: int = 3) -> Callable[[int, float], None]:
+    """Stage 1's pruner (Optuna's MedianPruner, 3 start-up trials) for stage 2: at a length before the target (step
+    < ``last``), a candidate whose log PPL is above the median of the finished candidates' at that step stops there,
+    once ``startup`` candidates have finished. LongRoPE scores every candidate in full; this is the CPU's shortcut."""
+    import statistics
+
+    def on_length(step: int, value: float) -> None:
+        seen = [f[step] for f in finished if step in f]
+        if step < last and len(seen) >= startup and value > statistics.median(seen):
+            raise CandidatePruned(step)
+
+    return on_length
 
 
 def longrope_spec(long_factor: tuple[float, ...], factor: float, setup: Setup) -> Any:

@@ -116,3 +116,17 @@ def test_seed_factors_match_closed_forms() -> None:
     yarn = seed_factors("yarn", rope, 1024)
     assert yarn[0] == pytest.approx(1.0) and yarn[-1] == pytest.approx(4.0)  # extrapolated / interpolated ends
     assert all(a <= b + 1e-12 for a, b in zip(yarn, yarn[1:]))
+
+
+def test_stage2_median_pruner_stops_above_the_median_before_the_target() -> None:
+    """Hand-computed: finished candidates' log PPL at step 0 are 1, 2, 3 (median 2)."""
+    from ropectl.search.optimize import CandidatePruned, median_pruner
+
+    finished = [{0: 1.0, 1: 5.0}, {0: 2.0, 1: 6.0}, {0: 3.0, 1: 7.0}]
+    prune = median_pruner(finished, last=1)
+    prune(0, 1.5)  # below the median: goes on
+    prune(0, 2.0)  # at the median: goes on
+    with pytest.raises(CandidatePruned):
+        prune(0, 2.5)
+    prune(1, 99.0)  # the target (the last step) is never pruned
+    median_pruner(finished[:2], last=1)(0, 99.0)  # fewer than 3 finished: no pruning yet
