@@ -35,6 +35,7 @@ def main() -> None:
     ap.add_argument("--population", type=int, default=4)
     ap.add_argument("--iterations", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--prune-at", default="", help="pruning lengths below the target, e.g. 12k (default: none)")
     ap.add_argument("-o", "--out", type=Path, required=True)
     args = ap.parse_args()
 
@@ -45,9 +46,10 @@ def main() -> None:
     from ropectl.search.run import SearchRequest
 
     target = parse_length(args.target)
+    prune = tuple(parse_length(x) for x in args.prune_at.split(",") if x)
     req = SearchRequest(args.model, target, args.space, args.out, budget=args.budget, minutes=args.minutes,
                         docs=args.docs, held_out=args.held_out, samples=args.samples, seed=args.seed,
-                        lengths=(target,), grid=(1.0,), population=args.population, iterations=args.iterations)
+                        lengths=(*prune, target), grid=(1.0,), population=args.population, iterations=args.iterations)
     start = time.perf_counter()
     result = run_search(req, lambda line: print(line, file=sys.stderr, flush=True))
     wall = time.perf_counter() - start
@@ -57,7 +59,7 @@ def main() -> None:
     import torch
 
     demo = {"machine": cpu_flags(), "threads": torch.get_num_threads(), "wall_s": wall,
-            "sizes": {k: v for k, v in vars(args).items() if k != "out"} | {"grid": [1.0], "prune_at": [target]},
+            "sizes": {k: v for k, v in vars(args).items() if k != "out"} | {"grid": [1.0], "prune_at": [*prune, target]},
             "best_spec": result.spec}
     (args.out / "demo.json").write_text(json.dumps(demo, indent=2) + "\n", encoding="utf-8")
     print(f"wall {wall / 60:.1f} min")
