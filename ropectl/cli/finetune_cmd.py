@@ -42,6 +42,8 @@ EvalEveryOpt = Annotated[Optional[int], opt("--eval-every", panel=TRAIN,
                                             help="Score held-out documents at the trained and target lengths every N steps.")]
 CpOpt = Annotated[int, opt("--context-parallel", panel=TRAIN,
                            help="Context parallelism degree: not available (refused; see docs/how-to/finetune.md).")]
+FsdpOpt = Annotated[bool, opt("--fsdp", panel=TRAIN, help=(
+    "Shard weights, gradients and optimizer states across the launched processes (FSDP2, through accelerate)."))]
 LoraOpt = Annotated[Optional[int], opt("--lora", panel=LORA, help="Train LoRA adapters of rank R instead of all weights.")]
 AlphaOpt = Annotated[Optional[float], opt("--lora-alpha", panel=LORA, help="LoRA alpha [default: 2 x R].")]
 EmbNormOpt = Annotated[bool, opt("--train-embeddings-norms", panel=LORA,
@@ -61,8 +63,8 @@ def finetune(
     batch_tokens: BatchTokensOpt = None, batch_size: BatchSizeOpt = None, grad_accum: AccumOpt = None,
     lora: LoraOpt = None, lora_alpha: AlphaOpt = None, train_embeddings_norms: EmbNormOpt = False,
     merge: MergeOpt = False, seed: SeedOpt = 0, eval_every: EvalEveryOpt = None, dtype: DtypeOpt = None,
-    device: DeviceOpt = None, context_parallel: CpOpt = 1, dry_run: DryRunOpt = False, resume: ResumeOpt = None,
-    force: ForceOpt = False, json_out: JsonOpt = False,
+    device: DeviceOpt = None, context_parallel: CpOpt = 1, fsdp: FsdpOpt = False, dry_run: DryRunOpt = False,
+    resume: ResumeOpt = None, force: ForceOpt = False, json_out: JsonOpt = False,
 ) -> None:
     """Patch MODEL's RoPE exactly as `ropectl patch` does, fine-tune it (PoSE by default) and write a checkpoint."""
     from ropectl.errors import UsageError
@@ -86,7 +88,7 @@ def finetune(
         train_embeddings_norms=train_embeddings_norms, merge=merge, seed=seed, eval_every=eval_every,
         held_out=int(held_out) if held_out.strip().isdigit() else 0, held_out_docs=_names(held_out), max_docs=max_docs,
         dtype=dtype or "auto", device=device or "auto", dry_run=dry_run, resume=resume, force=force,
-        context_parallel=context_parallel)
+        context_parallel=context_parallel, fsdp=fsdp)
     if dry_run:
         _show(_dry_run(spec), json_out)
         return

@@ -26,7 +26,7 @@ import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ropectl.eval.engines.hf.forward import decoder, logits_fn
+from ropectl.eval.engines.hf.forward import decoder
 
 # positions per lm_head chunk: the chunk's logits in bf16, their fp32 log-probabilities (then gradient) and the
 # bf16 gradient, about 10 bytes each (500 MB at 1024 x 49k); 512 takes half that and was 5-10 % slower on a
@@ -121,6 +121,7 @@ def training_loss(model: Any, inner: Any, batch: Mapping[str, Any], chunk_size: 
     """The loss of ``batch`` (input_ids, optional position_ids) through ``model`` (DDP-wrapped or not), whose
     unwrapped causal LM (a PreTrainedModel or a peft model) is ``inner``; the head runs under ``amp()``."""
     from ropectl.finetune.memory import release_freed_memory
+    from ropectl.finetune.sharding import head_for_loss
 
     kwargs = {k: v for k, v in batch.items() if k in ("input_ids", "position_ids")}
     release_freed_memory(kwargs["input_ids"].device)  # the previous step's gradients and states' churn
@@ -140,6 +141,6 @@ def training_loss(model: Any, inner: Any, batch: Mapping[str, Any], chunk_size: 
             model(**kwargs, use_cache=False)
     hidden = box.pop("hidden")
     release_freed_memory(hidden.device)  # the body's activations, before the head's large chunks
+    head, params = head_for_loss(inner)  # under FSDP2: unsharded, called outside its hooks
     with amp():
-        return chunked_loss(hidden, batch["input_ids"], logits_fn(inner), chunk_size,
-                            list(inner.get_output_embeddings().parameters()))
+        return chunked_loss(hidden, batch["input_ids"], head, chunk_size, params)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import UsageError
+from ropectl.finetune import sharding
 from ropectl.finetune.loss import DEFAULT_CHUNK
 from ropectl.rope.methods import MethodSpec
 
@@ -61,6 +62,7 @@ class FinetuneSpec:
     resume: Path | None = None
     force: bool = False
     context_parallel: int = 1
+    fsdp: bool = False  # FSDP2 across the launched processes (accelerate launch --use_fsdp asks for it too)
     chunk_size: int = DEFAULT_CHUNK
     text_field: str = "text"
     split: str = "train"
@@ -95,6 +97,8 @@ class FinetuneSpec:
                 "dtype", "chunk_size", "text_field", "split")
         out = {k: getattr(self, k) for k in keep}
         out["method"] = self.method.label
+        if sharding.requested(self.fsdp):  # FSDP checkpoints are its own format (absent key: run folders before it)
+            out["fsdp"] = True
         return out
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from ropectl.errors import OutputError, UsageError
 from ropectl.eval.rowlog import read_jsonl
+from ropectl.finetune import sharding
 from ropectl.finetune.plan import RunPlan
 from ropectl.finetune.runs import (
     FinetuneInterrupted,
@@ -70,7 +71,7 @@ def training_arguments(spec: FinetuneSpec, plan: RunPlan, run_dir: Path, device:
         logging_steps=1, save_strategy="no", save_total_limit=1, report_to=[], disable_tqdm=True,
         remove_unused_columns=False, dataloader_num_workers=0, ddp_find_unused_parameters=False,
         ddp_backend="gloo" if cpu and distributed else None,
-        **{ckpt: True, f"{ckpt}_kwargs": {"use_reentrant": False}},
+        **{ckpt: True, f"{ckpt}_kwargs": {"use_reentrant": False}}, **sharding.training_kwargs(spec.fsdp),
     )
 
 
@@ -85,6 +86,10 @@ def make_trainer(model: Any, args: Any, dataset: Any, chunk_size: int, callbacks
 
     class RopeTrainer(Trainer):
         loss_is_scaled_for_ga = False  # compute_loss returns a micro-batch mean; Trainer divides by the accumulation
+
+        def create_accelerator_and_postprocess(self) -> None:
+            super().create_accelerator_and_postprocess()
+            sharding.enable_on_cpu(self)  # accelerate's CPU processes drop the FSDP plugin
 
         def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False,
                          num_items_in_batch: Any = None) -> Any:
@@ -136,6 +141,7 @@ def prepare(spec: FinetuneSpec, world_size: int = 1, local_rank: int = 0) -> Pre
     if spec.lora is not None:
         _require_peft()
     source = model_source(spec.model)
+    sharding.check(spec.fsdp, world_size, spec.eval_every)
     plan = make_plan(spec, source.config, trained_context(source.config), world_size)
     if not spec.dry_run:  # the writer's own refusals, before any training
         check_output(spec.output, source.resolved.path, spec.force)
@@ -227,9 +233,6 @@ def _train(spec: FinetuneSpec, p: Prepared, world: Any, run_dir: Path, resume_fr
                                          start_step=int(resume_from.name.split("-")[-1]) if resume_from else 0)
         args = training_arguments(spec, p.plan, run_dir, p.device, p.dtype)
         trainer = make_trainer(model, args, dataset, spec.chunk_size, [callback])
-        if getattr(trainer, "is_fsdp_enabled", False):  # the final write gathers on rank 0 alone: DDP only
-            raise UsageError("FSDP was asked for by the launcher, and finetune writes its checkpoint from rank 0's "
-                             "full weights (data parallel only)", "launch without --use_fsdp (DDP is used)")
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         why = stopped()
     step = trainer.state.global_step
@@ -271,12 +274,13 @@ def _finish(p: Prepared, trainer: Any, run_dir: Path, log: Path | None) -> Finet
     from ropectl.io.ownership import note_written
 
     prov = provenance(p, trainer.state.global_step)
-    # what really ran: accelerate 1.15 drops an FSDP plugin on CPU (MULTI_CPU has no FSDP path) and runs DDP
     prov["parallel"] = {"processes": p.plan.world, "fsdp": bool(getattr(trainer, "is_fsdp_enabled", False))}
     rows = read_jsonl(log) if log is not None else []
     losses = [r["loss"] for r in rows if "loss" in r]
     evals = [r["eval"] for r in rows if "eval" in r]
-    if not world_from_env().is_main:
+    is_main = world_from_env().is_main
+    sharding.gather_full_weights(trainer.model, is_main)  # FSDP: every rank all-gathers, rank 0 keeps full weights
+    if not is_main:
         return FinetuneResult(p.spec.output, p.plan.to_dict(), prov, None, None)
     model = trainer.accelerator.unwrap_model(trainer.model)
     source = p.source.resolved.path  # the folder or the .gguf file trained from (the adapter layout's base)

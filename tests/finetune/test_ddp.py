@@ -25,7 +25,8 @@ def _run(prefix: list[str], args: list[str], cwd: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": "1"}
     done = subprocess.run([*prefix, "-m", "ropectl", "finetune", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)
-    assert done.returncode == 0, "\n".join(line for line in done.stderr.splitlines() if "error" in line.lower())[-3000:]
+    errors = [line for line in done.stderr.splitlines() if "error" in line.lower() or "signal" in line.lower()]
+    assert done.returncode == 0, "\n".join([*errors[-30:], "--- last lines:", *done.stderr.splitlines()[-15:]])
 
 
 @pytest.mark.slow

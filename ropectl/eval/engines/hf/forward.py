@@ -9,9 +9,11 @@ from typing import Any
 from ropectl.eval.engines.requests import AnswerScore
 
 
-def logits_fn(model: Any) -> Callable[[Any], Any]:
-    """hidden -> logits exactly as the model's own forward computes them (softcap and scale included)."""
+def logits_fn(model: Any, project: Callable[[Any], Any] | None = None) -> Callable[[Any], Any]:
+    """hidden -> logits exactly as the model's own forward computes them (softcap and scale included); ``project``
+    replaces the call of the head module (finetune's FSDP calls its ``forward``, outside FSDP's hooks)."""
     head = model.get_output_embeddings()
+    project = project or head
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     softcap = getattr(cfg, "final_logit_softcapping", None)
     scale = getattr(cfg, "logit_scale", None)  # Cohere multiplies
@@ -20,7 +22,7 @@ def logits_fn(model: Any) -> Callable[[Any], Any]:
     def apply(hidden: Any) -> Any:
         import torch
 
-        logits = head(hidden.to(head.weight.device))
+        logits = project(hidden.to(head.weight.device))
         if scale is not None:
             logits = logits * scale
         if divide is not None:

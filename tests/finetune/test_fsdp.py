@@ -1,0 +1,133 @@
+"""FSDP2 (``--fsdp``): 2 CPU processes under torchrun (gloo) with sharded weights, gradients and optimizer states train
+what 1 process trains with the same global batch, write full weights, and resume exactly.
+
+accelerate has no CPU FSDP path (its CPU processes run DDP), so ``sharding.enable_on_cpu`` switches the state; the
+sharding itself is torch's ``fully_shard`` as accelerate's ``fsdp2_prepare_model`` applies it on GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.finetune.test_ddp import DDP_ATOL, _free_port, _run
+from tests.helpers.eval_data import build
+
+ARGS = ["-m", "yarn:4", "--steps", "3", "--batch-tokens", "128", "--dtype", "fp32", "--device", "cpu", "--lr", "1e-3"]
+
+
+def _torchrun() -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port())]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": "1"}
+
+
+def _close(one: dict, two: dict, base: dict | None = None) -> None:
+    assert one.keys() == two.keys()
+    if base is not None:  # negative control: training moved the weights far beyond the tolerance
+        assert max(float((one[k] - base[k]).abs().max()) for k in base if k in one) > 100 * DDP_ATOL
+    for name in one:
+        assert float((one[name] - two[name]).abs().max()) <= DDP_ATOL, name
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+def test_two_process_fsdp_equals_one_process(ft_model: Path, ft_corpus: Path, isolated: Path) -> None:
+    """A full fine-tune of a model with its own head (the head's unit is the final norm and lm_head)."""
+    from safetensors.torch import load_file
+
+    args = [str(ft_model), *ARGS, "--data", str(ft_corpus)]
+    _run(_torchrun(), [*args, "--fsdp", "-o", str(isolated / "two")], isolated)
+    _run([sys.executable], [*args, "-o", str(isolated / "one")], isolated)
+    one, two = (load_file(str(isolated / d / "model.safetensors")) for d in ("one", "two"))
+    _close(one, two, load_file(str(ft_model / "model.safetensors")))
+    record = json.loads((isolated / "two" / "config.json").read_text())["ropectl"]["finetune"]
+    assert record["parallel"] == {"processes": 2, "fsdp": True}
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+def test_fsdp_lora_with_tied_embeddings_equals_one_process(ft_corpus: Path, isolated: Path) -> None:
+    """LoRA plus trained embeddings and norms on a model whose head is its input embedding (SmolLM2's case: one unit
+    holds the norm, the embedding and the head); the adapter folders agree."""
+    from safetensors.torch import load_file
+
+    model = build("llama", isolated / "tied", max_position_embeddings=64, tie_word_embeddings=True)
+    args = [str(model), *ARGS, "--data", str(ft_corpus), "--lora", "4", "--train-embeddings-norms"]
+    _run(_torchrun(), [*args, "--fsdp", "-o", str(isolated / "two")], isolated)
+    _run([sys.executable], [*args, "-o", str(isolated / "one")], isolated)
+    one, two = (load_file(str(isolated / d / "adapter_model.safetensors")) for d in ("one", "two"))
+    assert any("embed_tokens" in k for k in one) and any("lora_B" in k for k in one)
+    _close(one, two)
+    assert max(float(v.abs().max()) for k, v in one.items() if "lora_B" in k) > 100 * DDP_ATOL  # B starts at 0
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+def test_fsdp_resume_after_a_rank_is_stopped_equals_uninterrupted(ft_model: Path, ft_corpus: Path,
+                                                                  isolated: Path) -> None:
+    """SIGTERM to one worker: every rank stops after the step, FSDP's checkpoint is saved, --resume finishes."""
+    from safetensors.torch import load_file
+
+    args = [str(ft_model), *ARGS, "--data", str(ft_corpus), "--fsdp", "--steps", "6"]
+    _run(_torchrun(), [*args, "-o", str(isolated / "a")], isolated)
+    proc = subprocess.Popen([*_torchrun(), "-m", "ropectl", "finetune", *args, "-o", str(isolated / "b")],
+                            cwd=isolated, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log, deadline = isolated / "b.run" / "train_log.jsonl", time.monotonic() + 120
+    while not (log.is_file() and log.read_text().count("\n") >= 2) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    workers = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    os.kill(int(workers[-1]), signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0 and "resume with:" in err, err[-2000:]
+    assert any((isolated / "b.run").glob("checkpoint-*")) and not (isolated / "b").exists()
+    _run(_torchrun(), [*args, "-o", str(isolated / "b"), "--resume", str(isolated / "b.run")], isolated)
+    a, b = (load_file(str(isolated / d / "model.safetensors")) for d in ("a", "b"))
+    _close(a, b)
+    rows = [json.loads(x) for x in (isolated / "b" / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 7))
+
+
+def test_fsdp_in_one_process_is_refused(ft_model: Path, ft_corpus: Path, isolated: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "ropectl", "finetune", str(ft_model), *ARGS, "--data", str(ft_corpus),
+                           "--fsdp", "-o", str(isolated / "out")], cwd=isolated, env=_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "1 process" in lines[0] and "torchrun --nproc_per_node" in lines[0]
+    assert not (isolated / "out").exists() and not (isolated / "out.run").exists()
+
+
+@pytest.mark.parametrize(("env", "eval_every", "words"), [
+    ({"FSDP_VERSION": "1"}, None, "--fsdp_version 2"),
+    ({}, 5, "--eval-every"),
+])
+def test_fsdp_refusals(env: dict[str, str], eval_every: int | None, words: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ropectl.errors import UsageError
+    from ropectl.finetune import sharding
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(UsageError) as info:
+        sharding.check(True, 2, eval_every)
+    assert words in f"{info.value.problem} {info.value.fix}"
+    sharding.check(False, 2, eval_every)  # negative control: without FSDP nothing is refused
+
+
+def test_accelerate_launch_use_fsdp_asks_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ropectl.finetune import sharding
+
+    monkeypatch.delenv("ACCELERATE_USE_FSDP", raising=False)
+    assert not sharding.requested(False) and sharding.training_kwargs(False) == {}
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")  # what `accelerate launch --use_fsdp` exports
+    assert sharding.requested(False)
+    assert sharding.training_kwargs(False)["fsdp_config"]["version"] == 2
