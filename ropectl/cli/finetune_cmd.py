@@ -141,7 +141,20 @@ def _resume_command(run_dir: Path) -> str:
             continue
         if not a.startswith("--resume="):
             args.append(a)
-    return shlex.join(["ropectl", *args, "--resume", str(run_dir)])
+    return shlex.join([*_launcher(), *args, "--resume", str(run_dir)])
+
+
+def _launcher() -> list[str]:
+    """How this process was started: ``ropectl``, or torchrun with as many processes on one machine (a multi-node
+    launch is the user's own command: it is named, not rebuilt)."""
+    import os
+
+    world, local = (int(os.environ.get(k, "1") or 1) for k in ("WORLD_SIZE", "LOCAL_WORLD_SIZE"))
+    if world <= 1:
+        return ["ropectl"]
+    if world == local:
+        return ["torchrun", "--nproc_per_node", str(world), "-m", "ropectl"]
+    return [f"<your {world}-process launcher>", "-m", "ropectl"]
 
 
 class _Progress:

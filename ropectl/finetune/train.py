@@ -309,7 +309,9 @@ def dry_run_plan(spec: FinetuneSpec) -> dict[str, Any]:
     shape = shape_of(p.plan.config)
     trainable = shape.params if spec.lora is None else lora_params(shape, spec.lora)
     speed = matmul_flops(p.dtype) if p.device == "cpu" else None
-    est = estimates(p.plan, shape, trainable, p.dtype == "bf16", spec.chunk_size, speed * ASSUMED_MFU if speed else None)
+    shards = p.plan.world if sharding.requested(spec.fsdp) else 1
+    est = estimates(p.plan, shape, trainable, p.dtype == "bf16", spec.chunk_size, speed * ASSUMED_MFU if speed else None,
+                    shards)
     return {"plan": p.plan.to_dict(), **est, "dtype": p.dtype, "dtype_why": p.dtype_why, "params": shape.params,
             "trainable": trainable, "data": p.corpus, "train_spans": len(p.split.spans),
             "held_out": p.split.held_out_ids,

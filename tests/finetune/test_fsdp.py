@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -90,7 +91,11 @@ def test_fsdp_resume_after_a_rank_is_stopped_equals_uninterrupted(ft_model: Path
     _, err = proc.communicate(timeout=120)
     assert proc.returncode != 0 and "resume with:" in err, err[-2000:]
     assert any((isolated / "b.run").glob("checkpoint-*")) and not (isolated / "b").exists()
-    _run(_torchrun(), [*args, "-o", str(isolated / "b"), "--resume", str(isolated / "b.run")], isolated)
+    line = next(x for x in err.splitlines() if "resume with:" in x)
+    command = shlex.split(line.split("resume with: ", 1)[1])  # the launcher too, with as many processes
+    assert command[:5] == ["torchrun", "--nproc_per_node", "2", "-m", "ropectl"], command
+    assert command[-2:] == ["--resume", str(isolated / "b.run")]
+    _run(_torchrun(), command[6:], isolated)
     a, b = (load_file(str(isolated / d / "model.safetensors")) for d in ("a", "b"))
     _close(a, b)
     rows = [json.loads(x) for x in (isolated / "b" / "train_log.jsonl").read_text().splitlines()]
@@ -131,3 +136,14 @@ def test_accelerate_launch_use_fsdp_asks_for_it(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")  # what `accelerate launch --use_fsdp` exports
     assert sharding.requested(False)
     assert sharding.training_kwargs(False)["fsdp_config"]["version"] == 2
+
+
+def test_fsdp_memory_estimate_divides_the_states() -> None:
+    """Hand-computed: 1000 params, all trainable, fp32: states 4 x 1000 + 12 x 1000 = 16,000 bytes in one process;
+    over 2 FSDP processes 8,000 plus the gathered units: 2 layers of (1000 - 10 x 4) / 2 params and the 40-param
+    head, at 4 bytes: 4 x (960 + 40) = 4,000. Everything else is the same."""
+    from ropectl.finetune.plan import Shape, memory_bytes
+
+    shape = Shape(params=1000, layers=2, hidden=4, intermediate=8, vocab=10, attention_width=4)
+    one, two = (memory_bytes(shape, 8, 1, 1000, False, 1024, shards) for shards in (1, 2))
+    assert one - two == 16_000 - (8_000 + 4_000)
