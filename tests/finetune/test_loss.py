@@ -81,7 +81,7 @@ def test_trainer_runs_the_head_under_its_bf16_autocast(tmp_path: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, TrainingArguments
 
-    from ropectl.finetune.train import make_trainer
+    from ropectl.finetune.trainer import make_trainer
     from tests.helpers.checkpoints import tiny_llama
 
     folder = tiny_llama(tmp_path / "m")
