@@ -27,6 +27,7 @@ from ropectl.finetune.runs import (
     FinetuneInterrupted,
     any_rank,
     last_checkpoint,
+    leave_process_group,
     prepare_run_dir,
     run_dir_for,
     stop_signals,
@@ -124,13 +125,16 @@ def finetune(spec: FinetuneSpec, on_progress: Callable[[Any], None] | None = Non
     run_dir = Path(spec.resume) if spec.resume is not None else run_dir_for(spec.output)
     resume_from = prepare_run_dir(spec, run_dir, world.is_main)
     try:
-        return _train(spec, p, world, run_dir, resume_from, on_progress)
+        result = _train(spec, p, world, run_dir, resume_from, on_progress)
     except FinetuneInterrupted:
+        leave_process_group()  # every rank stopped at the same step (any_rank)
         raise
     except BaseException:
         if spec.resume is None and world.is_main and last_checkpoint(run_dir) is None:
             shutil.rmtree(run_dir, ignore_errors=True)  # a failed fresh run leaves no folder that blocks the next
         raise
+    leave_process_group()
+    return result
 
 
 def _train(spec: FinetuneSpec, p: Prepared, world: Any, run_dir: Path, resume_from: Path | None,

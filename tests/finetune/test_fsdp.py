@@ -43,11 +43,15 @@ def _close(one: dict, two: dict, base: dict | None = None) -> None:
 @pytest.mark.slow
 @pytest.mark.dist
 def test_two_process_fsdp_equals_one_process(ft_model: Path, ft_corpus: Path, isolated: Path) -> None:
-    """A full fine-tune of a model with its own head (the head's unit is the final norm and lm_head)."""
+    """A full fine-tune of a model with its own head (the head's unit is the final norm and lm_head), launched by
+    ``accelerate launch --use_fsdp --fsdp_version 2`` without ``--fsdp``: the launcher's request is honoured."""
     from safetensors.torch import load_file
 
     args = [str(ft_model), *ARGS, "--data", str(ft_corpus)]
-    _run(_torchrun(), [*args, "--fsdp", "-o", str(isolated / "two")], isolated)
+    accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--num_machines", "1",
+                  "--mixed_precision", "no", "--dynamo_backend", "no", "--use_fsdp", "--fsdp_version", "2",
+                  "--main_process_port", str(_free_port())]
+    _run(accelerate, [*args, "-o", str(isolated / "two")], isolated)
     _run([sys.executable], [*args, "-o", str(isolated / "one")], isolated)
     one, two = (load_file(str(isolated / d / "model.safetensors")) for d in ("one", "two"))
     _close(one, two, load_file(str(ft_model / "model.safetensors")))
