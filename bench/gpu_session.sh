@@ -5,6 +5,8 @@
 #   call 1 (carry .gpu1):  sh bench/gpu_session.sh 1   # wheels, half A; finetune speed vs plain Trainer; search timing
 #   call 2 (carry .gpu2):  sh bench/gpu_session.sh 2   # half B; SmolLM2 PoSE+YaRN x4 full fine-tune 8k->32k with PPL
 #                                                       # and niah before/after; a yarn search at 32k
+#   call 3 (no carry, after 2):  sh bench/gpu_session.sh 3  # finetune --fsdp (FSDP2 over every GPU, NCCL) against the
+#                                                            # same run without it: weights and final loss
 # Results go to $OUT (the device tool's folder; else /tmp/ropectl-gpu-out). Every stage has its own timeout, so a
 # slow stage costs its own result only.
 set -u
@@ -42,8 +44,30 @@ stage2() {
     (cd "$W" && tar czf "$OUT/gpu_smollm2.tgz" --exclude='*.safetensors' --exclude='*.gguf' --exclude='*.pt' \
         --exclude='*.bin' --exclude=heldout smoke smoke.log search32k search32k.json search32k.log 2>/dev/null)
 }
+stage3() {
+    N=$(nvidia-smi -L | wc -l)
+    A="$GGUF -m yarn:4 --window 2k --steps 4 --batch-size 1 --grad-accum $((4 / N > 0 ? 4 / N : 1)) --dtype bf16 --json"
+    timeout 200 $PY -m torch.distributed.run --nproc_per_node "$N" -m ropectl finetune $A --fsdp -o "$W/fsdp" > "$OUT/fsdp.json" \
+        2> "$OUT/fsdp.log"
+    echo "finetune --fsdp on $N GPU(s): rc $?"
+    timeout 150 $PY -m torch.distributed.run --nproc_per_node "$N" -m ropectl finetune $A -o "$W/ddp" > "$OUT/ddp.json" 2> "$OUT/ddp.log"
+    echo "the same without --fsdp: rc $?"
+    $PY - "$W" > "$OUT/fsdp_compare.txt" 2>&1 <<'PY'
+import json, sys
+from safetensors.torch import load_file
+w = sys.argv[1]
+a, b = load_file(f"{w}/fsdp/model.safetensors"), load_file(f"{w}/ddp/model.safetensors")
+diff = {k: float((a[k].float() - b[k].float()).abs().max()) for k in a}
+print("same names", a.keys() == b.keys(), "max |diff|", max(diff.values()), "at", max(diff, key=diff.get))
+for run in ("fsdp", "ddp"):
+    rows = [json.loads(x) for x in open(f"{w}/{run}/train_log.jsonl")]
+    print(run, "losses", [round(r["loss"], 4) for r in rows], "record", json.load(open(f"{w}/{run}/config.json"))["ropectl"]["finetune"].get("parallel"))
+PY
+    cat "$OUT/fsdp_compare.txt"
+}
 case "${1:-}" in
     1) stage1 ;;
     2) stage2 ;;
-    *) echo "usage: sh bench/gpu_session.sh 1|2" >&2; exit 2 ;;
+    3) stage3 ;;
+    *) echo "usage: sh bench/gpu_session.sh 1|2|3" >&2; exit 2 ;;
 esac

@@ -41,8 +41,8 @@ def check(flag: bool, world_size: int, eval_every: int | None) -> None:
     if version != "2":
         raise UsageError(f"the launcher asks for FSDP version {version}, and finetune shards with FSDP2",
                          "launch with --fsdp_version 2")
-    if world_size < 2:
-        raise UsageError("FSDP shards the weights across processes, and this run is 1 process",
+    if world_size < 2 and "LOCAL_RANK" not in os.environ:  # one launched process runs FSDP's path, unsharded
+        raise UsageError("FSDP shards the weights across launched processes, and this run is 1 process, not launched",
                          "launch N processes (torchrun --nproc_per_node N -m ropectl finetune ... --fsdp), or drop "
                          "--fsdp")
     if eval_every is not None:

@@ -106,13 +106,13 @@ def test_fsdp_resume_after_a_rank_is_stopped_equals_uninterrupted(ft_model: Path
     assert [r["step"] for r in rows] == list(range(1, 7))
 
 
-def test_fsdp_in_one_process_is_refused(ft_model: Path, ft_corpus: Path, isolated: Path) -> None:
+def test_fsdp_without_a_launcher_is_refused(ft_model: Path, ft_corpus: Path, isolated: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "ropectl", "finetune", str(ft_model), *ARGS, "--data", str(ft_corpus),
                            "--fsdp", "-o", str(isolated / "out")], cwd=isolated, env=_env(), capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "1 process" in lines[0] and "torchrun --nproc_per_node" in lines[0]
+    assert len(lines) == 1 and "not launched" in lines[0] and "torchrun --nproc_per_node" in lines[0]
     assert not (isolated / "out").exists() and not (isolated / "out.run").exists()
 
 
