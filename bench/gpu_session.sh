@@ -5,8 +5,8 @@
 #   call 1 (carry .gpu1):  sh bench/gpu_session.sh 1   # wheels, half A; finetune speed vs plain Trainer; search timing
 #   call 2 (carry .gpu2):  sh bench/gpu_session.sh 2   # half B; SmolLM2 PoSE+YaRN x4 full fine-tune 8k->32k with PPL
 #                                                       # and niah before/after; a yarn search at 32k
-#   call 3 (no carry, after 2):  sh bench/gpu_session.sh 3  # finetune --fsdp (FSDP2 over every GPU, NCCL) against the
-#                                                            # same run without it: weights and final loss
+#   call 3 (no carry; after call 2 on the same warm machine, whose GGUF it uses):  sh bench/gpu_session.sh 3
+#       finetune --fsdp (FSDP2 over every GPU, NCCL) against the same run without it: weights and losses
 # Results go to $OUT (the device tool's folder; else /tmp/ropectl-gpu-out). Every stage has its own timeout, so a
 # slow stage costs its own result only.
 set -u
@@ -45,6 +45,7 @@ stage2() {
         --exclude='*.bin' --exclude=heldout smoke smoke.log search32k search32k.json search32k.log 2>/dev/null)
 }
 stage3() {
+    [ -f "$GGUF" ] || { echo "no GGUF at $GGUF: run stage 2 first on this machine"; exit 1; }
     N=$(nvidia-smi -L | wc -l)
     A="$GGUF -m yarn:4 --window 2k --steps 4 --batch-size 1 --grad-accum $((4 / N > 0 ? 4 / N : 1)) --dtype bf16 --json"
     timeout 200 $PY -m torch.distributed.run --nproc_per_node "$N" -m ropectl finetune $A --fsdp -o "$W/fsdp" > "$OUT/fsdp.json" \

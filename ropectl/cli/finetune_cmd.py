@@ -121,12 +121,12 @@ def _train(spec: Any, json_out: bool) -> Any:
             result = finetune(spec, on_progress)
     except FinetuneInterrupted as exc:
         if main:
-            typer.echo(f"{exc.problem}; resume with: {_resume_command(exc.run_dir)}", err=True)
+            typer.echo(f"{exc.problem}; resume with: {resume_command(exc.run_dir)}", err=True)
         raise typer.Exit(exc.exit_code) from None
     return result if main else None
 
 
-def _resume_command(run_dir: Path) -> str:
+def resume_command(run_dir: Path) -> str:
     """This command line again with ``--resume RUN_DIR`` (any earlier --resume replaced)."""
     import shlex
     import sys
@@ -141,6 +141,10 @@ def _resume_command(run_dir: Path) -> str:
             continue
         if not a.startswith("--resume="):
             args.append(a)
+    from ropectl.finetune import sharding
+
+    if sharding.requested(False) and "--fsdp" not in args:  # accelerate launch --use_fsdp asked: torchrun will not
+        args.append("--fsdp")
     return shlex.join([*_launcher(), *args, "--resume", str(run_dir)])
 
 

@@ -14,7 +14,7 @@ SmolLM2 step at 4k). Peak memory for the loss is one chunk's logits, their fp32 
 The evaluation engine's chunked NLL (``eval/engines/hf/loss.py``) runs under ``inference_mode`` and cannot train, so
 this is its training twin; the head itself is the engine's ``logits_fn``.
 
-The forward goes through the (possibly DDP-wrapped) model with ``logits_to_keep=1``, so data parallelism sees an
+The forward goes through the (possibly DDP- or FSDP-wrapped) model with ``logits_to_keep=1``, so data parallelism sees an
 ordinary forward; a hook on the decoder body keeps its last hidden state for the chunked head. The head runs under
 ``amp`` (the Trainer's autocast: accelerate wraps only ``model.forward`` in it, and the head runs after).
 """
@@ -81,16 +81,17 @@ def _head_loss() -> Any:
                     if i == 0 and hidden.requires_grad:
                         grads[0][start:start + chunk] = g
                     elif grads[i] is None:
-                        grads[i] = g
+                        grads[i] = g.float()  # summed over chunks in fp32 (FSDP's bf16 policy gives bf16 weights)
                     else:
                         grads[i] += g
             # kept on ctx, not save_for_backward: neither inputs nor outputs, and backward scales them in place
             ctx.grads, ctx.has_hidden = grads, hidden.requires_grad
+            ctx.dtypes = ([hidden.dtype] if hidden.requires_grad else []) + [p.dtype for p in params]
             return total
 
         @staticmethod
         def backward(ctx: Any, grad_out: Any) -> Any:
-            grads, ctx.grads = [g.mul_(grad_out) for g in ctx.grads], None
+            grads, ctx.grads = [g.mul_(grad_out).to(d) for g, d in zip(ctx.grads, ctx.dtypes)], None
             hidden_grad = grads.pop(0) if ctx.has_hidden else None
             return (hidden_grad, None, None, None, *grads)
 
@@ -118,7 +119,7 @@ def _chunk_loss_and_grads(head: Callable[[Any], Any], part: Any, targets: Any, i
 
 def training_loss(model: Any, inner: Any, batch: Mapping[str, Any], chunk_size: int = DEFAULT_CHUNK,
                   amp: Callable[[], Any] = contextlib.nullcontext) -> Any:
-    """The loss of ``batch`` (input_ids, optional position_ids) through ``model`` (DDP-wrapped or not), whose
+    """The loss of ``batch`` (input_ids, optional position_ids) through ``model`` (DDP- or FSDP-wrapped, or not), whose
     unwrapped causal LM (a PreTrainedModel or a peft model) is ``inner``; the head runs under ``amp()``."""
     from ropectl.finetune.memory import release_freed_memory
     from ropectl.finetune.sharding import head_for_loss

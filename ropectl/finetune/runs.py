@@ -42,7 +42,8 @@ def prepare_run_dir(spec: FinetuneSpec, run_dir: Path, world_main: bool) -> Path
             raise UsageError(f"'{run_dir}' is not a finetune run folder (no readable {RUN_FILE})",
                              "pass the OUT.run folder an interrupted run printed") from None
         if saved.get("identity") != json.loads(dumps(spec.identity())):
-            diff = sorted(k for k, v in spec.identity().items() if saved.get("identity", {}).get(k) != v)
+            now, then = json.loads(dumps(spec.identity())), saved.get("identity") or {}
+            diff = sorted(k for k in {*now, *then} if now.get(k) != then.get(k))
             raise UsageError(f"the run folder '{run_dir}' belongs to another run (it differs in {', '.join(diff)})",
                              "rerun with the flags of the interrupted run, or start a new run without --resume")
         return last_checkpoint(run_dir)
@@ -93,7 +94,9 @@ def any_rank(flag: bool) -> bool:
 
     if not (dist.is_available() and dist.is_initialized()):
         return flag
-    t = torch.tensor([1 if flag else 0])
+    # NCCL takes CUDA tensors only (accelerate starts a plain "nccl" group on GPUs); gloo takes CPU ones
+    on = torch.device("cuda", torch.cuda.current_device()) if "nccl" in str(dist.get_backend()) else "cpu"
+    t = torch.tensor([1 if flag else 0], device=on)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
 
@@ -105,4 +108,8 @@ def leave_process_group() -> None:
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()  # the last collective's kernels are done before NCCL's communicator goes
         dist.destroy_process_group()

@@ -13,7 +13,7 @@ the head (and tied input embeddings) in one unit. Three places need more than DD
 - **The final write** needs the full weights: ``gather_full_weights`` all-gathers one parameter at a time (every rank
   takes part) and rank 0 keeps each on CPU in place of its shard, tied weights kept tied.
 - **CPU**: accelerate 1.15 has no FSDP path for CPU processes (``MULTI_CPU`` ignores the plugin and runs DDP), while
-  torch's ``fully_shard`` runs over gloo. ``enable_on_cpu`` switches the accelerator's state to FSDP with the
+  torch's ``fully_shard`` runs over gloo. ``configure`` switches the accelerator's state to FSDP with the
   Trainer's own plugin, so CPU runs the same accelerate code path a GPU run does.
 """
 
@@ -25,7 +25,9 @@ from typing import Any
 
 from ropectl.errors import UsageError
 
-FSDP_CONFIG = {"version": 2}  # transformers' fsdp_config; accelerate wraps the model's _no_split_modules (its layers)
+# FSDP2 through transformers' fsdp_config; accelerate wraps the model's _no_split_modules (its decoder layers). Checkpoints are
+# sharded: each rank writes its own part, where a full one would gather the model and AdamW states on rank 0
+FSDP_CONFIG = {"version": 2, "state_dict_type": "SHARDED_STATE_DICT"}
 
 
 def requested(flag: bool) -> bool:
@@ -55,7 +57,20 @@ def training_kwargs(flag: bool) -> dict[str, Any]:
     return {"fsdp": "full_shard", "fsdp_config": dict(FSDP_CONFIG)} if requested(flag) else {}
 
 
-def enable_on_cpu(trainer: Any) -> None:
+def configure(trainer: Any) -> None:
+    """Once the Trainer's accelerator exists, before it shards the model: FSDP on CPU, and bf16 runs reduce (and
+    accumulate) gradients in fp32 as the unsharded fp32 path does; accelerate's bf16 policy reduces in bf16."""
+    _enable_on_cpu(trainer)
+    if not trainer.is_fsdp_enabled or trainer.accelerator.state.mixed_precision != "bf16":
+        return
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    trainer.accelerator.state.fsdp_plugin.mixed_precision_policy = MixedPrecisionPolicy(
+        param_dtype=torch.bfloat16, reduce_dtype=torch.float32, output_dtype=torch.bfloat16)
+
+
+def _enable_on_cpu(trainer: Any) -> None:
     """Give a CPU run the FSDP2 that the Trainer's arguments ask for and accelerate's CPU state drops."""
     from accelerate.state import PartialState
     from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
@@ -64,11 +79,8 @@ def enable_on_cpu(trainer: Any) -> None:
     if trainer.args.fsdp_plugin_args is None or trainer.is_fsdp_enabled or state.distributed_type != \
             DistributedType.MULTI_CPU:
         return
-    plugin = FullyShardedDataParallelPlugin(**trainer.args.fsdp_plugin_args)
-    if state.mixed_precision != "no":
-        plugin.set_mixed_precision(state.mixed_precision)
     state.distributed_type = DistributedType.FSDP
-    state.fsdp_plugin = plugin
+    state.fsdp_plugin = FullyShardedDataParallelPlugin(**trainer.args.fsdp_plugin_args)
     # as accelerate's own GPU path does: each later AcceleratorState() copies PartialState's type over its own
     PartialState._shared_state["distributed_type"] = DistributedType.FSDP
     trainer.is_fsdp_enabled = True
@@ -91,21 +103,24 @@ def head_for_loss(inner: Any) -> tuple[Callable[[Any], Any], list[Any]]:
     out = inner.get_output_embeddings()
     if not isinstance(inner, FSDPModule):
         return logits_fn(inner), list(out.parameters())
-    _unit_of(out, inner).unshard()  # all-gathers if resharded; the backward's post-hook reshards it again
+    # all-gathers if resharded (a no-op after accelerate's forward); FSDP's post-backward (its hook on the norm's
+    # input, or the root's final callback for a tied head) reduce-scatters the head's gradient and reshards
+    _unit_of(out, inner).unshard()
     return logits_fn(inner, project=out.forward), list(out.parameters())
 
 
-def gather_full_weights(model: Any, is_main: bool) -> None:
+def gather_full_weights(model: Any, is_main: bool, trainable_only: bool = False) -> None:
     """Every rank: all-gather each sharded parameter in turn (one full tensor on the device at a time); rank 0 puts
     it, on CPU, in place of its shard, so rank 0's model holds plain full weights for the writer. A no-op without
-    FSDP. Tied parameters are gathered once and stay one tensor."""
+    FSDP. Tied parameters are gathered once and stay one tensor. ``trainable_only``: frozen ones stay sharded (the
+    same on every rank: requires_grad is part of the model's structure)."""
     import torch
     from torch.distributed.tensor import DTensor
 
     full: dict[int, Any] = {}
     for module in model.modules():  # the same order on every rank: the collectives pair up
         for name, param in list(module.named_parameters(recurse=False)):
-            if not isinstance(param, DTensor):
+            if not isinstance(param, DTensor) or (trainable_only and not param.requires_grad):
                 continue
             if id(param) not in full:
                 tensor = param.full_tensor()

@@ -216,13 +216,15 @@ def _finish(p: Prepared, trainer: Any, run_dir: Path, log: Path | None) -> Finet
     from ropectl.io.files import atomic_write_text
     from ropectl.io.ownership import note_written
 
+    is_main = world_from_env().is_main
+    # FSDP: every rank all-gathers (first: nothing rank 0 alone does may stand between the ranks' collectives), rank 0
+    # keeps full weights; an adapter without --merge needs only the trained ones (the base is written from the source)
+    sharding.gather_full_weights(trainer.model, is_main, trainable_only=p.spec.lora is not None and not p.spec.merge)
     prov = provenance(p, trainer.state.global_step)
     prov["parallel"] = {"processes": p.plan.world, "fsdp": bool(getattr(trainer, "is_fsdp_enabled", False))}
     rows = read_jsonl(log) if log is not None else []
     losses = [r["loss"] for r in rows if "loss" in r]
     evals = [r["eval"] for r in rows if "eval" in r]
-    is_main = world_from_env().is_main
-    sharding.gather_full_weights(trainer.model, is_main)  # FSDP: every rank all-gathers, rank 0 keeps full weights
     if not is_main:
         return FinetuneResult(p.spec.output, p.plan.to_dict(), prov, None, None)
     model = trainer.accelerator.unwrap_model(trainer.model)

@@ -2,7 +2,7 @@
 
 Why transformers' Trainer and not TRL: the loss here is our own (the chunked head of ``loss.py``) and the data are
 already packed windows with PoSE position ids, so TRL's SFTTrainer would add only dataset handling we do not use.
-FSDP2 comes through the same arguments (``sharding.training_kwargs``) and, on CPU, ``sharding.enable_on_cpu``.
+FSDP2 comes through the same arguments (``sharding.training_kwargs``) and ``sharding.configure``.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def make_trainer(model: Any, args: Any, dataset: Any, chunk_size: int, callbacks
 
         def create_accelerator_and_postprocess(self) -> None:
             super().create_accelerator_and_postprocess()
-            sharding.enable_on_cpu(self)  # accelerate's CPU processes drop the FSDP plugin
+            sharding.configure(self)  # FSDP on CPU too; gradients reduced in fp32
 
         def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False,
                          num_items_in_batch: Any = None) -> Any:

@@ -18,26 +18,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.finetune.test_ddp import DDP_ATOL, _free_port, _run
 from tests.helpers.eval_data import build
+from tests.helpers.launch import PARALLEL_ATOL, finetune_env, free_port, run_finetune
 
 ARGS = ["-m", "yarn:4", "--steps", "3", "--batch-tokens", "128", "--dtype", "fp32", "--device", "cpu", "--lr", "1e-3"]
 
 
 def _torchrun() -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port())]
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": "1"}
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port())]
 
 
 def _close(one: dict, two: dict, base: dict | None = None) -> None:
     assert one.keys() == two.keys()
     if base is not None:  # negative control: training moved the weights far beyond the tolerance
-        assert max(float((one[k] - base[k]).abs().max()) for k in base if k in one) > 100 * DDP_ATOL
+        assert max(float((one[k] - base[k]).abs().max()) for k in base if k in one) > 100 * PARALLEL_ATOL
     for name in one:
-        assert float((one[name] - two[name]).abs().max()) <= DDP_ATOL, name
+        assert float((one[name] - two[name]).abs().max()) <= PARALLEL_ATOL, name
 
 
 @pytest.mark.slow
@@ -50,9 +46,9 @@ def test_two_process_fsdp_equals_one_process(ft_model: Path, ft_corpus: Path, is
     args = [str(ft_model), *ARGS, "--data", str(ft_corpus)]
     accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--num_machines", "1",
                   "--mixed_precision", "no", "--dynamo_backend", "no", "--use_fsdp", "--fsdp_version", "2",
-                  "--main_process_port", str(_free_port())]
-    _run(accelerate, [*args, "-o", str(isolated / "two")], isolated)
-    _run([sys.executable], [*args, "-o", str(isolated / "one")], isolated)
+                  "--main_process_port", str(free_port())]
+    run_finetune(accelerate, [*args, "-o", str(isolated / "two")], isolated)
+    run_finetune([sys.executable], [*args, "-o", str(isolated / "one")], isolated)
     one, two = (load_file(str(isolated / d / "model.safetensors")) for d in ("one", "two"))
     _close(one, two, load_file(str(ft_model / "model.safetensors")))
     record = json.loads((isolated / "two" / "config.json").read_text())["ropectl"]["finetune"]
@@ -68,12 +64,12 @@ def test_fsdp_lora_with_tied_embeddings_equals_one_process(ft_corpus: Path, isol
 
     model = build("llama", isolated / "tied", max_position_embeddings=64, tie_word_embeddings=True)
     args = [str(model), *ARGS, "--data", str(ft_corpus), "--lora", "4", "--train-embeddings-norms"]
-    _run(_torchrun(), [*args, "--fsdp", "-o", str(isolated / "two")], isolated)
-    _run([sys.executable], [*args, "-o", str(isolated / "one")], isolated)
+    run_finetune(_torchrun(), [*args, "--fsdp", "-o", str(isolated / "two")], isolated)
+    run_finetune([sys.executable], [*args, "-o", str(isolated / "one")], isolated)
     one, two = (load_file(str(isolated / d / "adapter_model.safetensors")) for d in ("one", "two"))
     assert any("embed_tokens" in k for k in one) and any("lora_B" in k for k in one)
     _close(one, two)
-    assert max(float(v.abs().max()) for k, v in one.items() if "lora_B" in k) > 100 * DDP_ATOL  # B starts at 0
+    assert max(float(v.abs().max()) for k, v in one.items() if "lora_B" in k) > 100 * PARALLEL_ATOL  # B starts at 0
 
 
 @pytest.mark.slow
@@ -84,9 +80,9 @@ def test_fsdp_resume_after_a_rank_is_stopped_equals_uninterrupted(ft_model: Path
     from safetensors.torch import load_file
 
     args = [str(ft_model), *ARGS, "--data", str(ft_corpus), "--fsdp", "--steps", "6"]
-    _run(_torchrun(), [*args, "-o", str(isolated / "a")], isolated)
+    run_finetune(_torchrun(), [*args, "-o", str(isolated / "a")], isolated)
     proc = subprocess.Popen([*_torchrun(), "-m", "ropectl", "finetune", *args, "-o", str(isolated / "b")],
-                            cwd=isolated, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=isolated, env=finetune_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log, deadline = isolated / "b.run" / "train_log.jsonl", time.monotonic() + 120
     while not (log.is_file() and log.read_text().count("\n") >= 2) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -99,7 +95,7 @@ def test_fsdp_resume_after_a_rank_is_stopped_equals_uninterrupted(ft_model: Path
     command = shlex.split(line.split("resume with: ", 1)[1])  # the launcher too, with as many processes
     assert command[:5] == ["torchrun", "--nproc_per_node", "2", "-m", "ropectl"], command
     assert command[-2:] == ["--resume", str(isolated / "b.run")]
-    _run(_torchrun(), command[6:], isolated)
+    run_finetune(_torchrun(), command[6:], isolated)
     a, b = (load_file(str(isolated / d / "model.safetensors")) for d in ("a", "b"))
     _close(a, b)
     rows = [json.loads(x) for x in (isolated / "b" / "train_log.jsonl").read_text().splitlines()]
@@ -108,7 +104,7 @@ def test_fsdp_resume_after_a_rank_is_stopped_equals_uninterrupted(ft_model: Path
 
 def test_fsdp_without_a_launcher_is_refused(ft_model: Path, ft_corpus: Path, isolated: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "ropectl", "finetune", str(ft_model), *ARGS, "--data", str(ft_corpus),
-                           "--fsdp", "-o", str(isolated / "out")], cwd=isolated, env=_env(), capture_output=True,
+                           "--fsdp", "-o", str(isolated / "out")], cwd=isolated, env=finetune_env(), capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
@@ -151,3 +147,22 @@ def test_fsdp_memory_estimate_divides_the_states() -> None:
     shape = Shape(params=1000, layers=2, hidden=4, intermediate=8, vocab=10, attention_width=4)
     one, two = (memory_bytes(shape, 8, 1, 1000, False, 1024, shards) for shards in (1, 2))
     assert one - two == 16_000 - (8_000 + 4_000)
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "ACCELERATE_USE_FSDP": "true"},
+     "torchrun --nproc_per_node 2 -m ropectl finetune M -o OUT --fsdp --resume OUT.run"),
+    ({}, "ropectl finetune M -o OUT --resume OUT.run"),  # control: one process, no launcher
+])
+def test_resume_command_names_the_launcher_and_what_it_asked(env: dict[str, str], expected: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """`accelerate launch --use_fsdp` asked for FSDP through the environment; the printed torchrun command must ask
+    with --fsdp, else the resumed run would not shard and its identity would differ."""
+    from ropectl.cli.finetune_cmd import resume_command
+
+    for key in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "ACCELERATE_USE_FSDP"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(sys, "argv", ["ropectl", "finetune", "M", "-o", "OUT"])
+    assert resume_command(Path("OUT.run")) == expected
