@@ -90,7 +90,11 @@ def finetune(
         dtype=dtype or "auto", device=device or "auto", dry_run=dry_run, resume=resume, force=force,
         context_parallel=context_parallel, fsdp=fsdp)
     if dry_run:
-        _show(_dry_run(spec), json_out)
+        from ropectl.eval.dist import world_from_env
+
+        plan = _dry_run(spec)
+        if world_from_env().is_main:  # under a launcher, one copy of the plan
+            _show(plan, json_out)
         return
     result = _train(spec, json_out)
     if result is not None:
