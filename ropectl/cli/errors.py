@@ -49,6 +49,11 @@ def debug() -> bool:
     return os.environ.get("ROPECTL_DEBUG", "") not in ("", "0", "false")
 
 
+def _other_rank() -> bool:
+    """A process that a launcher (torchrun, accelerate launch) started as a rank other than 0."""
+    return os.environ.get("RANK", "0") not in ("", "0")
+
+
 def handle_errors(func: F) -> F:
     """Wrap a command so every failure ends as one line and an exit code (traceback with ROPECTL_DEBUG=1)."""
 
@@ -62,7 +67,8 @@ def handle_errors(func: F) -> F:
             if debug():
                 raise
             exc = os_error(caught) if isinstance(caught, OSError) else caught
-            typer.echo(f"error: {exc}", err=True)
+            if not _other_rank():  # under torchrun every rank makes the same checks: one copy of the line
+                typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             if debug():
@@ -73,8 +79,9 @@ def handle_errors(func: F) -> F:
             if debug():
                 raise
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            rank = f"[rank {os.environ['RANK']}] " if _other_rank() else ""  # may differ per rank: each says it
             typer.echo(
-                f"error: unexpected {type(exc).__name__}: {first}. Fix: rerun with ROPECTL_DEBUG=1 for a "
+                f"{rank}error: unexpected {type(exc).__name__}: {first}. Fix: rerun with ROPECTL_DEBUG=1 for a "
                 "traceback and report it.",
                 err=True,
             )

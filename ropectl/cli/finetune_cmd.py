@@ -43,7 +43,8 @@ EvalEveryOpt = Annotated[Optional[int], opt("--eval-every", panel=TRAIN,
 CpOpt = Annotated[int, opt("--context-parallel", panel=TRAIN,
                            help="Context parallelism degree: not available (refused; see docs/how-to/finetune.md).")]
 FsdpOpt = Annotated[bool, opt("--fsdp", panel=TRAIN, help=(
-    "Shard weights, gradients and optimizer states across the launched processes (FSDP2, through accelerate)."))]
+    "Shard weights, gradients and optimizer states across the processes torchrun / accelerate launch started "
+    "(FSDP2); not with --eval-every."))]
 LoraOpt = Annotated[Optional[int], opt("--lora", panel=LORA, help="Train LoRA adapters of rank R instead of all weights.")]
 AlphaOpt = Annotated[Optional[float], opt("--lora-alpha", panel=LORA, help="LoRA alpha [default: 2 x R].")]
 EmbNormOpt = Annotated[bool, opt("--train-embeddings-norms", panel=LORA,
@@ -209,6 +210,10 @@ def _show(result: dict[str, Any], json_out: bool) -> None:
         typer.echo(line)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}es" if noun.endswith("s") else f"{n} {noun}s"
+
+
 def _size(n: float) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
@@ -219,11 +224,13 @@ def _lines(result: dict[str, Any]) -> list[str]:
     out = [f"{plan['method']}: trained {plan['trained']:,} -> target {plan['target']:,} tokens; "
            f"{'PoSE window ' + format(plan['window'], ',') if plan['window'] < plan['target'] else 'full length'}",
            f"a step is {plan['tokens_per_step']:,} tokens ({plan['global_batch']} sequences of {plan['seq_len']:,}: "
-           f"{plan['per_device']} per device x {plan['world']} processes x {plan['grad_accum']} accumulation); "
+           f"{plan['per_device']} per device x {_count(plan['world'], 'process')} x {plan['grad_accum']} accumulation); "
            f"{plan['steps']} steps = {plan['total_tokens']:,} tokens"]
     if "memory_bytes" in result:
-        mem = ", ".join(f"{mode} {_size(b)}" for mode, b in result["memory_bytes"].items())
-        out.append(f"estimated peak memory per process: {mem} (dtype {result['dtype']})")
+        mem = ", ".join(f"{'full length' if mode == 'full' else 'PoSE'} {_size(b)}"
+                        for mode, b in result["memory_bytes"].items())
+        sharded = f"; FSDP2 over {_count(plan['world'], 'process')}" if result.get("fsdp") else ""
+        out.append(f"estimated peak memory per process: {mem} (dtype {result['dtype']}{sharded})")
         if result.get("eta_s") is not None:
             out.append(f"ETA about {result['eta_s'] / 60:.1f} min ({result['eta_basis']})")
         out.append(f"data: {result['data']}: {result['train_spans']:,} training spans; held out: "

@@ -150,11 +150,7 @@ def _train(spec: FinetuneSpec, p: Prepared, world: Any, run_dir: Path, resume_fr
     if log is not None and spec.resume is not None:  # no checkpoint yet (a killed run): the log starts again
         monitor.keep_rows_until(log, int(resume_from.name.split("-")[-1]) if resume_from else -1)
     if on_progress is not None and world.is_main:
-        plan = p.plan
-        on_progress(monitor.TrainProgress(0, plan.steps, 0, None, None, None, None, message=(
-            f"{plan.method}: {'PoSE window' if spec.pose else 'full length'} {plan.seq_len:,} -> target "
-            f"{plan.target:,}; a step is {plan.tokens_per_step:,} tokens ({plan.global_batch} sequences), "
-            f"{plan.steps} steps = {plan.total_tokens:,} tokens; dtype {p.dtype} ({p.dtype_why})")))
+        on_progress(monitor.TrainProgress(0, p.plan.steps, 0, None, None, None, None, message=_header(p, resume_from)))
     set_seed(spec.seed)  # LoRA's initial A matrices
     # FSDP: built on CPU; fully_shard moves each rank's shard to its device, so no device holds the whole model
     model = build_model(p.source, p.plan.config, "cpu" if sharding.requested(spec.fsdp) else p.device)
@@ -188,6 +184,16 @@ def _train(spec: FinetuneSpec, p: Prepared, world: Any, run_dir: Path, resume_fr
     except OSError as exc:
         raise OutputError(f"writing '{p.spec.output}' failed ({exc.strerror or exc}); the trained weights are kept in "
                           f"{run_dir}", f"fix that, then rerun the same command with --resume {run_dir}") from None
+
+
+def _header(p: Prepared, resume_from: Path | None) -> str:
+    """The run's first progress line: what trains, how much, in what dtype, sharded or resumed."""
+    plan, spec = p.plan, p.spec
+    return (f"{plan.method}: {'PoSE window' if spec.pose else 'full length'} {plan.seq_len:,} -> target "
+            f"{plan.target:,}; a step is {plan.tokens_per_step:,} tokens ({plan.global_batch} sequences), "
+            f"{plan.steps} steps = {plan.total_tokens:,} tokens; dtype {p.dtype} ({p.dtype_why})"
+            + (f"; FSDP2 over {plan.world} process(es)" if sharding.requested(spec.fsdp) else "")
+            + (f"; resuming after step {resume_from.name.split('-')[-1]}" if resume_from else ""))
 
 
 def _evaluator(model: Any, engine: Any, held_out: Any, lengths: list[int], dtype: str) -> Callable[[], dict[str, Any]]:
@@ -257,7 +263,8 @@ def dry_run_plan(spec: FinetuneSpec) -> dict[str, Any]:
     shards = p.plan.world if sharding.requested(spec.fsdp) else 1
     est = estimates(p.plan, shape, trainable, p.dtype == "bf16", spec.chunk_size, speed * ASSUMED_MFU if speed else None,
                     shards)
-    return {"plan": p.plan.to_dict(), **est, "dtype": p.dtype, "dtype_why": p.dtype_why, "params": shape.params,
+    return {"plan": p.plan.to_dict(), **est, "fsdp": shards > 1 or sharding.requested(spec.fsdp), "dtype": p.dtype,
+            "dtype_why": p.dtype_why, "params": shape.params,
             "trainable": trainable, "data": p.corpus, "train_spans": len(p.split.spans),
             "held_out": p.split.held_out_ids,
             "eta_basis": f"{ASSUMED_MFU:.0%} of a measured {speed / 1e9:.0f} GFLOP/s {p.dtype} matmul" if speed else ""}

@@ -139,3 +139,14 @@ def test_help_imports_no_heavy_libraries() -> None:
             " if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_refusal_is_said_once_under_a_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun starts N copies that refuse alike: rank 0 says it, the others only exit with its code."""
+    args = ["patch", "no-such-folder", "-m", "yarn:4"]
+    monkeypatch.setenv("RANK", "1")
+    quiet = CliRunner().invoke(app, args)
+    monkeypatch.setenv("RANK", "0")  # control: rank 0 (and a plain process) says it
+    said = CliRunner().invoke(app, args)
+    assert quiet.exit_code == said.exit_code != 0
+    assert quiet.stderr.strip() == "" and said.stderr.strip().startswith("error: ")
