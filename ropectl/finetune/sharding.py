@@ -2,7 +2,7 @@
 
 Asked for with ``--fsdp`` (under ``torchrun``) or by ``accelerate launch --use_fsdp --fsdp_version 2``; transformers'
 Trainer hands it to accelerate, whose ``fsdp2_prepare_model`` shards each decoder layer and groups the final norm,
-the head (and tied input embeddings) in one unit. Three places need more than DDP does:
+the head (and tied input embeddings) in one unit. What needs more than DDP does:
 
 - **The chunked head** (``loss.py``) runs after the model's forward, outside FSDP's hooks. ``head_for_loss`` unshards
   the head's unit (a no-op when accelerate left it unsharded after the forward) and hands the loss the unsharded
@@ -10,8 +10,11 @@ the head (and tied input embeddings) in one unit. Three places need more than DD
   hooks inside the loss's own per-chunk gradient and reshard the head mid-loss. The head's gradients reach the
   unsharded parameters' ``.grad`` in the backward pass, where FSDP's post-backward reduce-scatters them as it does
   any gradient (tests/finetune/test_fsdp.py: 2 FSDP processes train what 1 process does).
-- **The final write** needs the full weights: ``gather_full_weights`` all-gathers one parameter at a time (every rank
-  takes part) and rank 0 keeps each on CPU in place of its shard, tied weights kept tied.
+- **bf16**: accelerate's policy reduces gradients in bf16; ``configure`` reduces (and accumulates) them in fp32, as
+  the unsharded path's fp32 master weights do.
+- **Checkpoints** are sharded (``FSDP_CONFIG``). **The final write** needs the full weights: ``gather_full_weights``
+  all-gathers one parameter at a time (every rank takes part) and rank 0 keeps each on CPU in place of its shard,
+  tied weights kept tied (an adapter not merged: the trained weights only).
 - **CPU**: accelerate 1.15 has no FSDP path for CPU processes (``MULTI_CPU`` ignores the plugin and runs DDP), while
   torch's ``fully_shard`` runs over gloo. ``configure`` switches the accelerator's state to FSDP with the
   Trainer's own plugin, so CPU runs the same accelerate code path a GPU run does.
