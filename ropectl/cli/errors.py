@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import typer
 
-from ropectl.errors import OutputError, RopectlError
+from ropectl.errors import OutputError, RopectlError, UsageError
 
 # What the operating system said, as a problem and a fix: the one place OSError numbers are explained.
 OS_ERRORS: dict[int, tuple[str, str]] = {
@@ -67,8 +67,12 @@ def handle_errors(func: F) -> F:
             if debug():
                 raise
             exc = os_error(caught) if isinstance(caught, OSError) else caught
-            if not _other_rank():  # under torchrun every rank makes the same checks: one copy of the line
+            # under torchrun every rank refuses the same arguments alike: rank 0 says it; what may differ per rank or
+            # machine (files, data, devices) each rank says, with its rank
+            if not _other_rank():
                 typer.echo(f"error: {exc}", err=True)
+            elif not isinstance(exc, UsageError):
+                typer.echo(f"[rank {os.environ['RANK']}] error: {exc}", err=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             if debug():

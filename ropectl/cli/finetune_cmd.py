@@ -159,7 +159,7 @@ def _launcher() -> list[str]:
     import os
 
     world, local = (int(os.environ.get(k, "1") or 1) for k in ("WORLD_SIZE", "LOCAL_WORLD_SIZE"))
-    if world <= 1:
+    if "LOCAL_RANK" not in os.environ:  # no launcher (one launched process still needs one: --fsdp asks for it)
         return ["ropectl"]
     if world == local:
         return ["torchrun", "--nproc_per_node", str(world), "-m", "ropectl"]

@@ -110,6 +110,6 @@ def leave_process_group() -> None:
     if dist.is_available() and dist.is_initialized():
         import torch
 
-        if torch.cuda.is_available():
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # no CUDA context started just for this
             torch.cuda.synchronize()  # the last collective's kernels are done before NCCL's communicator goes
         dist.destroy_process_group()

@@ -56,8 +56,13 @@ def check(flag: bool, world_size: int, eval_every: int | None) -> None:
 
 
 def training_kwargs(flag: bool) -> dict[str, Any]:
-    """TrainingArguments' FSDP settings (none without FSDP)."""
-    return {"fsdp": "full_shard", "fsdp_config": dict(FSDP_CONFIG)} if requested(flag) else {}
+    """TrainingArguments' FSDP settings (none without FSDP). Gradients are reduce-scattered after every micro-step
+    (``sync_each_batch``): under Trainer's default ``no_sync``, FSDP2 would keep each micro-step's gradient unsharded
+    (in fp32) until the last one, a full copy per process that sharding is there to avoid."""
+    if not requested(flag):
+        return {}
+    return {"fsdp": "full_shard", "fsdp_config": dict(FSDP_CONFIG),
+            "accelerator_config": {"gradient_accumulation_kwargs": {"sync_each_batch": True}}}
 
 
 def configure(trainer: Any) -> None:

@@ -192,7 +192,8 @@ def _header(p: Prepared, resume_from: Path | None) -> str:
     return (f"{plan.method}: {'PoSE window' if spec.pose else 'full length'} {plan.seq_len:,} -> target "
             f"{plan.target:,}; a step is {plan.tokens_per_step:,} tokens ({plan.global_batch} sequences), "
             f"{plan.steps} steps = {plan.total_tokens:,} tokens; dtype {p.dtype} ({p.dtype_why})"
-            + (f"; FSDP2 over {plan.world} process(es)" if sharding.requested(spec.fsdp) else "")
+            + (f"; FSDP2 over {plan.world} process{'es' if plan.world != 1 else ''}" if sharding.requested(spec.fsdp)
+               else "")
             + (f"; resuming after step {resume_from.name.split('-')[-1]}" if resume_from else ""))
 
 

@@ -150,3 +150,10 @@ def test_a_refusal_is_said_once_under_a_launcher(monkeypatch: pytest.MonkeyPatch
     said = CliRunner().invoke(app, args)
     assert quiet.exit_code == said.exit_code != 0
     assert quiet.stderr.strip() == "" and said.stderr.strip().startswith("error: ")
+
+
+def test_an_error_that_may_differ_per_rank_is_said_by_each_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A missing model folder may be missing on one machine only: every rank says it, with its rank."""
+    monkeypatch.setenv("RANK", "3")
+    result = CliRunner().invoke(app, ["inspect", str(tmp_path / "absent")])
+    assert result.exit_code != 0 and result.stderr.strip().startswith("[rank 3] error: ")

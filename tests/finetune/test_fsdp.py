@@ -59,11 +59,13 @@ def test_two_process_fsdp_equals_one_process(ft_model: Path, ft_corpus: Path, is
 @pytest.mark.dist
 def test_fsdp_lora_with_tied_embeddings_equals_one_process(ft_corpus: Path, isolated: Path) -> None:
     """LoRA plus trained embeddings and norms on a model whose head is its input embedding (SmolLM2's case: one unit
-    holds the norm, the embedding and the head); the adapter folders agree."""
+    holds the norm, the embedding and the head), with gradient accumulation; the adapter folders agree."""
     from safetensors.torch import load_file
 
     model = build("llama", isolated / "tied", max_position_embeddings=64, tie_word_embeddings=True)
-    args = [str(model), *ARGS, "--data", str(ft_corpus), "--lora", "4", "--train-embeddings-norms"]
+    # 4 sequences a step: 2 micro-steps per process here (reduce-scattered each), 4 in one process
+    args = [str(model), *ARGS, "--data", str(ft_corpus), "--lora", "4", "--train-embeddings-norms",
+            "--batch-tokens", "256"]
     run_finetune(_torchrun(), [*args, "--fsdp", "-o", str(isolated / "two")], isolated)
     run_finetune([sys.executable], [*args, "-o", str(isolated / "one")], isolated)
     one, two = (load_file(str(isolated / d / "adapter_model.safetensors")) for d in ("one", "two"))
@@ -150,8 +152,10 @@ def test_fsdp_memory_estimate_divides_the_states() -> None:
 
 
 @pytest.mark.parametrize(("env", "expected"), [
-    ({"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "ACCELERATE_USE_FSDP": "true"},
+    ({"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": "0", "ACCELERATE_USE_FSDP": "true"},
      "torchrun --nproc_per_node 2 -m ropectl finetune M -o OUT --fsdp --resume OUT.run"),
+    ({"WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "LOCAL_RANK": "0"},  # one launched process: still torchrun
+     "torchrun --nproc_per_node 1 -m ropectl finetune M -o OUT --resume OUT.run"),
     ({}, "ropectl finetune M -o OUT --resume OUT.run"),  # control: one process, no launcher
 ])
 def test_resume_command_names_the_launcher_and_what_it_asked(env: dict[str, str], expected: str,
@@ -160,7 +164,7 @@ def test_resume_command_names_the_launcher_and_what_it_asked(env: dict[str, str]
     with --fsdp, else the resumed run would not shard and its identity would differ."""
     from ropectl.cli.finetune_cmd import resume_command
 
-    for key in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "ACCELERATE_USE_FSDP"):
+    for key in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "LOCAL_RANK", "ACCELERATE_USE_FSDP"):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
