@@ -81,4 +81,18 @@ def finish(world: World, clean: bool = True) -> None:
 
         if clean:
             dist.barrier()
-        dist.destroy_process_group()
+        leave_group()
+
+
+def leave_group() -> None:
+    """Tear this process's group down, whoever started it, before the process exits: a gloo rank that exits with its
+    threads still up can abort ("terminate called without an active exception"; finetune saw 1 run in 10 on CPU),
+    whereupon torchrun kills the other ranks, rank 0 perhaps mid-write."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # no CUDA context started just for this
+        torch.cuda.synchronize()  # the last collective's kernels are done before NCCL's communicator goes
+    dist.destroy_process_group()

@@ -100,16 +100,3 @@ def any_rank(flag: bool) -> bool:
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
 
-
-def leave_process_group() -> None:
-    """Tear this rank's process group down before it exits. Ranks end at different times (rank 0 writes the output),
-    and a rank that exits with gloo's threads still up can abort ("terminate called without an active exception",
-    1 run in 10 on CPU), whereupon torchrun kills the others, rank 0 mid-write."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        import torch
-
-        if torch.cuda.is_available() and torch.cuda.is_initialized():  # no CUDA context started just for this
-            torch.cuda.synchronize()  # the last collective's kernels are done before NCCL's communicator goes
-        dist.destroy_process_group()

@@ -27,7 +27,6 @@ from ropectl.finetune.runs import (
     FinetuneInterrupted,
     any_rank,
     last_checkpoint,
-    leave_process_group,
     prepare_run_dir,
     run_dir_for,
     stop_signals,
@@ -118,7 +117,7 @@ def provenance(p: Prepared, steps_done: int) -> dict[str, Any]:
 
 def finetune(spec: FinetuneSpec, on_progress: Callable[[Any], None] | None = None) -> FinetuneResult:
     """Train and write ``spec.output``; raises FinetuneInterrupted on Ctrl-C / SIGTERM (a checkpoint is saved)."""
-    from ropectl.eval.dist import world_from_env
+    from ropectl.eval.dist import leave_group, world_from_env
 
     world = world_from_env()
     p = prepare(spec, world.size, world.local_rank)
@@ -127,13 +126,13 @@ def finetune(spec: FinetuneSpec, on_progress: Callable[[Any], None] | None = Non
     try:
         result = _train(spec, p, world, run_dir, resume_from, on_progress)
     except FinetuneInterrupted:
-        leave_process_group()  # every rank stopped at the same step (any_rank)
+        leave_group()  # every rank stopped at the same step (any_rank)
         raise
     except BaseException:
         if spec.resume is None and world.is_main and last_checkpoint(run_dir) is None:
             shutil.rmtree(run_dir, ignore_errors=True)  # a failed fresh run leaves no folder that blocks the next
         raise
-    leave_process_group()
+    leave_group()  # ranks end at different times (rank 0 writes): none may exit with the group up
     return result
 
 
