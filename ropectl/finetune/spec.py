@@ -79,6 +79,11 @@ class FinetuneSpec:
         return self.mode == "pose"
 
     @property
+    def sharded(self) -> bool:
+        """FSDP2: ``--fsdp``, or the launcher's request (``accelerate launch --use_fsdp``)."""
+        return sharding.requested(self.fsdp)
+
+    @property
     def warmup_steps(self) -> int:
         return self.warmup if self.warmup is not None else max(1, round(WARMUP_FRACTION * self.steps))
 
@@ -97,7 +102,7 @@ class FinetuneSpec:
                 "dtype", "chunk_size", "text_field", "split")
         out = {k: getattr(self, k) for k in keep}
         out["method"] = self.method.label
-        if sharding.requested(self.fsdp):  # FSDP checkpoints are its own format (absent key: run folders before it)
+        if self.sharded:  # FSDP checkpoints are its own format (absent key: run folders before it)
             out["fsdp"] = True
         return out
 

@@ -152,7 +152,7 @@ def _train(spec: FinetuneSpec, p: Prepared, world: Any, run_dir: Path, resume_fr
         on_progress(monitor.TrainProgress(0, p.plan.steps, 0, None, None, None, None, message=_header(p, resume_from)))
     set_seed(spec.seed)  # LoRA's initial A matrices
     # FSDP: built on CPU; fully_shard moves each rank's shard to its device, so no device holds the whole model
-    model = build_model(p.source, p.plan.config, "cpu" if sharding.requested(spec.fsdp) else p.device)
+    model = build_model(p.source, p.plan.config, "cpu" if spec.sharded else p.device)
     if spec.lora is not None:
         model = add_lora(model, spec)
     dataset = PackedExamples(p.split.spans, p.plan.steps * p.plan.global_batch, spec.seed, p.plan.window,
@@ -191,8 +191,7 @@ def _header(p: Prepared, resume_from: Path | None) -> str:
     return (f"{plan.method}: {'PoSE window' if spec.pose else 'full length'} {plan.seq_len:,} -> target "
             f"{plan.target:,}; a step is {plan.tokens_per_step:,} tokens ({plan.global_batch} sequences), "
             f"{plan.steps} steps = {plan.total_tokens:,} tokens; dtype {p.dtype} ({p.dtype_why})"
-            + (f"; FSDP2 over {plan.world} process{'es' if plan.world != 1 else ''}" if sharding.requested(spec.fsdp)
-               else "")
+            + (f"; FSDP2 over {plan.world} process{'es' if plan.world != 1 else ''}" if spec.sharded else "")
             + (f"; resuming after step {resume_from.name.split('-')[-1]}" if resume_from else ""))
 
 
@@ -260,10 +259,10 @@ def dry_run_plan(spec: FinetuneSpec) -> dict[str, Any]:
     shape = shape_of(p.plan.config)
     trainable = shape.params if spec.lora is None else lora_params(shape, spec.lora)
     speed = matmul_flops(p.dtype) if p.device == "cpu" else None
-    shards = p.plan.world if sharding.requested(spec.fsdp) else 1
+    shards = p.plan.world if spec.sharded else 1
     est = estimates(p.plan, shape, trainable, p.dtype == "bf16", spec.chunk_size, speed * ASSUMED_MFU if speed else None,
                     shards)
-    return {"plan": p.plan.to_dict(), **est, "fsdp": shards > 1 or sharding.requested(spec.fsdp), "dtype": p.dtype,
+    return {"plan": p.plan.to_dict(), **est, "fsdp": spec.sharded, "dtype": p.dtype,
             "dtype_why": p.dtype_why, "params": shape.params,
             "trainable": trainable, "data": p.corpus, "train_spans": len(p.split.spans),
             "held_out": p.split.held_out_ids,
