@@ -36,3 +36,8 @@ def plain(value: Any) -> str:
 def exact(value: float) -> str:
     """A number for a command line or a spec: enough digits to round-trip (10 significant)."""
     return f"{value:.10g}"
+
+
+def count(n: int, noun: str) -> str:
+    """``1 process``, ``2 processes``, ``3 documents``: English plurals of the nouns ropectl counts."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}es" if noun.endswith("s") else f"{n} {noun}s"

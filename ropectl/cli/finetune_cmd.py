@@ -11,6 +11,7 @@ from ropectl.cli.errors import handle_errors
 from ropectl.cli.eval_flags import DeviceOpt, DtypeOpt
 from ropectl.cli.flags import LENGTH_SYNTAX, ForceOpt, JsonOpt, ModelArg, OutputOpt, opt
 from ropectl.cli.patch_cmd import ConfigOpt, PresetOpt, SetOpt
+from ropectl.output import count
 from ropectl.rope.methods import method_names
 
 METHOD, TRAIN, DATA, LORA, OUT = "Method", "Training", "Data", "LoRA", "Output"
@@ -210,10 +211,6 @@ def _show(result: dict[str, Any], json_out: bool) -> None:
         typer.echo(line)
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}es" if noun.endswith("s") else f"{n} {noun}s"
-
-
 def _size(n: float) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
@@ -224,12 +221,12 @@ def _lines(result: dict[str, Any]) -> list[str]:
     out = [f"{plan['method']}: trained {plan['trained']:,} -> target {plan['target']:,} tokens; "
            f"{'PoSE window ' + format(plan['window'], ',') if plan['window'] < plan['target'] else 'full length'}",
            f"a step is {plan['tokens_per_step']:,} tokens ({plan['global_batch']} sequences of {plan['seq_len']:,}: "
-           f"{plan['per_device']} per device x {_count(plan['world'], 'process')} x {plan['grad_accum']} accumulation); "
+           f"{plan['per_device']} per device x {count(plan['world'], 'process')} x {plan['grad_accum']} accumulation); "
            f"{plan['steps']} steps = {plan['total_tokens']:,} tokens"]
     if "memory_bytes" in result:
         mem = ", ".join(f"{'full length' if mode == 'full' else 'PoSE'} {_size(b)}"
                         for mode, b in result["memory_bytes"].items())
-        sharded = f"; FSDP2 over {_count(plan['world'], 'process')}" if result.get("fsdp") else ""
+        sharded = f"; FSDP2 over {count(plan['world'], 'process')}" if result.get("fsdp") else ""
         out.append(f"estimated peak memory per process: {mem} (dtype {result['dtype']}{sharded})")
         if result.get("eta_s") is not None:
             out.append(f"ETA about {result['eta_s'] / 60:.1f} min ({result['eta_basis']})")

@@ -28,6 +28,7 @@ from ropectl.cli.eval_flags import (
     out_option,
 )
 from ropectl.cli.flags import LENGTH_SYNTAX, ForceOpt, JsonOpt
+from ropectl.output import count
 
 OutOpt = out_option("eval-ppl")
 
@@ -94,7 +95,7 @@ def print_table(result: Any) -> None:
     table = eval_flags.sweep_table(meta, "perplexity", meta["dataset"], meta["mode"], meta["dtype"])
     for n in result.lengths:
         used = meta["docs_used"][str(n)]
-        header = f"{eval_flags.length_header(n, trained)}\n({used} doc{'s' if used != 1 else ''})"
+        header = f"{eval_flags.length_header(n, trained)}\n({count(used, 'doc')})"
         table.add_column(header, justify="right")
     for method in result.methods:
         row = []

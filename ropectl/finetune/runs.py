@@ -41,8 +41,8 @@ def prepare_run_dir(spec: FinetuneSpec, run_dir: Path, world_main: bool) -> Path
         except (OSError, ValueError):
             raise UsageError(f"'{run_dir}' is not a finetune run folder (no readable {RUN_FILE})",
                              "pass the OUT.run folder an interrupted run printed") from None
-        if saved.get("identity") != json.loads(dumps(spec.identity())):
-            now, then = json.loads(dumps(spec.identity())), saved.get("identity") or {}
+        now, then = json.loads(dumps(spec.identity())), saved.get("identity") or {}
+        if then != now:
             diff = sorted(k for k in {*now, *then} if now.get(k) != then.get(k))
             raise UsageError(f"the run folder '{run_dir}' belongs to another run (it differs in {', '.join(diff)})",
                              "rerun with the flags of the interrupted run, or start a new run without --resume")

@@ -33,6 +33,7 @@ from ropectl.finetune.runs import (
 )
 from ropectl.finetune.spec import FinetuneSpec
 from ropectl.finetune.trainer import make_trainer, training_arguments
+from ropectl.output import count
 
 __all__ = ["FinetuneInterrupted", "FinetuneResult", "dry_run_plan", "finetune", "prepare", "run_dir_for"]
 
@@ -191,7 +192,7 @@ def _header(p: Prepared, resume_from: Path | None) -> str:
     return (f"{plan.method}: {'PoSE window' if spec.pose else 'full length'} {plan.seq_len:,} -> target "
             f"{plan.target:,}; a step is {plan.tokens_per_step:,} tokens ({plan.global_batch} sequences), "
             f"{plan.steps} steps = {plan.total_tokens:,} tokens; dtype {p.dtype} ({p.dtype_why})"
-            + (f"; FSDP2 over {plan.world} process{'es' if plan.world != 1 else ''}" if spec.sharded else "")
+            + (f"; FSDP2 over {count(plan.world, 'process')}" if spec.sharded else "")
             + (f"; resuming after step {resume_from.name.split('-')[-1]}" if resume_from else ""))
 
 
