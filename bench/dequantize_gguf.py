@@ -14,17 +14,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main() -> None:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from ropectl.eval.model import default_model_path
-    from ropectl.finetune.build import dequantized
+    from ropectl.finetune.output_weights import save_dequantized
 
     out = Path(sys.argv[1])
     gguf = default_model_path()
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16)
-    dequantized(model)  # the GGUF quantizer marks go once every weight is checked to be float
-    model.save_pretrained(out)
+    save_dequantized(gguf, out, "bfloat16")  # finetune's adapter layout writes its base the same way
     AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(out)
     config = json.loads((out / "config.json").read_text())
     config.pop("quantization_config", None)
