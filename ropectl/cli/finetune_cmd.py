@@ -218,8 +218,9 @@ def _size(n: float) -> str:
 def _lines(result: dict[str, Any]) -> list[str]:
     """The plan (dry run) or the finished run, a few plain lines."""
     plan = result["plan"]
-    out = [f"{plan['method']}: trained {plan['trained']:,} -> target {plan['target']:,} tokens; "
-           f"{'PoSE window ' + format(plan['window'], ',') if plan['window'] < plan['target'] else 'full length'}",
+    from ropectl.finetune.plan import plan_line
+
+    out = [plan_line(plan["method"], plan["trained"], plan["target"], plan["window"]),
            f"a step is {plan['tokens_per_step']:,} tokens ({plan['global_batch']} sequences of {plan['seq_len']:,}: "
            f"{plan['per_device']} per device x {count(plan['world'], 'process')} x {plan['grad_accum']} accumulation); "
            f"{plan['steps']} steps = {plan['total_tokens']:,} tokens"]
