@@ -211,9 +211,8 @@ def test_a_failed_final_write_resumes_without_training_again(ft_model: Path, ft_
 def test_first_line_and_summary_state_the_same_lengths(ft_model: Path, ft_corpus: Path, isolated: Path,
                                                        mode: list[str]) -> None:
     """The progress header said 'full length 256 -> target 256' where the summary said 'trained 64 -> target 256'."""
-    from tests.helpers.cli import runner
-
     from ropectl.cli.app import app
+    from tests.helpers.cli import runner
 
     result = runner.invoke(app, ["finetune", str(ft_model), "-m", "yarn:4", *mode, "--data", str(ft_corpus), "-o",
                                  "out", "--steps", "1", "--batch-size", "1", "--dtype", "fp32"])

@@ -228,10 +228,11 @@ def forward_runs(folder: Path) -> str:
     else what failed."""
     import torch
 
-    from ropectl.eval.engines.hf.load import _auto_class
+    from tests.helpers.published import model_class
 
-    try:
-        model = _auto_class(str(folder), {}).from_pretrained(str(folder), dtype=torch.float32).eval()
+    try:  # the class the written config's architectures names, as from_pretrained of the published model builds
+        cls = model_class(json.loads((folder / "config.json").read_text()))
+        model = cls.from_pretrained(str(folder), dtype=torch.float32).eval()
         with torch.no_grad():
             logits = model(input_ids=torch.arange(3, 19).unsqueeze(0)).logits
     except Exception as exc:  # the oracle's own failure is the finding: report it, whatever it is
