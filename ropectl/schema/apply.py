@@ -16,7 +16,7 @@ from ropectl import families
 from ropectl.errors import ConfigError, MethodError
 from ropectl.rope.methods import MethodSpec, apply_method, factor_for_target, get_method, is_prope, resolve_file
 from ropectl.rope.params import RopeParams
-from ropectl.rope.reextend import reextension_of, with_carried_options
+from ropectl.rope.reextend import reextension_of, shipped_context, with_carried_options
 from ropectl.schema.read import ModelRope, read_model_rope
 from ropectl.schema.record import KEY as RECORD_KEY
 from ropectl.schema.record import BaseRope, Record
@@ -41,7 +41,14 @@ class ConfigPlan:
     reextension: str | None = None  # the summary line when an already-scaled yarn/llama3 model is re-extended
 
     @property
+    def kept(self) -> bool:
+        """The checkpoint as it is (``as-is``): the config was left unchanged."""
+        return self.method is not None and get_method(self.method.name).keeps_checkpoint
+
+    @property
     def factor(self) -> float | None:
+        if self.kept:
+            return self.rope.effective_factor
         return self.method.factor if self.method is not None else self.rope.factor
 
     @property
@@ -52,6 +59,8 @@ class ConfigPlan:
     def target_context(self) -> int | None:
         """The context the patched model is meant for (dynamic keeps max_position_embeddings lower)."""
         trained = self.trained_context
+        if self.kept:
+            return shipped_context(self.rope, trained)
         if trained is None:
             return self.rope.max_position_embeddings
         return int(round(trained * self.factor)) if self.factor else int(trained)
@@ -167,6 +176,8 @@ def plan_config(
     ``transformers=False`` skips the checks of what transformers' config classes accept (for GGUF outputs).
     """
     check_schema(schema)
+    if get_method(spec.name).keeps_checkpoint:
+        return _kept(config, spec)
     _check_theta_known(config)
     spec = resolve_file(spec)  # a longrope:F,file=PATH spec's lists, before options are carried or recorded
     before = read_model_rope(config)
@@ -191,6 +202,14 @@ def plan_config(
         rope_holder(new).pop(RECORD_KEY, None)
     line = re.summary(rope, spec.factor) if re is not None else None
     return ConfigPlan(new, before, base, rope, layers, from_record, before.warnings, spec, line)
+
+
+def _kept(config: Mapping[str, Any], spec: MethodSpec) -> ConfigPlan:
+    """The checkpoint as it is (as-is): its config unchanged, its own RoPE; the base is where it scales from."""
+    before = read_model_rope(config)
+    base, from_record = base_rope(before, replace_existing=True)
+    return ConfigPlan(dict(config), before, base, before.rope, dict(before.layer_ropes), from_record, before.warnings,
+                      replace(spec, name=get_method(spec.name).name))
 
 
 def apply_to_config(
