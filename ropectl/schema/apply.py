@@ -14,7 +14,15 @@ from typing import Any
 
 from ropectl import families
 from ropectl.errors import ConfigError, MethodError
-from ropectl.rope.methods import MethodSpec, apply_method, factor_for_target, get_method, is_prope, resolve_file
+from ropectl.rope.methods import (
+    MethodSpec,
+    apply_method,
+    as_is_name,
+    factor_for_target,
+    get_method,
+    is_prope,
+    resolve_file,
+)
 from ropectl.rope.params import RopeParams
 from ropectl.rope.reextend import reextension_of, shipped_context, with_carried_options
 from ropectl.schema.read import ModelRope, read_model_rope
@@ -189,6 +197,7 @@ def plan_config(
     if re is not None:  # a shipped yarn/llama3 scaling: the new one counts from the original length, same options
         spec = with_carried_options(re, spec)
     spec = effective_spec(base, spec, target_length)
+    _check_own_lists(before, spec)
     rope = apply_method(base, spec)
     kept = {k: before.rope.scaling[k] for k in families.STRUCTURAL_ROPE_KEYS if k in before.rope.scaling}
     rope = rope.with_(scaling={**rope.scaling, **kept}) if kept else rope
@@ -202,6 +211,19 @@ def plan_config(
         rope_holder(new).pop(RECORD_KEY, None)
     line = re.summary(rope, spec.factor) if re is not None else None
     return ConfigPlan(new, before, base, rope, layers, from_record, before.warnings, spec, line)
+
+
+def _check_own_lists(before: ModelRope, spec: MethodSpec) -> None:
+    """A method with list options (longrope's factors) named without them on a checkpoint that ships its own: a new
+    scaling never reuses the shipped lists, and serving the shipped ones is as-is."""
+    method = get_method(spec.name)
+    given = dict(spec.options)
+    missing = [k for k in method.factors_file if not given.get(k)]
+    if missing and before.rope.rope_type == method.rope_type:
+        raise MethodError(f"-m {method.name} needs {' and '.join(missing)} of its own: a new scaling does not reuse "
+                          f"the {method.rope_type} factors this checkpoint ships",
+                          f"to serve the checkpoint as it ships, drop -m (patch MODEL --emit ENGINE; -m "
+                          f"{as_is_name()} elsewhere); to rescale it, pass --longrope-file FILE with both lists")
 
 
 def _kept(config: Mapping[str, Any], spec: MethodSpec) -> ConfigPlan:
