@@ -191,8 +191,7 @@ def _train(spec: FinetuneSpec, p: Prepared, world: Any, run_dir: Path, resume_fr
 def _header(p: Prepared, resume_from: Path | None) -> str:
     """The run's first progress line: what trains, how much, in what dtype, sharded or resumed."""
     plan, spec = p.plan, p.spec
-    return (f"{plan.method}: {'PoSE window' if spec.pose else 'full length'} {plan.seq_len:,} -> target "
-            f"{plan.target:,}; a step is {plan.tokens_per_step:,} tokens ({plan.global_batch} sequences), "
+    return (f"{plan.line()}; a step is {plan.tokens_per_step:,} tokens ({plan.global_batch} sequences), "
             f"{plan.steps} steps = {plan.total_tokens:,} tokens; dtype {p.dtype} ({p.dtype_why})"
             + (f"; FSDP2 over {count(plan.world, 'process')}" if spec.sharded else "")
             + (f"; resuming after step {resume_from.name.split('-')[-1]}" if resume_from else ""))

@@ -23,6 +23,8 @@ REL_TOL = 1e-5
 PATCH = {"phi-3.5-mini-instruct": "ntk:2", "phi-4": "ntk:2", "phi-4-mini-instruct": "ntk:2", "gemma-3-4b-it": "yarn:2"}
 # Models that ship with a scaling ropectl replaces only on --replace-existing (not yarn or llama3).
 REPLACES = {"gemma-3-4b-it", "phi-3.5-mini-instruct", "phi-4-mini-instruct"}
+# Known bugs (strict: the day one is fixed, its entry must go).
+PENDING = {"llama-4-scout-17b-16e": "issue 35 #6: llama3 on Llama 4 is refused for its own 1/1 bands"}
 
 
 def _folder(name: str, tmp_path: Path) -> Path:
@@ -55,7 +57,8 @@ def test_inspect_matches_transformers(name: str, tmp_path: Path) -> None:
         assert ours[label][1] == pytest.approx(attention, rel=REL_TOL), label
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=PENDING[n]))
+                                  if n in PENDING else n for n in NAMES])
 def test_patch_is_verified_by_transformers(name: str, tmp_path: Path) -> None:
     folder = _folder(name, tmp_path)
     report = inspect_model(InspectSpec(str(folder)))

@@ -1,0 +1,118 @@
+"""The config matrix's table: what every cell of tests/schema/test_config_matrix.py must do.
+
+An outcome is ``WORKS`` (exit 0, nothing "unexpected"; ``Works(says=...)``: and stdout names these, as regular
+expressions), or ``Refused(reason)``: one ``error: PROBLEM. Fix: FIX.`` line whose PROBLEM matches ``reason`` (a
+case-insensitive regular expression on a stable fragment). ``Pending(after, bug)`` is a cell that does not do
+``after`` today because of ``bug``: the test is a strict xfail, so the day the bug is fixed the cell passes, the
+xfail fails, and the entry becomes ``after``.
+
+The table is written as the cells must behave once issue 35 is closed. ``RULES`` is read top-down, the first rule
+that matches a cell decides, and a cell no rule names must work. A rule's ``methods`` match the method's name
+(``yarn`` matches ``yarn:32``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tests.helpers.config_matrix import AS_IS, PHI3, Cell
+
+
+@dataclass(frozen=True)
+class Works:
+    says: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Refused:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Pending:
+    after: Works | Refused
+    bug: str
+
+
+Outcome = Works | Refused | Pending
+WORKS = Works()
+ANY: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Rule:
+    outcome: Outcome
+    configs: frozenset[str] = ANY
+    commands: frozenset[str] = ANY
+    methods: frozenset[str] = ANY
+    modes: frozenset[str] = ANY
+
+    def matches(self, cell: Cell) -> bool:
+        return all(not allowed or value in allowed for allowed, value in (
+            (self.configs, cell.config), (self.commands, cell.command), (self.methods, cell.method.split(":")[0]),
+            (self.modes, cell.mode)))
+
+
+def _set(*items: str | Iterable[str]) -> frozenset[str]:
+    return frozenset(x for item in items for x in ([item] if isinstance(item, str) else item))
+
+
+# --- the configs, by what they ship (read from the JSON files, tests/fixtures/configs) ------------------------
+SHIPS_YARN_OR_LLAMA3 = _set("deepseek-v3", "gpt-oss-20b", "llama-3.1-8b-instruct", "llama-3.2-1b-instruct",
+                            "llama-3.3-70b-instruct", "llama-4-scout-17b-16e", "ministral-3-8b",
+                            "qwen2.5-7b-instruct-yarn", "qwen3-8b-yarn")
+PER_LAYER_ROPE = _set("gemma-3-1b-it", "gemma-3-4b-it")  # local and global layers rotate with different theta
+SHIPS_LONGROPE = _set("phi-3.5-mini-instruct", "phi-4-mini-instruct")
+DCA, LLAMA4, MINISTRAL3 = "qwen2.5-7b-instruct-1m", "llama-4-scout-17b-16e", "ministral-3-8b"
+EVAL = _set("eval-ppl", "eval-tasks")
+EMIT_SERVERS = _set("vllm", "sglang")
+
+# --- the bugs the pending cells wait for -----------------------------------------------------------------------
+NONE_CRASH = ("issue 35 #1: -m none on a model that ships yarn or llama3 ends 'unexpected TypeError' "
+              "(rope/reextend.py formats a None factor); recommend always measures none")
+EMIT_AS_IS = "issue 35 #7: --emit without -m should emit the checkpoint as it is ('no scaling method given')"
+DCA_SILENT = ("issue 35 #3: dual chunk attention is invisible: inspect says 'same', and --emit vllm|sglang prints "
+              "rope overrides that both engines discard beside dual_chunk_attention_config")
+MINISTRAL_KEYS = ("issue 35 #4: patch drops llama_4_scaling_beta from Ministral 3's rope_parameters; transformers' "
+                  "forward of the written checkpoint then raises TypeError")
+LLAMA4_BANDS = ("issue 35 #6: llama3 on Llama 4 is refused for 'high_freq_factor > low_freq_factor', though the 1/1 "
+                "bands are the model's own (transformers only warns)")
+LLAMA4_SILENT = "issue 35 #6: inspect explains neither Llama 4's chunked attention nor its layers without RoPE"
+RECOMMEND_CANDIDATES = ("found by this matrix: recommend's plan holds candidates the model's config refuses (yarn on "
+                        "Phi-3's config, which takes default and longrope only; a shipped longrope or linear scaling "
+                        "'needs --replace-existing', a flag recommend does not have)")
+
+RULES: tuple[Rule, ...] = (
+    # Refusals that are right: the method cannot be written for this model or engine.
+    Rule(Refused(r"not p-rope"), methods=_set("proportional")),  # no p-RoPE model (Gemma 4) in the corpus
+    Rule(Refused(r"phi3 config accepts only rope types"), configs=PHI3,
+         methods=_set("linear", "dynamic", "yarn", "llama3")),
+    # DCA: transformers has no dual chunk attention; vLLM and SGLang build their dual-chunk rotary embedding
+    # whenever the key is set and drop rope_scaling (get_rope in both).
+    Rule(Pending(Refused(r"dual.chunk.attention"), DCA_SILENT), configs=_set(DCA), commands=_set("emit"),
+         modes=EMIT_SERVERS, methods=_set("yarn")),
+    Rule(Pending(Works(says=(r"dual.chunk.attention",)), DCA_SILENT), configs=_set(DCA), commands=_set("inspect")),
+    # Llama 4: llama3 with the model's own 1/1 bands works (transformers warns); llama.cpp takes no llama3 flags.
+    Rule(Pending(Refused(r"llama\.cpp flags"), LLAMA4_BANDS), configs=_set(LLAMA4), commands=_set("emit"),
+         modes=_set("llama.cpp"), methods=_set("llama3")),
+    Rule(Pending(WORKS, LLAMA4_BANDS), configs=_set(LLAMA4), methods=_set("llama3")),
+    Rule(Pending(Works(says=(r"chunk", r"no.?rope|nope")), LLAMA4_SILENT), configs=_set(LLAMA4),
+         commands=_set("inspect")),
+    Rule(Refused(r"llama\.cpp flags"), commands=_set("emit"), modes=_set("llama.cpp"), methods=_set("llama3")),
+    Rule(Refused(r"per-layer-type rope sections"), configs=PER_LAYER_ROPE, commands=_set("emit"),
+         modes=_set("sglang"), methods=_set("yarn", "linear", "ntk", "dynamic", "llama3")),
+    # SGLang merges the override into the shipped longrope section: rope_type default beside type longrope.
+    Rule(Refused(r"sglang .*cannot serve this"), configs=SHIPS_LONGROPE, commands=_set("emit"), modes=_set("sglang"),
+         methods=_set("ntk")),
+    # Bugs.
+    Rule(Pending(WORKS, NONE_CRASH), configs=SHIPS_YARN_OR_LLAMA3, methods=_set("none")),
+    Rule(Pending(WORKS, NONE_CRASH), configs=SHIPS_YARN_OR_LLAMA3, commands=_set("recommend")),
+    Rule(Pending(WORKS, EMIT_AS_IS), commands=_set("emit"), methods=_set(AS_IS)),
+    Rule(Pending(WORKS, MINISTRAL_KEYS), configs=_set(MINISTRAL3), commands=_set("patch"), modes=_set("output")),
+    Rule(Pending(WORKS, RECOMMEND_CANDIDATES), configs=PHI3 | _set("gemma-3-4b-it"), commands=_set("recommend")),
+)
+
+
+def expected(cell: Cell) -> Outcome:
+    return next((rule.outcome for rule in RULES if rule.matches(cell)), WORKS)
