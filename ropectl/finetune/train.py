@@ -119,9 +119,11 @@ def provenance(p: Prepared, steps_done: int) -> dict[str, Any]:
 def finetune(spec: FinetuneSpec, on_progress: Callable[[Any], None] | None = None) -> FinetuneResult:
     """Train and write ``spec.output``; raises FinetuneInterrupted on Ctrl-C / SIGTERM (a checkpoint is saved)."""
     from ropectl.eval.dist import leave_group, world_from_env
+    from ropectl.io.gguf_once import parse_once
 
     world = world_from_env()
-    p = prepare(spec, world.size, world.local_rank)
+    with parse_once():  # a GGUF's config and tokenizer from one parse of its metadata
+        p = prepare(spec, world.size, world.local_rank)
     run_dir = Path(spec.resume) if spec.resume is not None else run_dir_for(spec.output)
     resume_from = prepare_run_dir(spec, run_dir, world.is_main)
     try:

@@ -28,6 +28,7 @@ from ropectl.output import dumps
 from ropectl.patch import gguf as gguf_out
 from ropectl.patch import serving
 from ropectl.patch.cards import card_lines
+from ropectl.patch.finetuned import finetuned_warning
 from ropectl.patch.spec import PatchSpec
 from ropectl.patch.summary import PatchResult, pair_counts, rope_state
 from ropectl.patch.verify import expected_ropes, verify_config, verify_folder
@@ -159,13 +160,18 @@ def _emit(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> tuple[dict
     reader = serving_readers()[spec.emit]
     differs = serving.check_builds(plan, reader) if getattr(reader, "CHECKS_OVERRIDES", False) else []
     view = ServeView(spec.model, plan.rope, plan.layer_ropes, plan.before.partial_rotary_factor,
-                     int(plan.target_context or 0), plan.before.model_type, dict(model.config))
+                     int(plan.target_context or 0), plan.before.model_type, dict(model.config), plan.kept)
     emitted, warnings = reader.emit_line(view)
     return emitted, differs + warnings
 
 
 def _warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[str]:
     out = []  # the source's own inconsistencies (plan.warnings) are all rewritten away by the patch
+    if plan.kept:  # nothing rewritten: only what the engines make of the checkpoint as it is (serving_warnings)
+        return out
+    tuned = finetuned_warning(plan, dict(model.config))
+    if tuned:
+        out.append(tuned)
     if plan.reextension:
         out.append(plan.reextension)
     elif plan.before.rope.rope_type != "default" or plan.composed_from_record:

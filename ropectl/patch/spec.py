@@ -8,7 +8,7 @@ here, so Python callers get the same errors as the CLI.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from ropectl import presets
 from ropectl.errors import UsageError
 from ropectl.families import cards
 from ropectl.rope.choice import MethodChoice, layer, merge, to_method_spec
-from ropectl.rope.methods import MethodSpec
+from ropectl.rope.methods import MethodSpec, as_is_name, get_method
 from ropectl.schema.write import check_max_positions, check_schema
 
 WRITE = "config"  # --emit config writes; every other --emit value is a serving reader's (readers.emitters)
@@ -55,11 +55,24 @@ class PatchSpec:
         if self.emit != "config" and self.dry_run:  # refused, not ignored: --dry-run's diff would not be printed
             raise UsageError(f"--dry-run previews a config write, and --emit {self.emit} writes nothing (it prints "
                              "serving flags)", "drop --dry-run (or --emit to preview the config diff)")
+        if get_method(self.method.name).keeps_checkpoint:
+            self._check_kept(writes)
         if self.emit == "config" and not writes and not self.dry_run:
             raise UsageError("nowhere to write the patched model",
                              "pass --output DIR (or FILE.gguf), --in-place, --dry-run, or --emit vllm|llama.cpp")
         if self.target_length is not None and self.target_length <= 0:
             raise UsageError(f"--target-length must be positive, got {self.target_length}", "pass e.g. 32768")
+
+    def _check_kept(self, writes: bool) -> None:
+        """The checkpoint as it is (as-is) writes nothing and has its own length."""
+        name = self.method.name
+        if writes:
+            raise UsageError(f"-m {name} keeps the checkpoint as it is: there is nothing to write",
+                             "serve the checkpoint itself (patch MODEL --emit vllm|sglang|llama.cpp prints its line), "
+                             "or name a method to write")
+        if self.target_length is not None:
+            raise UsageError(f"-m {name} serves the checkpoint at the context its config ships, so a target length "
+                             "does not apply", "drop --target-length, or name a method that scales to it")
 
     @property
     def writes(self) -> bool:
@@ -94,8 +107,11 @@ def load_config_file(path: Path) -> dict[str, Any]:
     return presets.load_toml_table(path, "patch")
 
 
-def method_spec(choice: MethodChoice) -> MethodSpec:
-    """A validated MethodSpec (a --longrope-file's lists are read by ``rope.choice.to_method_spec``)."""
+def method_spec(choice: MethodChoice, emit: str = WRITE) -> MethodSpec:
+    """A validated MethodSpec (a --longrope-file's lists are read by ``rope.choice.to_method_spec``). ``--emit ENGINE``
+    with nothing of a method given serves the checkpoint as it is (``as-is``): its own shipped scaling."""
+    if emit != WRITE and choice == MethodChoice(schema=choice.schema):
+        choice = replace(choice, method=as_is_name())
     return to_method_spec(choice)
 
 

@@ -151,3 +151,6 @@ class ServeView:
     target: int
     model_type: str
     config: Mapping[str, Any]
+    # The checkpoint as it ships (patch --emit without -m): what the engine reads of it beside the flags counts too
+    # (llama.cpp's converter writes llama3 and LongRoPE scaling as tensors that no flag can set).
+    kept: bool = False

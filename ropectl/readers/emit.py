@@ -125,8 +125,16 @@ def llama_cpp_args(rope: RopeParams, target: int, model_type: str) -> tuple[list
 
 
 def emit_llama_cpp(model: str, rope: RopeParams, layers: Mapping[str, RopeParams], model_type: str,
-                   target: int) -> tuple[dict[str, Any], list[str]]:
-    args, warnings = llama_cpp_args(rope, target, model_type)
+                   target: int, converted_from: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """``converted_from``: the checkpoint's config when the line serves it as it ships (no -m), whose llama3 or
+    LongRoPE scaling the converter writes as tensors: the line then sets only the context."""
+    carried = llama_cpp.converted_scaling(rope, converted_from) if converted_from is not None else None
+    if carried:
+        args = [llama_cpp.FLAGS["context"], str(target)]
+        warnings = [f"no RoPE flag: llama.cpp's converter (convert_hf_to_gguf.py) writes this checkpoint's own "
+                    f"{rope.rope_type} scaling into the GGUF as {carried}, which llama.cpp applies; no flag can set it"]
+    else:
+        args, warnings = llama_cpp_args(rope, target, model_type)
     if layers:
         warnings.append("these flags set the full-attention RoPE; sliding-window layers keep the GGUF's own base")
     if not model.lower().endswith(".gguf"):

@@ -202,4 +202,21 @@ def emit_line(view: ServeView) -> tuple[dict[str, Any], list[str]]:
     """``--emit llama.cpp``: ``llama-server`` with the ``--rope-*`` flags (readers/emit.py)."""
     from ropectl.readers.emit import emit_llama_cpp
 
-    return emit_llama_cpp(view.where, view.rope, view.layers, view.model_type, view.target)
+    return emit_llama_cpp(view.where, view.rope, view.layers, view.model_type, view.target,
+                          converted_from=view.config if view.kept else None)
+
+
+def converted_scaling(rope: RopeParams, config: Mapping[str, Any]) -> str | None:
+    """What carries a checkpoint's own ``rope`` into the GGUF its converter writes, where the scaling is one no flag
+    sets (llama3, longrope); None for the other rope types. Refused where the converter drops it."""
+    from ropectl.schema.read import text_config
+
+    carried = _CARRIED.get(rope.rope_type)
+    if carried is None:
+        return None
+    architecture = next(iter(config.get("architectures") or text_config(config).get("architectures") or [""]), "")
+    dropped = converter_drops(rope.rope_type, architecture)
+    if dropped:
+        raise MethodError(f"this checkpoint's own {rope.rope_type} scaling does not reach llama.cpp: {dropped}",
+                          "serve it with vLLM or SGLang, or patch it to yarn (which every architecture converts)")
+    return carried[1]

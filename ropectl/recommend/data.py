@@ -90,3 +90,21 @@ def _check_paired(first: dict[str, Any], run: dict[str, Any], folder: Path) -> N
     for length in set(mine) & set(theirs):
         if mine[length] != theirs[length]:
             raise DataError(f"'{folder}' scored other documents at {length} tokens than the first --ppl run", fix)
+
+
+def with_ships(ppl: dict[str, Any], model: str) -> dict[str, Any]:
+    """The results with what the checkpoint ships (``meta["ships"]``), read from the model's config.json where
+    results written before eval-ppl recorded it lack it and the model is a local folder; else as they are."""
+    import json
+
+    config = Path(model) / "config.json"
+    if "ships" in ppl["meta"] or not config.is_file():
+        return ppl
+    from ropectl.errors import RopectlError
+    from ropectl.eval.model import ships
+
+    try:
+        shipped = ships(json.loads(config.read_text(encoding="utf-8")))
+    except (OSError, ValueError, RopectlError):  # unreadable: the ship line says it does not know
+        return ppl
+    return {**ppl, "meta": {**ppl["meta"], "ships": shipped}}

@@ -21,11 +21,10 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from ropectl.errors import DataError, UsageError
-from ropectl.eval.model import REFERENCE
+from ropectl.eval.model import AS_IS, REFERENCE
 from ropectl.eval.stats import (
     min_pairs,
     paired_difference,
@@ -34,9 +33,11 @@ from ropectl.eval.stats import (
     trials_to_separate_binary,
 )
 from ropectl.recommend.data import load_ppl, load_ppl_runs, load_tasks
+from ropectl.recommend.ship import patch_commands, ship_commands, ship_line
 
 __all__ = ["DEFAULT_MAX_REGRESSION", "MIN_DOCS", "Evidence", "Recommendation", "REFERENCE", "Rival", "load_ppl",
-           "load_ppl_runs", "load_tasks", "in_window", "patch_commands", "recommend", "screen"]
+           "load_ppl_runs", "load_tasks", "in_window", "patch_commands", "recommend", "screen", "ship_commands",
+           "ship_line"]
 DEFAULT_MAX_REGRESSION = 0.05
 MIN_DOCS = min_pairs(0.95)  # 6: the fewest documents on which the PPL ratio alone may separate two methods
 
@@ -91,6 +92,9 @@ class Recommendation:
     serve_with: tuple[str, ...] = ()
     leader: str = ""  # the measured best
     rivals: tuple[Rival, ...] = ()
+    ships: str | None = None  # the scaling the checkpoint ships ("yarn x2"): what as-is is; None: as-is is none
+    ships_known: bool = False  # the results said (eval-ppl records it), or the checkpoint's config did
+    ships_type: str | None = None  # its rope type, as the as-is row recorded it (what the engines must serve)
 
     @property
     def winner(self) -> Evidence:
@@ -103,7 +107,8 @@ class Recommendation:
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "trained": self.trained, "max_regression": self.max_regression,
                 "winner": self.winner.method, "leader": self.leader, "confident": self.confident,
-                "serve_with": list(self.serve_with), "rivals": [r.to_dict() for r in self.rivals],
+                "serve_with": list(self.serve_with), "ships": self.ships if self.ships_known else "unknown",
+                "rivals": [r.to_dict() for r in self.rivals],
                 "evidence": [e.to_dict() for e in self.evidence]}
 
 
@@ -125,7 +130,8 @@ def recommend(ppl: dict[str, Any], tasks: dict[str, Any] | None, target: int,
     screened = set(meta.get("screened_out", ()))
     runs = meta.get("runs", {})  # rows of other models (load_ppl_runs): served as their own method says
     found = [_served(_evidence(m, table, trained, target, reference, trials.get(m), max_regression),
-                     serve_with, runs.get(m, (None, m))[1]) for m in meta["methods"] if (m, target) in table or m in screened]
+                     serve_with, runs.get(m, (None, m))[1], meta.get("method_params", {}).get(m, {}))
+             for m in meta["methods"] if (m, target) in table or m in screened]
     ranked = sorted(found, key=_order)
     leader = ranked[0]
     rivals = tuple(compare(leader.method, e.method, trials, docs) for e in ranked[1:] if e.eligible)
@@ -133,12 +139,14 @@ def recommend(ppl: dict[str, Any], tasks: dict[str, Any] | None, target: int,
     winner = leader if len(tied) == 1 or not leader.eligible else _simplest(tied)
     ordered = [winner] + [e for e in ranked if e is not winner]
     return Recommendation(target, trained, max_regression, tuple(replace(e, rank=i + 1) for i, e in enumerate(ordered)),
-                          serve_with, leader.method, rivals)
+                          serve_with, leader.method, rivals, meta.get("ships"), "ships" in meta,
+                          meta.get("method_params", {}).get(AS_IS, {}).get("rope_type"))
 
 
 def _simplest(tied: list[Evidence]) -> Evidence:
-    """``none`` if it is among the tied, else the smallest in-window regression (then the lower PPL)."""
-    ref = next((e for e in tied if e.method in REFERENCE), None)
+    """The checkpoint unchanged (as-is) if it is among the tied, else ``none``, else the smallest in-window
+    regression (then the lower PPL): shipping nothing new is simplest, then removing a scaling."""
+    ref = next((e for name in reversed(REFERENCE) for e in tied if e.method == name), None)
     return ref or min(tied, key=lambda e: (e.regression if e.regression is not None else math.inf, _ppl(e)))
 
 
@@ -208,13 +216,17 @@ def _trials(rows: list[dict[str, Any]], target: int) -> dict[str, dict[Any, floa
     return {method: trial_average(per_task) for method, per_task in by.items()}
 
 
-def _served(e: Evidence, serve_with: tuple[str, ...], method: str) -> Evidence:
+def _served(e: Evidence, serve_with: tuple[str, ...], method: str, params: dict[str, Any]) -> Evidence:
+    """Out where an engine would not compute it as evaluated: as-is by the rope type the checkpoint ships (a
+    shipped dynamic is static in vLLM), the others by their method."""
     from ropectl.readers import why_not_served
-    from ropectl.rope.methods import parse_spec
+    from ropectl.rope.methods import get_method, parse_spec
 
-    if method in REFERENCE or not serve_with:
+    name = parse_spec(method).name
+    if not serve_with or get_method(name).unscaled:
         return e
-    why = why_not_served(parse_spec(method).name, serve_with)
+    kind = str(params.get("rope_type") or "") if get_method(name).keeps_checkpoint else name
+    why = why_not_served(kind, serve_with) if kind else None
     return e if why is None else replace(e, eligible=False, note=f"not served as evaluated: {why}")
 
 
@@ -269,25 +281,3 @@ def _evidence(method: str, table: dict[tuple[str, int], float], trained: int, ta
         note = "" if regression is not None else "no in-window reference (no `none` at those lengths)"
     score = sum(trials.values()) / len(trials) if trials else None
     return Evidence(method, ppl, vs, regression, at, score, len(trials or {}), eligible, note)
-
-
-def patch_commands(model: str, method: str, serve_with: tuple[str, ...] = ("vllm", "llama.cpp")) -> list[str]:
-    """The commands that ship ``method``: write the checkpoint, and print the serving line of each engine in
-    ``serve_with`` that has one (readers.emitters)."""
-    import shlex
-
-    path = Path(model)
-    tag = method.replace(":", "").replace(",", "-").replace("=", "")
-    # into the working folder, never beside the source (the embedded GGUF sits in site-packages)
-    out = f"{path.stem}-{tag}.gguf" if path.suffix == ".gguf" else f"{path.name or model}-{tag}"
-    from ropectl.readers import emitters, serving_readers
-    from ropectl.rope.methods import parse_spec
-
-    base = ["ropectl", "patch", model, "-m", method]
-    commands = [shlex.join([*base, "-o", out])]
-    readers = serving_readers()
-    for engine in (e for e in emitters() if e in serve_with):
-        why_not = readers[engine].cannot_serve(parse_spec(method).name)
-        # patch refuses --emit for a method the engine lacks: say so instead of printing a failing command
-        commands.append(f"# not for {engine}: {why_not}" if why_not else shlex.join([*base, "--emit", engine]))
-    return commands

@@ -20,7 +20,7 @@ from typing import Any
 
 from ropectl.eval.stats import min_pairs, samples_to_separate, trials_to_separate_binary
 from ropectl.eval.timing import Timing
-from ropectl.rope.methods import unscaled_name
+from ropectl.rope.methods import as_is_name, unscaled_name
 
 # A budget never goes below these: with fewer than 6 documents the PPL ratio never separates (stats.min_pairs), and
 # with fewer than 6 trials no paired task difference does.
@@ -37,6 +37,7 @@ class Plan:
     samples: int
     task_lengths: tuple[int, ...]
     screen_at: int | None  # None: no screen (an engine that starts per method)
+    ships: str | None = None  # the scaling the checkpoint ships ("yarn x2"): as-is is measured beside none
 
     @property
     def ppl_cells(self) -> int:
@@ -134,6 +135,7 @@ def plan_lines(plan: Plan, timing: Timing | None, base: Plan | None = None, budg
     lines = [f"plan: {screen}up to {plan.ppl_cells} PPL cells ({m} x {plan.docs} documents x {at}), then up to "
              f"{plan.trials} task trials ({m} x {len(plan.tasks)} tasks x {plan.samples} samples at "
              f"{', '.join(label(n) for n in plan.task_lengths)}); methods: {', '.join(plan.methods)}"]
+    lines.append(reference_line(plan.ships))
     if base is not None and (base.docs, base.samples) != (plan.docs, plan.samples):
         lines.append(f"budget {minutes(budget_s or 0)}: {plan.docs} documents (of {base.docs}), {plan.samples} "
                      f"samples per task (of {base.samples})")
@@ -154,6 +156,15 @@ def plan_lines(plan: Plan, timing: Timing | None, base: Plan | None = None, budg
                  f"power: {plan.samples} trials per task cannot separate any task-score difference at 95 % (at least "
                  f"{MIN_SAMPLES} are needed)")
     return lines
+
+
+def reference_line(ships: str | None) -> str:
+    """The two references, or why there is one: ``none`` is the unscaled base, ``as-is`` the checkpoint unchanged."""
+    none, kept = unscaled_name(), as_is_name()
+    if ships:
+        return (f"references: {none} (the unscaled base) and {kept} (the checkpoint unchanged: it ships {ships}), "
+                "each measured")
+    return f"references: {none}; the checkpoint ships no scaling, so {kept} is {none} (measured once, as {none})"
 
 
 def screen_lines(plan: Plan, spread: float | None, left: Plan, timing: Timing | None) -> list[str]:

@@ -20,7 +20,7 @@ from ropectl.io.files import atomic_write_text
 from ropectl.output import dumps
 from ropectl.recommend import DEFAULT_MAX_REGRESSION, recommend, screen
 from ropectl.recommend.plan import Plan, fit_budget, plan_lines, screen_lines, spread
-from ropectl.rope.methods import METHODS, default_candidates, unscaled_name
+from ropectl.rope.methods import METHODS, as_is_name, default_candidates, unscaled_name
 
 PLAN_FILE = "plan.json"  # the sizes the run chose (a budget's), so --resume runs the same sweeps
 
@@ -49,12 +49,13 @@ class Sweeps:
     skipped: dict[str, str]  # method -> why it was not measured
 
 
-def candidates(methods: tuple[str, ...], base: float, grid: tuple[float, ...], serve_with: tuple[str, ...]
-               ) -> tuple[list[str], dict[str, str]]:
-    """``none`` and method:factor for each factor of the grid; those the engines would not run, with why."""
+def candidates(methods: tuple[str, ...], base: float, grid: tuple[float, ...], serve_with: tuple[str, ...],
+               ships: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """``none``, ``as-is`` where the checkpoint ships a scaling (``ships``; else it is ``none``, measured once), and
+    method:factor for each factor of the grid; those the engines would not run, with why."""
     from ropectl.readers import why_not_served
 
-    out, skipped = [unscaled_name()], {}
+    out, skipped = [unscaled_name(), *([as_is_name()] if ships else [])], {}
     for name in methods:
         why = why_not_served(name, serve_with) if serve_with else None
         for factor in sorted({round(max(1.0, base * g), 3) for g in grid}):
@@ -150,20 +151,22 @@ def _run(req: Request, progress: Callable[[Any], None] | None, on_ppl: Callable[
 def plan_grid(req: Request) -> tuple[Plan, dict[str, str], int]:
     """The plan at the generic (or demo) sizes, the candidates not measured and why, the trained context."""
     from ropectl.eval.engines import DEFAULT_ENGINE, get_engine
-    from ropectl.eval.model import model_source, trained_context
+    from ropectl.eval.model import model_source, ships, trained_context
     from ropectl.eval.settings import parse_lengths
     from ropectl.eval.tasks.ruler import resolve_tasks
 
     sizes = DEMO if req.model is None else GENERIC
-    trained = trained_context(model_source(req.model).config) or req.target
+    config = model_source(req.model).config
+    trained, shipped = trained_context(config) or req.target, ships(config)
     grid = (1.0,) if req.factor else sizes["grid"]
-    methods, skipped = candidates(sizes["candidates"], req.factor or req.target / trained, grid, req.serve_with)
+    methods, skipped = candidates(sizes["candidates"], req.factor or req.target / trained, grid, req.serve_with,
+                                  shipped)
     inside = parse_lengths(sizes.get("inside") or sorted({max(2, trained // 4), trained}))
     screens = get_engine(req.engine_options.get("engine", DEFAULT_ENGINE)).cheap_method_switch
     task_at = sizes["task_at"]
     task_lengths = sorted({n for n in (int(trained * task_at) if task_at else 0, req.target) if 0 < n <= req.target})
     plan = Plan(tuple(methods), tuple(sorted({*inside, req.target})), sizes["docs"], resolve_tasks(sizes["tasks"]),
-                sizes["samples"], tuple(task_lengths), min(inside) if screens else None)
+                sizes["samples"], tuple(task_lengths), min(inside) if screens else None, shipped)
     return plan, skipped, trained
 
 

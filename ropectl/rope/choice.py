@@ -182,6 +182,9 @@ def to_method_spec(choice: MethodChoice) -> MethodSpec:
     if choice.factor is not None and choice.target_length is not None:
         raise UsageError("both a factor and a target length are given", "pass only one of --factor / --target-length")
     _check_file(choice, method)
+    if choice.factor is not None and not method.uses_factor:  # it would be dropped without a word
+        raise UsageError(f"method '{method.name}' takes no factor (given {_shown(choice.factor)})",
+                         f"drop the factor, or name a method that scales ({method_names(where=lambda m: m.uses_factor)})")
     typed = tuple((key, parse_value(method.param(key), value)) for key, value in choice.options.items()
                   if value is not None)
     factor = None if choice.factor is None else parse_value(_FACTOR, choice.factor)

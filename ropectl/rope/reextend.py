@@ -30,11 +30,19 @@ class Reextension:
         """The context the shipped config serves: its max_position_embeddings where that is longer than original x
         factor (llama3 reaches 131072 from 8192 with factor 8; Llama 4 states 10,485,760), else original x factor
         (configs that keep max_position_embeddings at the original, as Qwen's yarn form does)."""
-        factor = self.shipped.factor or 1.0
-        return max(int(round(self.original * factor)), int(self.shipped.max_position_embeddings or 0))
+        return shipped_context(self.shipped, self.original)
+
+    @property
+    def shipped_label(self) -> str:
+        """``llama3 x8``: the shipped type and factor."""
+        return f"{self.shipped.rope_type} x{self.shipped.factor:g}" if self.shipped.factor else self.shipped.rope_type
 
     def summary(self, new: RopeParams, factor: float | None) -> str:
-        own = f"{self.shipped.rope_type} x{self.shipped.factor:g}" if self.shipped.factor else self.shipped.rope_type
+        own = self.shipped_label
+        if factor is None:  # a method without a factor (none): the shipped scaling is removed, nothing replaces it
+            return (f"the model ships {own} ({self.original} -> {self.shipped_context}); this removes it: the unscaled "
+                    f"base, theta {new.rope_theta:g} at the original {self.original} (max positions "
+                    f"{new.max_position_embeddings})")
         target = int(round(self.original * factor)) if factor else new.max_position_embeddings
         line = (f"re-extension: the model ships {own} ({self.original} -> {self.shipped_context}); the new "
                 f"{new.rope_type} x{factor:g} is measured from the original {self.original} (-> {target}), "
@@ -42,6 +50,14 @@ class Reextension:
         if target is not None and target <= self.shipped_context:
             line += f"; note the new context {target} is not beyond the shipped {self.shipped_context}"
         return line
+
+
+def shipped_context(rope: RopeParams, original: int | None) -> int:
+    """The context a config serves as it ships: max_position_embeddings where that is longer than original x factor
+    (llama3 reaches 131072 from 8192 with factor 8), else original x factor (Qwen's yarn form and dynamic keep
+    max_position_embeddings at the original)."""
+    factor = rope.effective_factor or 1.0
+    return max(int(round((original or 0) * factor)), int(rope.max_position_embeddings or 0))
 
 
 def reextension_of(rope: RopeParams) -> Reextension | None:

@@ -14,9 +14,17 @@ from typing import Any
 
 from ropectl import families
 from ropectl.errors import ConfigError, MethodError
-from ropectl.rope.methods import MethodSpec, apply_method, factor_for_target, get_method, is_prope, resolve_file
+from ropectl.rope.methods import (
+    MethodSpec,
+    apply_method,
+    as_is_name,
+    factor_for_target,
+    get_method,
+    is_prope,
+    resolve_file,
+)
 from ropectl.rope.params import RopeParams
-from ropectl.rope.reextend import reextension_of, with_carried_options
+from ropectl.rope.reextend import reextension_of, shipped_context, with_carried_options
 from ropectl.schema.read import ModelRope, read_model_rope
 from ropectl.schema.record import KEY as RECORD_KEY
 from ropectl.schema.record import BaseRope, Record
@@ -41,7 +49,14 @@ class ConfigPlan:
     reextension: str | None = None  # the summary line when an already-scaled yarn/llama3 model is re-extended
 
     @property
+    def kept(self) -> bool:
+        """The checkpoint as it is (``as-is``): the config was left unchanged."""
+        return self.method is not None and get_method(self.method.name).keeps_checkpoint
+
+    @property
     def factor(self) -> float | None:
+        if self.kept:
+            return self.rope.effective_factor
         return self.method.factor if self.method is not None else self.rope.factor
 
     @property
@@ -52,6 +67,8 @@ class ConfigPlan:
     def target_context(self) -> int | None:
         """The context the patched model is meant for (dynamic keeps max_position_embeddings lower)."""
         trained = self.trained_context
+        if self.kept:
+            return shipped_context(self.rope, trained)
         if trained is None:
             return self.rope.max_position_embeddings
         return int(round(trained * self.factor)) if self.factor else int(trained)
@@ -167,6 +184,8 @@ def plan_config(
     ``transformers=False`` skips the checks of what transformers' config classes accept (for GGUF outputs).
     """
     check_schema(schema)
+    if get_method(spec.name).keeps_checkpoint:
+        return _kept(config, spec)
     _check_theta_known(config)
     spec = resolve_file(spec)  # a longrope:F,file=PATH spec's lists, before options are carried or recorded
     before = read_model_rope(config)
@@ -178,6 +197,7 @@ def plan_config(
     if re is not None:  # a shipped yarn/llama3 scaling: the new one counts from the original length, same options
         spec = with_carried_options(re, spec)
     spec = effective_spec(base, spec, target_length)
+    _check_own_lists(before, spec)
     rope = apply_method(base, spec)
     kept = {k: before.rope.scaling[k] for k in families.STRUCTURAL_ROPE_KEYS if k in before.rope.scaling}
     rope = rope.with_(scaling={**rope.scaling, **kept}) if kept else rope
@@ -191,6 +211,27 @@ def plan_config(
         rope_holder(new).pop(RECORD_KEY, None)
     line = re.summary(rope, spec.factor) if re is not None else None
     return ConfigPlan(new, before, base, rope, layers, from_record, before.warnings, spec, line)
+
+
+def _check_own_lists(before: ModelRope, spec: MethodSpec) -> None:
+    """A method with list options (longrope's factors) named without them on a checkpoint that ships its own: a new
+    scaling never reuses the shipped lists, and serving the shipped ones is as-is."""
+    method = get_method(spec.name)
+    given = dict(spec.options)
+    missing = [k for k in method.factors_file if not given.get(k)]
+    if missing and before.rope.rope_type == method.rope_type:
+        raise MethodError(f"-m {method.name} needs {' and '.join(missing)} of its own: a new scaling does not reuse "
+                          f"the {method.rope_type} factors this checkpoint ships",
+                          f"to serve the checkpoint as it ships, drop -m (patch MODEL --emit ENGINE; -m "
+                          f"{as_is_name()} elsewhere); to rescale it, pass --longrope-file FILE with both lists")
+
+
+def _kept(config: Mapping[str, Any], spec: MethodSpec) -> ConfigPlan:
+    """The checkpoint as it is (as-is): its config unchanged, its own RoPE; the base is where it scales from."""
+    before = read_model_rope(config)
+    base, from_record = base_rope(before, replace_existing=True)
+    return ConfigPlan(dict(config), before, base, before.rope, dict(before.layer_ropes), from_record, before.warnings,
+                      replace(spec, name=get_method(spec.name).name))
 
 
 def apply_to_config(

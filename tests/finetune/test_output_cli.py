@@ -90,3 +90,21 @@ def test_recommend_refuses_runs_on_other_documents(ppl_runs: dict[str, Any]) -> 
 
     one_line(["recommend", "-t", "300", "--ppl", str(ppl_runs["runs"]["base"][0]), "--ppl", str(fewer)],
              "other documents at 300 tokens")
+
+
+@pytest.mark.parametrize("layout", ["full", "merged"])
+def test_repatching_says_the_weights_were_trained_for_the_old_rope(written: dict[str, Any], layout: str) -> None:
+    """Weights fine-tuned for linear:4: another RoPE written over them is untested, and patch says which; the same
+    RoPE again (linear:4) and the checkpoint as it is (no -m) say nothing of it (negative controls)."""
+    folder = str(written[layout][0].path)
+
+    def warnings(*args: str) -> list[str]:
+        result = _invoke("patch", folder, *args, "--json")
+        assert result.exit_code == 0, result.output
+        return [w for w in json.loads(result.stdout)["warnings"] if "fine-tuned for" in w]
+
+    for method in ("yarn:4", "none", "linear:8"):
+        said = warnings("-m", method, "--dry-run")
+        assert len(said) == 1 and "fine-tuned for linear:4" in said[0] and f"{method} is untested" in said[0], said
+    assert warnings("-m", "linear:4", "--dry-run") == []
+    assert warnings("--emit", "vllm") == []

@@ -208,8 +208,9 @@ JITTER = (0.0005, -0.0005, 0.0003, -0.0003, 0.0, 0.0002, -0.0002, 0.0)
 
 
 def write_recommend_results(folder: Path, trials: int = RECOMMEND_TRIALS, docs: int = len(DOC_OFFSETS),
-                            passed: dict[str, int] | None = None) -> tuple[Path, Path]:
-    """eval-ppl and eval-tasks results folders for recommend: summary, per-document cells, per-trial scores."""
+                            passed: dict[str, int] | None = None, **meta_extra: Any) -> tuple[Path, Path]:
+    """eval-ppl and eval-tasks results folders for recommend: summary, per-document cells, per-trial scores.
+    ``meta_extra``: more of eval-ppl's meta; by default ``ships`` None (the checkpoint ships no scaling)."""
     import math
 
     ppl, tasks = folder / "ppl", folder / "tasks"
@@ -217,7 +218,8 @@ def write_recommend_results(folder: Path, trials: int = RECOMMEND_TRIALS, docs: 
     tasks.mkdir(parents=True)
     lengths = [1024, 4096, 8192, RECOMMEND_TARGET]
     table = [{"method": m, "length": n, "ppl": v} for m, vs in RECOMMEND_PPL.items() for n, v in zip(lengths, vs)]
-    meta = {"model": "./my-llama", "methods": list(RECOMMEND_PPL), "lengths": lengths, "trained_context": RECOMMEND_TRAINED}
+    meta = {"model": "./my-llama", "methods": list(RECOMMEND_PPL), "lengths": lengths, "trained_context": RECOMMEND_TRAINED,
+            **({"ships": None} | meta_extra)}
     (ppl / "summary.json").write_text(json.dumps({"meta": meta, "table": table}))
     offsets = DOC_OFFSETS[:docs] if docs < len(DOC_OFFSETS) else DOC_OFFSETS
     cells = []

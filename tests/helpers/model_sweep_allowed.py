@@ -42,10 +42,12 @@ ALLOWED: dict[tuple[str, str], str] = {
     **{(t, "yarn"): _ODD_YARN for t in ("glm4_moe", "glm4v_moe_text", "qwen3_omni_moe_text")},
     **{(t, m): "transformers' ERNIE-4.5-VL accepts only its pre-permuted default RoPE"
        for t in ("ernie4_5_vl_moe_text",) for m in ("none", *_FACTOR_METHODS)},
+    ("ernie4_5_vl_moe_text", "as-is"): "its pre-permuted default RoPE is not the one ropectl reads from the config, "
+    "so the checkpoint as it is cannot be verified (nor its serving lines printed)",
     **{(t, m): "transformers' Cosmos3 Edge accepts only its default RoPE"
        for t in ("cosmos3_edge_text",) for m in ("none", *_FACTOR_METHODS)},
     **{("deepseek_v4", m): "its 'compress' RoPE is built outside the rotary module: a patch cannot be verified"
-       for m in ("none", *_FACTOR_METHODS)},
+       for m in ("none", "as-is", *_FACTOR_METHODS)},
     ("mistral4", "none"): "transformers' Mistral 4 default RoPE ignores partial_rotary_factor (whole head rotated)",
     ("mistral4", "ntk"): "ntk writes the default type: same Mistral 4 problem as 'none'",
     ("dots3_note_text", "longrope"): "transformers' longrope reads one global head_dim; this model has per-layer ones",

@@ -147,3 +147,32 @@ def build_tiny(name: str, folder: Path, seed: int = 0) -> Path:
     for extra in ("generation_config.json",):
         (folder / extra).unlink(missing_ok=True)
     return add_char_tokenizer(folder)
+
+
+# Sizes that keep the head dim (so LongRoPE's per-pair factors still fit) with 2 heads: tiny_published's.
+TINY = {"num_hidden_layers": 2, "intermediate_size": 64, "vocab_size": VOCAB, "bos_token_id": 1, "eos_token_id": 2,
+        "pad_token_id": 0, "tie_word_embeddings": False}
+
+
+def tiny_published(name: str, folder: Path, seed: int = 0, **changes: Any) -> Path:
+    """The published ``name`` config with 2 layers of 2 heads of its own head dim, seeded random weights (no
+    tokenizer; ``build_tiny`` above shrinks every family's widths and adds a character tokenizer)."""
+    import shutil
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = published(name)
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    sizes = {"hidden_size": 2 * head_dim, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": head_dim}
+    config = {**config, **TINY, **sizes, **changes}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder), dtype=torch.float32).eval()
+    staging = folder.with_name(folder.name + "-save")
+    model.save_pretrained(staging, safe_serialization=True)
+    for path in staging.glob("*.safetensors"):
+        shutil.move(str(path), folder / path.name)
+    shutil.rmtree(staging)
+    return folder

@@ -22,7 +22,7 @@ from ropectl.rope.methods.bounds import SearchBound
 from ropectl.rope.params import Frequencies, RopeParams
 
 TRAINED, TARGET = "trained", "target"  # the write forms of max_position_embeddings (schema.write)
-BUILTIN = ("none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "proportional")
+BUILTIN = ("none", "as-is", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "proportional")
 ENTRY_POINT_GROUP = "ropectl.methods"
 ENV_MODULES = "ROPECTL_METHODS"
 
@@ -58,6 +58,9 @@ class Method:
     keeps_prope: bool = False  # it keeps a p-RoPE model's layout (unrotated pairs at 0)
     # --- what the config reader, the writer, patch and recommend ask instead of comparing names ---
     unscaled: bool = False  # it writes the model's unscaled RoPE: patch's undo, evaluation's reference row
+    # It is the checkpoint as it ships (as-is): the config is left unchanged, and it builds no RoPE of its own;
+    # evaluation's other reference row, recommend's "ship it unchanged", patch --emit without -m.
+    keeps_checkpoint: bool = False
     prope: bool = False  # its rope type is p-RoPE's layout: rotary_dim is the whole head, partial factor its own key
     aliases: tuple[str, ...] = ()  # other spellings of its rope type in published configs ("su" for longrope)
     not_a_type: str = ""  # why a config naming this method as its rope type is wrong (ntk is a theta change)
@@ -163,6 +166,12 @@ def unscaled_name() -> str:
     return first_where(lambda m: m.unscaled).name
 
 
+def as_is_name() -> str:
+    """The method that keeps the checkpoint as it ships ("as-is"): patch --emit's default, evaluation's other
+    reference row."""
+    return first_where(lambda m: m.keeps_checkpoint).name
+
+
 def type_aliases() -> dict[str, str]:
     """{spelling: rope type} for the methods' aliases; where a method owns no rope type (ntk), its name."""
     return {a: (m.rope_type if _ROPE_TYPES.get(m.rope_type) is m else m.name)
@@ -198,6 +207,11 @@ def method_names(exclude: tuple[str, ...] = (), where: Callable[[Method], bool] 
     return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else "".join(names)
 
 
+def module_of(name: str) -> str:
+    """The module of a built-in method: its name as a Python identifier (as-is in ``as_is``)."""
+    return name.replace("-", "_")
+
+
 def load(module_name: str) -> Method:
     """Import a method module and register its ``METHOD``."""
     module = importlib.import_module(module_name)
@@ -209,7 +223,7 @@ def load(module_name: str) -> Method:
 
 def load_all() -> None:
     for name in BUILTIN:
-        load(f"{__package__}.{name}")
+        load(f"{__package__}.{module_of(name)}")
     for module_name in filter(None, (m.strip() for m in os.environ.get(ENV_MODULES, "").split(","))):
         load(module_name)
     from importlib.metadata import entry_points

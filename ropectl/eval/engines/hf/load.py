@@ -87,7 +87,7 @@ def _auto_class(path: str, kwargs: Mapping[str, Any]) -> Any:
     from transformers import AutoModelForCausalLM
     from transformers.models.auto import modeling_auto
 
-    if str(path).lower().endswith(".gguf"):
+    if str(path).lower().endswith(".gguf") or "gguf_file" in kwargs:  # a GGUF holds a causal LM's text model only
         return AutoModelForCausalLM
     from transformers import AutoConfig, AutoModelForImageTextToText
 

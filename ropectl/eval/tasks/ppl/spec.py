@@ -14,7 +14,7 @@ from typing import Any
 from ropectl import presets
 from ropectl.errors import UsageError
 from ropectl.eval.settings import TrialRunFields, check_run, merge_settings, parse_lengths, parse_methods, parse_token_counts
-from ropectl.rope.methods import MethodSpec, unscaled_name
+from ropectl.rope.methods import MethodSpec, as_is_name, unscaled_name
 
 MODES = ("truncate", "sliding")
 PRESET_PREFIX = "eval-"
@@ -65,7 +65,7 @@ class EvalSpec(TrialRunFields):
 
     @property
     def method_labels(self) -> tuple[str, ...]:
-        return tuple(m.label for m in self.methods) or ("as-is",)
+        return tuple(m.label for m in self.methods) or (as_is_name(),)
 
     def stride_for(self, length: int) -> int:
         return self.stride or max(1, length // 2)

@@ -9,7 +9,7 @@ from typing import Any
 from ropectl.eval import dist
 from ropectl.eval.corpus import Corpus
 from ropectl.eval.engines import engine_record
-from ropectl.eval.model import MethodState
+from ropectl.eval.model import MethodState, ships
 from ropectl.eval.packages import library_versions
 from ropectl.eval.tasks.ppl.positions import PositionCurve, curves
 from ropectl.eval.tasks.ppl.results import PLOT, Aggregate, Cell, order_cells, read_cells, summarize, write_outputs
@@ -56,6 +56,7 @@ def finish_run(sweep: Any, corpus: Corpus, run_id: str, new_cells: list[Cell], w
     aggregates = tuple(summarize(cells, methods, lengths))
     meta = _meta(spec, model_label, states, corpus, sweep.trained, wall_s, sweep.device, sweep.dtype, world, len(gathered))
     meta["run"] = run_id
+    meta["ships"] = ships(sweep.source.config)  # what as-is is beside none (None: the same), for recommend
     if sweep.engine is not None:
         meta["engine"] = engine_record(sweep.engine)
     meta["warnings"] = list(dict.fromkeys(sweep.warnings))
