@@ -59,19 +59,14 @@ def _set(*items: str | Iterable[str]) -> frozenset[str]:
 
 
 # --- the configs, by what they ship (read from the JSON files, tests/fixtures/configs) ------------------------
-SHIPS_YARN_OR_LLAMA3 = _set("deepseek-v3", "gpt-oss-20b", "llama-3.1-8b-instruct", "llama-3.2-1b-instruct",
-                            "llama-3.3-70b-instruct", "llama-4-scout-17b-16e", "ministral-3-8b",
-                            "qwen2.5-7b-instruct-yarn", "qwen3-8b-yarn")
 PER_LAYER_ROPE = _set("gemma-3-1b-it", "gemma-3-4b-it")  # local and global layers rotate with different theta
 SHIPS_LONGROPE = _set("phi-3.5-mini-instruct", "phi-4-mini-instruct")
 DCA, LLAMA4, MINISTRAL3 = "qwen2.5-7b-instruct-1m", "llama-4-scout-17b-16e", "ministral-3-8b"
-EVAL = _set("eval-ppl", "eval-tasks")
 EMIT_SERVERS = _set("vllm", "sglang")
 
 # --- the bugs the pending cells wait for -----------------------------------------------------------------------
-NONE_CRASH = ("issue 35 #1: -m none on a model that ships yarn or llama3 ends 'unexpected TypeError' "
-              "(rope/reextend.py formats a None factor); recommend always measures none")
-EMIT_AS_IS = "issue 35 #7: --emit without -m should emit the checkpoint as it is ('no scaling method given')"
+AS_IS_SGLANG = ("issue 35 #7: --emit sglang with no -m on a model with per-layer RoPE (Gemma 3) is refused as if it "
+                "wrote per-layer sections, its fix naming -m METHOD; the checkpoint as it ships needs no override")
 DCA_SILENT = ("issue 35 #3: dual chunk attention is invisible: inspect says 'same', and --emit vllm|sglang prints "
               "rope overrides that both engines discard beside dual_chunk_attention_config")
 MINISTRAL_KEYS = ("issue 35 #4: patch drops llama_4_scaling_beta from Ministral 3's rope_parameters; transformers' "
@@ -101,14 +96,13 @@ RULES: tuple[Rule, ...] = (
          commands=_set("inspect")),
     Rule(Refused(r"llama\.cpp flags"), commands=_set("emit"), modes=_set("llama.cpp"), methods=_set("llama3")),
     Rule(Refused(r"per-layer-type rope sections"), configs=PER_LAYER_ROPE, commands=_set("emit"),
-         modes=_set("sglang"), methods=_set("yarn", "linear", "ntk", "dynamic", "llama3")),
+         modes=_set("sglang"), methods=_set("yarn", "linear", "ntk", "dynamic", "llama3")),  # not measured in SGLang
     # SGLang merges the override into the shipped longrope section: rope_type default beside type longrope.
     Rule(Refused(r"sglang .*cannot serve this"), configs=SHIPS_LONGROPE, commands=_set("emit"), modes=_set("sglang"),
          methods=_set("ntk")),
     # Bugs.
-    Rule(Pending(WORKS, NONE_CRASH), configs=SHIPS_YARN_OR_LLAMA3, methods=_set("none")),
-    Rule(Pending(WORKS, NONE_CRASH), configs=SHIPS_YARN_OR_LLAMA3, commands=_set("recommend")),
-    Rule(Pending(WORKS, EMIT_AS_IS), commands=_set("emit"), methods=_set(AS_IS)),
+    Rule(Pending(WORKS, AS_IS_SGLANG), configs=PER_LAYER_ROPE, commands=_set("emit"), modes=_set("sglang"),
+         methods=_set(AS_IS)),
     Rule(Pending(WORKS, MINISTRAL_KEYS), configs=_set(MINISTRAL3), commands=_set("patch"), modes=_set("output")),
     Rule(Pending(WORKS, RECOMMEND_CANDIDATES), configs=PHI3 | _set("gemma-3-4b-it"), commands=_set("recommend")),
 )

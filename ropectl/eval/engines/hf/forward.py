@@ -36,7 +36,9 @@ def logits_fn(model: Any, project: Callable[[Any], Any] | None = None) -> Callab
 
 def decoder(model: Any) -> Any:
     """The decoder body (no lm_head) of a causal LM or a vision-language model's language model."""
-    return model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    body = model.get_decoder() if hasattr(model, "get_decoder") else None
+    # transformers 5's Llama4ForCausalLM answers get_decoder() with itself (head included): its body is .model
+    return model.model if body is None or body is model else body
 
 
 def body_hidden_batch(model: Any, input_ids: Any) -> Any:
