@@ -100,15 +100,13 @@ RULES: tuple[Rule, ...] = (
     Rule(Pending(Works(says=(r"chunk", r"no.?rope|nope")), LLAMA4_SILENT), configs=_set(LLAMA4),
          commands=_set("inspect")),
     Rule(Refused(r"llama\.cpp flags"), commands=_set("emit"), modes=_set("llama.cpp"), methods=_set("llama3")),
+    # (as-is too: SGLang's reading of Gemma 3's shipped per-layer sections is not measured)
     Rule(Refused(r"per-layer-type rope sections"), configs=PER_LAYER_ROPE, commands=_set("emit"),
-         modes=_set("sglang"), methods=_set("yarn", "linear", "ntk", "dynamic", "llama3")),
+         modes=_set("sglang"), methods=_set("yarn", "linear", "ntk", "dynamic", "llama3", AS_IS)),
     # SGLang merges the override into the shipped longrope section: rope_type default beside type longrope.
     Rule(Refused(r"sglang .*cannot serve this"), configs=SHIPS_LONGROPE, commands=_set("emit"), modes=_set("sglang"),
          methods=_set("ntk")),
     # Bugs.
-    Rule(Pending(WORKS, NONE_CRASH), configs=SHIPS_YARN_OR_LLAMA3, methods=_set("none")),
-    Rule(Pending(WORKS, NONE_CRASH), configs=SHIPS_YARN_OR_LLAMA3, commands=_set("recommend")),
-    Rule(Pending(WORKS, EMIT_AS_IS), commands=_set("emit"), methods=_set(AS_IS)),
     Rule(Pending(WORKS, MINISTRAL_KEYS), configs=_set(MINISTRAL3), commands=_set("patch"), modes=_set("output")),
     Rule(Pending(WORKS, RECOMMEND_CANDIDATES), configs=PHI3 | _set("gemma-3-4b-it"), commands=_set("recommend")),
 )
