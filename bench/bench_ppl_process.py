@@ -79,7 +79,7 @@ def main() -> None:
     from ropectl.eval.settings import parse_length
 
     model = Path(a.model or default_model_path())
-    length = parse_length(a.length, "--length")
+    length = parse_length(a.length)
     work = Path(tempfile.mkdtemp(prefix="bench-ppl-process-"))
     (work / "doc").mkdir()
     doc = work / "doc" / "play.md"

@@ -9,6 +9,8 @@ ropectl wrote (`patch -o`, or the folder itself for the checkpoint as it is) is 
   cos/sin are transformers' unless ropectl warned that this vLLM computes other RoPE.
 - A cell the table says is refused: ropectl refused, and vLLM would not have computed the scaling: served the folder
   patch writes, vLLM builds the RoPE it builds for the unpatched folder (dual chunk attention drops rope_scaling).
+  vLLM's CPU build cannot build the dual-chunk rotary embedding (it allocates its caches on CUDA): there both builds
+  fail alike and only ropectl's refusal is checked; on a GPU machine the comparison runs.
 Pending cells are strict xfails, as in the default suite.
 """
 

@@ -65,8 +65,6 @@ DCA, LLAMA4, MINISTRAL3 = "qwen2.5-7b-instruct-1m", "llama-4-scout-17b-16e", "mi
 EMIT_SERVERS = _set("vllm", "sglang")
 
 # --- the bugs the pending cells wait for -----------------------------------------------------------------------
-AS_IS_SGLANG = ("issue 35 #7: --emit sglang with no -m on a model with per-layer RoPE (Gemma 3) is refused as if it "
-                "wrote per-layer sections, its fix naming -m METHOD; the checkpoint as it ships needs no override")
 DCA_SILENT = ("issue 35 #3: dual chunk attention is invisible: inspect says 'same', and --emit vllm|sglang prints "
               "rope overrides that both engines discard beside dual_chunk_attention_config")
 MINISTRAL_KEYS = ("issue 35 #4: patch drops llama_4_scaling_beta from Ministral 3's rope_parameters; transformers' "
@@ -95,14 +93,13 @@ RULES: tuple[Rule, ...] = (
     Rule(Pending(Works(says=(r"chunk", r"no.?rope|nope")), LLAMA4_SILENT), configs=_set(LLAMA4),
          commands=_set("inspect")),
     Rule(Refused(r"llama\.cpp flags"), commands=_set("emit"), modes=_set("llama.cpp"), methods=_set("llama3")),
+    # (as-is too: SGLang's reading of Gemma 3's shipped per-layer sections is not measured)
     Rule(Refused(r"per-layer-type rope sections"), configs=PER_LAYER_ROPE, commands=_set("emit"),
-         modes=_set("sglang"), methods=_set("yarn", "linear", "ntk", "dynamic", "llama3")),  # not measured in SGLang
+         modes=_set("sglang"), methods=_set("yarn", "linear", "ntk", "dynamic", "llama3", AS_IS)),
     # SGLang merges the override into the shipped longrope section: rope_type default beside type longrope.
     Rule(Refused(r"sglang .*cannot serve this"), configs=SHIPS_LONGROPE, commands=_set("emit"), modes=_set("sglang"),
          methods=_set("ntk")),
     # Bugs.
-    Rule(Pending(WORKS, AS_IS_SGLANG), configs=PER_LAYER_ROPE, commands=_set("emit"), modes=_set("sglang"),
-         methods=_set(AS_IS)),
     Rule(Pending(WORKS, MINISTRAL_KEYS), configs=_set(MINISTRAL3), commands=_set("patch"), modes=_set("output")),
     Rule(Pending(WORKS, RECOMMEND_CANDIDATES), configs=PHI3 | _set("gemma-3-4b-it"), commands=_set("recommend")),
 )
