@@ -88,3 +88,16 @@ def tiny_qwen_1m(folder: Path, with_dca: bool = True) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(config))
     return folder
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in version.split(".")[:3] if n.isdigit())
+
+
+def view_at(engines: list[dict[str, Any]], engine: str, version: str) -> dict[str, Any]:
+    """ropectl's row (inspect --engines --json) for ``engine`` that covers release ``version``."""
+    for view in engines:
+        low, high = view["versions"]
+        if view["engine"] == engine and _key(low) <= _key(version) and (high is None or _key(version) < _key(high)):
+            return view
+    raise AssertionError(f"no {engine} row covers {version}: {[v['reader'] for v in engines]}")

@@ -164,11 +164,15 @@ def test_attn_factor_is_what_sglang_reads(measured: dict[str, Any]) -> None:
 def _probe(jobs: list[dict[str, Any]], work: Path) -> dict[str, Any]:
     if not (VENV / "bin" / "python").exists():
         pytest.skip(f"no SGLang venv at {VENV}: run tests/compat/engine_venvs.sh sglang")
+    work.mkdir(parents=True, exist_ok=True)
     return run_jobs(VENV / "bin" / "python", HERE / "rope_probe.py", jobs, work)
 
 
-def _inspected(folder: Path) -> dict[str, dict[str, Any]]:
-    return {v["reader"]: v for v in ropectl_json("inspect", str(folder), "--engines")["engines"]}
+def _inspected(folder: Path) -> dict[str, Any]:
+    """ropectl's SGLang row for the release this tier runs."""
+    from probe_cases import view_at
+
+    return view_at(ropectl_json("inspect", str(folder), "--engines")["engines"], "SGLang", "0.5.23")
 
 
 def test_dca_is_built_by_get_rope_and_a_scaling_beside_it_changes_nothing(tmp_path: Path) -> None:
@@ -181,7 +185,7 @@ def test_dca_is_built_by_get_rope_and_a_scaling_beside_it_changes_nothing(tmp_pa
     folder = tiny_qwen_1m(tmp_path / "qwen1m")
     got = run_jobs(VENV / "bin" / "python", HERE / "sglang_runner.py",
                    [{"name": "1m", "command": _launch(folder), "positions": POSITIONS}], tmp_path)["1m"]
-    view = _inspected(folder)[READER]
+    view = _inspected(folder)
     assert view["error"] and "DualChunkRotaryEmbedding" in view["error"]
     assert got["context_length"] == view["serving_length"] == 1_010_000
 
@@ -198,5 +202,5 @@ def test_longrope_switches_per_batch(tmp_path: Path) -> None:
     folder.mkdir()
     (folder / "config.json").write_text((ROOT / "tests" / "fixtures" / "configs" /
                                          "phi-3.5-mini-instruct.json").read_text())
-    view = _inspected(folder)[READER]
+    view = _inspected(folder)
     assert not view["agrees"] and "per batch" in view["differs"]

