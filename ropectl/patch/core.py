@@ -25,8 +25,8 @@ from ropectl.io.ownership import note_written
 from ropectl.io.resolve import HUB_ID, ResolvedModel, resolve_model
 from ropectl.io.weight_files import WEIGHT_SUFFIXES, WeightCheck, check_weight_files
 from ropectl.output import dumps
+from ropectl.patch import advice, serving
 from ropectl.patch import gguf as gguf_out
-from ropectl.patch import serving
 from ropectl.patch.cards import card_lines
 from ropectl.patch.finetuned import finetuned_warning
 from ropectl.patch.spec import PatchSpec
@@ -110,7 +110,8 @@ def _write_folder(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> di
                                    exclude=lambda rel: rel.parent == Path(".") and rel.name.startswith(CONFIG),
                                    needed=lambda rel: rel.suffix in WEIGHT_SUFFIXES or rel.name.endswith(".index.json"))
         atomic_write_text(staging / CONFIG, text)
-        verification = verify_folder(staging, expected_ropes(plan.rope, plan.layer_ropes))
+        verification = verify_folder(staging, expected_ropes(plan.rope, plan.layer_ropes), plan.before_config,
+                                     plan.target_context, spec.forward)
     return {"output": str(spec.output), "files": [(CONFIG, "written"), *files], "verification": verification,
             "skipped": skipped}
 
@@ -122,9 +123,10 @@ def _backup_path(config: Path) -> Path:
     return backup
 
 
-def _write_in_place(model: ResolvedModel, plan: ConfigPlan) -> dict[str, Any]:
+def _write_in_place(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> dict[str, Any]:
     path = model.folder / CONFIG
-    verification = verify_config(plan.config, expected_ropes(plan.rope, plan.layer_ropes))
+    verification = verify_config(plan.config, expected_ropes(plan.rope, plan.layer_ropes), plan.before_config,
+                                 plan.target_context, spec.forward)
     backup = _backup_path(path)
     atomic_write_bytes(backup, path.read_bytes())
     os.chmod(backup, path.stat().st_mode & 0o777)
@@ -183,9 +185,13 @@ def _warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[s
         out.append(f"original_max_position_embeddings {int(original):,} (from the method options) differs from the "
                    f"model's trained context {trained:,}: the scaling counts from {int(original):,}; leave it out "
                    "to count from the model's own")
+    out.extend(advice.carried(plan))
     owner = owner_of(plan.rope.rope_type)
     if owner is not None and owner.patch_note:
         out.append(owner.patch_note)
+    if owner is not None and owner.patch_note_for is not None:
+        out.extend(n for n in [owner.patch_note_for(plan.rope, plan.before.rope)] if n)
+    out.extend(advice.lowered(plan))
     if plan.before.model_type in families.SOFTMAX_MSCALE_TYPES:
         before, after = softmax_mscale(plan.before.rope), softmax_mscale(plan.rope)
         if before != after or after != 1.0:
@@ -226,10 +232,11 @@ def _execute(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> tuple[d
     if model.is_gguf:
         return _gguf(spec, model, plan), llama_cpp.gguf_warnings(str(model.gguf.get("general.architecture")), plan.rope)
     if spec.dry_run:
-        verification = verify_config(plan.config, expected_ropes(plan.rope, plan.layer_ropes))
+        verification = verify_config(plan.config, expected_ropes(plan.rope, plan.layer_ropes), plan.before_config,
+                                     plan.target_context, spec.forward)
         old = (model.folder / CONFIG).read_text(encoding="utf-8")
         return {"diff": _diff(old, _dump(plan.config), CONFIG), "verification": verification}, []
-    return (_write_in_place(model, plan) if spec.in_place else _write_folder(spec, model, plan)), []
+    return (_write_in_place(spec, model, plan) if spec.in_place else _write_folder(spec, model, plan)), []
 
 
 def _check_weights(spec: PatchSpec, model: ResolvedModel) -> WeightCheck | None:
@@ -280,6 +287,7 @@ def patch_checkpoint(spec: PatchSpec) -> PatchResult:
         raise UsageError("a hub model's patched copy must go to a folder", "pass --output DIR")
     _check_outputs(spec, model)
     config = _gguf_config(model) if model.is_gguf else dict(model.config)
+    advice.refuse_dual_chunk(config)
     plan = plan_config(config, spec.method, spec.target_length, spec.schema, replace_existing=spec.replace_existing,
                        transformers=not model.is_gguf, max_positions=spec.max_positions)
     views = serving.reader_views(spec, plan, model)
