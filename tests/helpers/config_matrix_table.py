@@ -62,35 +62,27 @@ def _set(*items: str | Iterable[str]) -> frozenset[str]:
 PER_LAYER_ROPE = _set("gemma-3-1b-it", "gemma-3-4b-it")  # local and global layers rotate with different theta
 SHIPS_LONGROPE = _set("phi-3.5-mini-instruct", "phi-4-mini-instruct")
 DCA, LLAMA4, MINISTRAL3 = "qwen2.5-7b-instruct-1m", "llama-4-scout-17b-16e", "ministral-3-8b"
-EMIT_SERVERS = _set("vllm", "sglang")
 
 # --- the bugs the pending cells wait for -----------------------------------------------------------------------
-DCA_SILENT = ("issue 35 #3: dual chunk attention is invisible: inspect says 'same', and --emit vllm|sglang prints "
-              "rope overrides that both engines discard beside dual_chunk_attention_config")
-MINISTRAL_KEYS = ("issue 35 #4: patch drops llama_4_scaling_beta from Ministral 3's rope_parameters; transformers' "
-                  "forward of the written checkpoint then raises TypeError")
-LLAMA4_BANDS = ("issue 35 #6: llama3 on Llama 4 is refused for 'high_freq_factor > low_freq_factor', though the 1/1 "
-                "bands are the model's own (transformers only warns)")
-LLAMA4_SILENT = "issue 35 #6: inspect explains neither Llama 4's chunked attention nor its layers without RoPE"
 RECOMMEND_CANDIDATES = ("found by this matrix: recommend's plan holds candidates the model's config refuses (yarn on "
                         "Phi-3's config, which takes default and longrope only; a shipped longrope or linear scaling "
                         "'needs --replace-existing', a flag recommend does not have)")
 
 RULES: tuple[Rule, ...] = (
+    # DCA: transformers has no dual chunk attention; vLLM and SGLang build their dual-chunk rotary embedding
+    # whenever the key is set and drop rope_scaling (get_rope in both): patch refuses to write or emit any RoPE for
+    # it, in one line that says so (docs/reference/families.md, Refusals).
+    Rule(Refused(r"dual chunk attention"), configs=_set(DCA), commands=_set("patch", "emit")),
     # Refusals that are right: the method cannot be written for this model or engine.
     Rule(Refused(r"not p-rope"), methods=_set("proportional")),  # no p-RoPE model (Gemma 4) in the corpus
     Rule(Refused(r"phi3 config accepts only rope types"), configs=PHI3,
          methods=_set("linear", "dynamic", "yarn", "llama3")),
-    # DCA: transformers has no dual chunk attention; vLLM and SGLang build their dual-chunk rotary embedding
-    # whenever the key is set and drop rope_scaling (get_rope in both).
-    Rule(Pending(Refused(r"dual.chunk.attention"), DCA_SILENT), configs=_set(DCA), commands=_set("emit"),
-         modes=EMIT_SERVERS, methods=_set("yarn")),
-    Rule(Pending(Works(says=(r"dual.chunk.attention",)), DCA_SILENT), configs=_set(DCA), commands=_set("inspect")),
+    Rule(Works(says=(r"dual.chunk.attention",)), configs=_set(DCA), commands=_set("inspect")),
     # Llama 4: llama3 with the model's own 1/1 bands works (transformers warns); llama.cpp takes no llama3 flags.
-    Rule(Pending(Refused(r"llama\.cpp flags"), LLAMA4_BANDS), configs=_set(LLAMA4), commands=_set("emit"),
+    Rule(Refused(r"llama\.cpp flags"), configs=_set(LLAMA4), commands=_set("emit"),
          modes=_set("llama.cpp"), methods=_set("llama3")),
-    Rule(Pending(WORKS, LLAMA4_BANDS), configs=_set(LLAMA4), methods=_set("llama3")),
-    Rule(Pending(Works(says=(r"chunk", r"no.?rope|nope")), LLAMA4_SILENT), configs=_set(LLAMA4),
+    Rule(WORKS, configs=_set(LLAMA4), methods=_set("llama3")),
+    Rule(Works(says=(r"chunk", r"no.?rope|nope")), configs=_set(LLAMA4),
          commands=_set("inspect")),
     Rule(Refused(r"llama\.cpp flags"), commands=_set("emit"), modes=_set("llama.cpp"), methods=_set("llama3")),
     # (as-is too: SGLang's reading of Gemma 3's shipped per-layer sections is not measured)
@@ -100,7 +92,6 @@ RULES: tuple[Rule, ...] = (
     Rule(Refused(r"sglang .*cannot serve this"), configs=SHIPS_LONGROPE, commands=_set("emit"), modes=_set("sglang"),
          methods=_set("ntk")),
     # Bugs.
-    Rule(Pending(WORKS, MINISTRAL_KEYS), configs=_set(MINISTRAL3), commands=_set("patch"), modes=_set("output")),
     Rule(Pending(WORKS, RECOMMEND_CANDIDATES), configs=PHI3 | _set("gemma-3-4b-it"), commands=_set("recommend")),
 )
 
