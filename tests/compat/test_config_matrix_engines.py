@@ -94,6 +94,15 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return _STATE
 
 
+NO_ACCELERATOR = "Cannot access accelerator device"  # vLLM's CPU build building dual chunk attention's caches
+
+
+def _covers_newest(warning: str) -> bool:
+    """A vLLM warning whose version span includes the release this tier runs (the newest)."""
+    label = warning.split(":", 1)[0]
+    return label.startswith("vLLM") and (label.endswith("+") or label == "vLLM (every version)")
+
+
 def _rows(got: dict[str, Any]) -> list[tuple[str, list[list[float]]]]:
     return [(part, row) for rope in got["ropes"] for part in ("cos", "sin") for row in rope[part]]
 
@@ -130,8 +139,12 @@ def test_emit_cell_is_what_vllm_serves(cell: Cell, measured: dict[str, Any]) -> 
         return
     assert case["code"] == 0, case["err"][-1500:]
     got = results[f"{cell.id}/emit"]
+    if NO_ACCELERATOR in got.get("error", ""):
+        pytest.skip("vLLM's CPU build cannot build this model's rotary embedding (dual chunk attention: CUDA caches)")
     assert "error" not in got, got["error"]
-    warned = any("computes other RoPE" in w for w in case["emitted"]["warnings"])
+    if not got.get("ropes"):
+        pytest.skip("vLLM holds no rotary module of its own here (GLM runs on its Transformers backend)")
+    warned = any("computes other RoPE" in w and _covers_newest(w) for w in case["emitted"]["warnings"])
     diff = _max_diff(got)
     print(f"{cell.id}: max |cos/sin diff| vLLM vs transformers {diff:.1e}; warned: {warned}")
     assert (diff > TOL) == warned
