@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ropectl-installed
 
-.PHONY: demo test test-fast test-heavy lint bench bench-finetune bench-finetune-speed finetune-smoke gpu-carry clean compat compat-transformers compat-engines compat-ruler
+.PHONY: demo test test-fast test-heavy lint bench bench-finetune bench-finetune-speed finetune-smoke gpu-carry clean compat compat-transformers compat-engines compat-ruler compat-long
 
 # uv (installed into the venv by pip) does the installs where it can be had: seconds instead of pip's minutes of
 # unpacking torch; pip does them where it cannot. PIP_FIND_LINKS (a local wheel folder) is passed on to uv.
@@ -56,6 +56,13 @@ compat-engines: $(STAMP)
 		tests/compat/test_llama_cpp_convert.py tests/compat/test_vllm_engine.py tests/compat/test_search_vllm.py tests/compat/test_sglang.py \
 		tests/compat/test_config_matrix_engines.py
 	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/compat/test_finetuned.py -k "vllm or llama_cpp or lm_eval"
+
+# llama.cpp's checks past the trained length alone (about 16 minutes on 2 cores): what .ci/run runs after the other
+# tiers, when the time left allows, having run compat-engines with LLAMA_CPP_LONG=0.
+compat-long: $(STAMP)
+	sh tests/compat/engine_venvs.sh llamacpp
+	ROPECTL_LLAMA_CPP_LONG=12288 $(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/compat/test_llama_cpp.py \
+		-k "long_prompt or method_ratio"
 
 # eval-tasks against lm-evaluation-harness's own RULER tasks on SmolLM2 at 1k, 16 samples per task and side
 # (ROPECTL_RULER_SAMPLES). Measured 17 min 9 s on the 2-core machine under load 1.3-5 from other jobs (1,066 CPU-s:
