@@ -55,7 +55,7 @@ def test_a_sweep_load_parses_the_real_gguf_once(smollm2: Path, monkeypatch: pyte
     reader the same way, through load_gguf_checkpoint; building them here would cost a minute.)"""
     import gguf
 
-    from ropectl.eval.engines.hf.load import _auto_class
+    from ropectl.eval.engines.hf.load import auto_class
     from ropectl.eval.model import model_source
 
     built: list[str] = []
@@ -71,5 +71,5 @@ def test_a_sweep_load_parses_the_real_gguf_once(smollm2: Path, monkeypatch: pyte
     built.clear()
     with parse_once():
         source = model_source(str(smollm2))
-        _auto_class(source.path, source.kwargs)
+        auto_class(source.path, source.kwargs)
     assert built == [str(smollm2)] and source.config["vocab_size"] == 49152

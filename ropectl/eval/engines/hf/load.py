@@ -58,7 +58,7 @@ def _load_model(path: str, kwargs: Mapping[str, Any], tokenizer: Any, device: st
     quiet_transformers()
     torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
     extra: dict[str, Any] = {"device_map": "auto"} if device_map == "auto" else {}
-    auto = _auto_class(path, kwargs)
+    auto = auto_class(path, kwargs)
     with no_gguf_bar():
         model = from_pretrained_sdpa(auto, path, dtype=torch_dtype, **extra, **kwargs)
     if device_map != "auto":
@@ -81,7 +81,7 @@ def from_pretrained_sdpa(auto: Any, path: str, **kwargs: Any) -> Any:
     return auto.from_pretrained(path, attn_implementation="eager", **kwargs)
 
 
-def _auto_class(path: str, kwargs: Mapping[str, Any]) -> Any:
+def auto_class(path: str, kwargs: Mapping[str, Any]) -> Any:
     """AutoModelForCausalLM, or the image-text-to-text class for vision-language models (Qwen2-VL, Qwen3-VL)
     whose language model is only reachable through it; their text-only forward is a causal LM."""
     from transformers import AutoModelForCausalLM
