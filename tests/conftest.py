@@ -12,7 +12,9 @@ import pytest
 # imports torch, and passed on to every subprocess a test starts: a suite never asks for more threads than there are
 # cores, where a second pool on the same cores turns every small decode step into a wait at OpenMP's barriers.
 # Tests that launch several processes give each one thread (tests/helpers/launch.py). ROPECTL_TEST_THREADS overrides.
-THREADS = os.environ.get("ROPECTL_TEST_THREADS") or str(len(os.sched_getaffinity(0)))
+# Under pytest-xdist (make test runs one worker per core) each worker gets its share of the cores.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+THREADS = os.environ.get("ROPECTL_TEST_THREADS") or str(max(1, len(os.sched_getaffinity(0)) // _WORKERS))
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = THREADS
 

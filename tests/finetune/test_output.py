@@ -256,7 +256,7 @@ def test_summary_lines_name_the_engines(written: dict[str, Any]) -> None:
     assert math.isfinite(len(checkpoint.files)) and ("config.json", "written") in checkpoint.files
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_gguf_source_writes_a_dequantized_base(smollm2: Path, tmp_path: Path) -> None:
     """The embedded SmolLM2 GGUF, fine-tuned with LoRA and not merged: OUT/base holds transformers' own dequantized
     weights under the patched config, OUT loads as base + adapter, and the notes say how to convert back."""

@@ -9,7 +9,7 @@ import pytest
 from tests.helpers.eval_reference import gguf_model, greedy_generate
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_smollm2_teacher_forcing_equals_generate_and_retrieves(smollm2: Path) -> None:
     import torch
     from transformers import AutoTokenizer

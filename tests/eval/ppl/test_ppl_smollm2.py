@@ -19,7 +19,7 @@ def embedded_run(smollm2: Path, tmp_path_factory: pytest.TempPathFactory):
     return spec, run_eval(spec)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("method", ["none", "yarn:2"])
 def test_smollm2_cells_equal_naive_loss(embedded_run, smollm2: Path, method: str) -> None:
     import torch
@@ -41,7 +41,7 @@ def test_smollm2_cells_equal_naive_loss(embedded_run, smollm2: Path, method: str
     assert 5 < result.cell(method, 1024).ppl < 100  # a real language model on English text
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_smollm2_token_cache_is_reused(embedded_run) -> None:
     from transformers import AutoTokenizer
 

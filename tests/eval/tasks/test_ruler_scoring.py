@@ -151,7 +151,7 @@ def test_each_trial_starts_from_the_method_s_rope(tiny_model: Path, tmp_path: Pa
         run_tasks(spec("not-kept"))
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_smollm2_scores_equal_string_match_all_on_generate(smollm2: Path, smol_tok) -> None:
     """The real model at 1k: the score is RULER's string_match_all on transformers' greedy output of the trial's
     budget. One task per haystack and answer shape (repeated noise / essay / needle haystacks; number and UUID
