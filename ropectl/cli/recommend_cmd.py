@@ -221,7 +221,7 @@ def print_recommendation(result: Any, model: str, skipped: dict[str, str] | None
         if e.note.startswith("not served as evaluated"):
             console.print(f"{e.method}: {e.note}", soft_wrap=True, markup=False)
     for method, why in (skipped or {}).items():
-        console.print(f"{method}: not measured, not served as evaluated: {why}", soft_wrap=True, markup=False)
+        console.print(f"{method}: not measured, {why}", soft_wrap=True, markup=False)
     console.print("rule: drop methods more than "
                   f"{result.max_regression:.0%} worse than none at any length ≤ the trained context; lead with the "
                   "highest task score at the target, then the lowest PPL; crown the leader only if it separates "

@@ -61,10 +61,28 @@ def candidates(methods: tuple[str, ...], base: float, grid: tuple[float, ...], s
         for factor in sorted({round(max(1.0, base * g), 3) for g in grid}):
             spec = f"{name}:{factor:g}"
             if why:
-                skipped[spec] = why
+                skipped[spec] = f"not served as evaluated: {why}"
             elif spec not in out:
                 out.append(spec)
     return out, skipped
+
+
+def applicable(config: Any, methods: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The candidates patch would write on this config, and the others with the config's refusal (Phi-3's config
+    takes only default and longrope; a shipped scaling that is not re-extendable needs --replace-existing)."""
+    from ropectl.errors import RopectlError
+    from ropectl.eval.model import method_states
+    from ropectl.rope.methods import parse_spec
+
+    kept, refused = [], {}
+    for method in methods:
+        try:
+            method_states(config, (parse_spec(method),))
+        except RopectlError as exc:
+            refused[method] = f"patch refuses it on this config: {exc.problem}"
+        else:
+            kept.append(method)
+    return kept, refused
 
 
 @dataclass(frozen=True)
@@ -161,6 +179,8 @@ def plan_grid(req: Request) -> tuple[Plan, dict[str, str], int]:
     grid = (1.0,) if req.factor else sizes["grid"]
     methods, skipped = candidates(sizes["candidates"], req.factor or req.target / trained, grid, req.serve_with,
                                   shipped)
+    methods, refused = applicable(config, methods)
+    skipped.update(refused)
     inside = parse_lengths(sizes.get("inside") or sorted({max(2, trained // 4), trained}))
     screens = get_engine(req.engine_options.get("engine", DEFAULT_ENGINE)).cheap_method_switch
     task_at = sizes["task_at"]

@@ -233,8 +233,13 @@ def forward_runs(folder: Path) -> str:
     try:  # the class the written config's architectures names, as from_pretrained of the published model builds
         cls = model_class(json.loads((folder / "config.json").read_text()))
         model = cls.from_pretrained(str(folder), dtype=torch.float32).eval()
+        # transformers 5.24's Llama4ForConditionalGeneration.forward reads image_outputs from its language model's
+        # output, which has none (AttributeError on any text-only input, patched or not): where the wrapper holds a
+        # whole causal LM, that model's own forward is the text forward
+        language = getattr(model, "language_model", None)
+        runner = language if language is not None and hasattr(language, "lm_head") else model
         with torch.no_grad():
-            logits = model(input_ids=torch.arange(3, 19).unsqueeze(0)).logits
+            logits = runner(input_ids=torch.arange(3, 19).unsqueeze(0)).logits
     except Exception as exc:  # the oracle's own failure is the finding: report it, whatever it is
         return f"{type(exc).__name__}: {exc}"
     return "" if bool(torch.isfinite(logits).all()) else "non-finite logits"

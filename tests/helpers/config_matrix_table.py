@@ -61,17 +61,9 @@ def _set(*items: str | Iterable[str]) -> frozenset[str]:
 # --- the configs, by what they ship (read from the JSON files, tests/fixtures/configs) ------------------------
 PER_LAYER_ROPE = _set("gemma-3-1b-it", "gemma-3-4b-it")  # local and global layers rotate with different theta
 SHIPS_LONGROPE = _set("phi-3.5-mini-instruct", "phi-4-mini-instruct")
-EVAL = _set("eval-ppl", "eval-tasks")
 DCA, LLAMA4, MINISTRAL3 = "qwen2.5-7b-instruct-1m", "llama-4-scout-17b-16e", "ministral-3-8b"
 
-# --- the bugs the pending cells wait for -----------------------------------------------------------------------
-LLAMA4_BANDS = ("llama3 x32 on Llama 4's own 1/1 bands (low = high = 1): patch writes it, but transformers' forward "
-                "of the written 2-layer copy fails the matrix's check, and eval's rotary check finds transformers' "
-                "inv_freq 31x off ropectl's (the 0/0 smoothing at low = high is read differently)")
-RECOMMEND_CANDIDATES = ("found by this matrix: recommend's plan holds candidates the model's config refuses (yarn on "
-                        "Phi-3's config, which takes default and longrope only; a shipped longrope or linear scaling "
-                        "'needs --replace-existing', a flag recommend does not have)")
-
+# --- pending cells (Pending(after, bug)): none at present -----------------------------------------------------
 RULES: tuple[Rule, ...] = (
     # DCA: transformers has no dual chunk attention; vLLM and SGLang build their dual-chunk rotary embedding
     # whenever the key is set and drop rope_scaling (get_rope in both): patch refuses to write or emit any RoPE for
@@ -85,9 +77,6 @@ RULES: tuple[Rule, ...] = (
     # Llama 4: llama3 with the model's own 1/1 bands works (transformers warns); llama.cpp takes no llama3 flags.
     Rule(Refused(r"llama\.cpp flags"), configs=_set(LLAMA4), commands=_set("emit"),
          modes=_set("llama.cpp"), methods=_set("llama3")),
-    Rule(Pending(WORKS, LLAMA4_BANDS), configs=_set(LLAMA4), methods=_set("llama3"), commands=_set("patch"),
-         modes=_set("output")),
-    Rule(Pending(WORKS, LLAMA4_BANDS), configs=_set(LLAMA4), methods=_set("llama3"), commands=EVAL),
     Rule(WORKS, configs=_set(LLAMA4), methods=_set("llama3")),
     Rule(Works(says=(r"chunk", r"no.?rope|nope")), configs=_set(LLAMA4),
          commands=_set("inspect")),
@@ -99,7 +88,6 @@ RULES: tuple[Rule, ...] = (
     Rule(Refused(r"sglang .*cannot serve this"), configs=SHIPS_LONGROPE, commands=_set("emit"), modes=_set("sglang"),
          methods=_set("ntk")),
     # Bugs.
-    Rule(Pending(WORKS, RECOMMEND_CANDIDATES), configs=PHI3 | _set("gemma-3-4b-it"), commands=_set("recommend")),
 )
 
 

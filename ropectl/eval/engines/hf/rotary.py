@@ -39,7 +39,7 @@ def activate(loaded: LoadedModel, state: MethodState) -> None:
         raise VerificationError("found no rotary embedding module in the loaded model",
                                 "report this model type; eval-ppl cannot switch its RoPE")
     foreign = _foreign(state)
-    full = type(loaded.model.config).from_dict(_as_default(state.config) if foreign else dict(state.config))
+    full = _config_as_loaded(loaded.model.config, _as_default(state.config) if foreign else dict(state.config))
     for parent, name, old in modules:
         cfg = full if old.config is loaded.model.config else _text(full)
         new = type(old)(cfg)
@@ -82,6 +82,17 @@ def _install(module: Any, want: Any) -> None:
     module.inv_freq = inv
     module.original_inv_freq = inv.clone()
     module.attention_scaling = want.attention_factor
+
+
+def _config_as_loaded(loaded: Any, config: dict[str, Any]) -> Any:
+    """``config`` (the checkpoint's, as the method changed it) in the loaded model's config class. A causal LM
+    loaded from a vision-language checkpoint (Llama4ForCausalLM from Llama 4's Llama4Config) has the text config
+    as its own: it is built from the checkpoint's text section, where the method's rope keys are."""
+    cls = type(loaded)
+    text = config.get("text_config")
+    if isinstance(text, Mapping) and "text_config" not in (getattr(cls, "sub_configs", None) or {}):
+        config = dict(text)
+    return cls.from_dict(config)
 
 
 def _text(config: Any) -> Any:
