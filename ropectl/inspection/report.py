@@ -134,8 +134,8 @@ def _context_source(model: ModelRope) -> str:
         return f"model card: {card.native_context:,}; {card.native_note}"
     dca = model.attention.dual_chunk if model.attention else None
     if dca and model.native_context and model.native_context == dca.original:
-        return (f"config: {DCA_KEY} original_max_position_embeddings (max_position_embeddings "
-                f"{model.rope.max_position_embeddings:,} is what Dual Chunk Attention serves, not a trained length)")
+        return (f"config: {DCA_KEY}.original_max_position_embeddings; the {model.rope.max_position_embeddings:,} "
+                "max positions are what Dual Chunk Attention serves, not a trained length")
     if model.rope.original_max_position_embeddings:
         return "config: original_max_position_embeddings"
     return "config: max_position_embeddings"

@@ -128,3 +128,23 @@ def test_an_architecture_that_fails_unpatched_too_is_not_claimed_to_run(source: 
     check = verify_config(broken, _expected(broken), source=broken).forward
     assert check.skipped and "TypeError" in check.skipped
     assert check.to_dict()["ran"] is False
+
+
+def test_the_tiny_copy_keeps_the_rope_and_attention_keys() -> None:
+    """The copy patch runs (ropectl/patch/tiny.py): one layer of each kind, the model's own head size, and every rope
+    and attention key as published (Llama 4 Scout's NoPE and chunked layers; Gemma 3's sliding and full layers)."""
+    from transformers import AutoConfig
+
+    from ropectl.patch.tiny import tiny_text_config
+
+    fixtures = Path(__file__).parents[1] / "fixtures" / "configs"
+    scout = json.loads((fixtures / "llama-4-scout-17b-16e.json").read_text())["text_config"]
+    tiny = tiny_text_config(AutoConfig.for_model(**scout))
+    assert (tiny.num_hidden_layers, tiny.head_dim, tiny.num_attention_heads) == (2, 128, 2)
+    assert tiny.no_rope_layers == [1, 0] and tiny.layer_types == ["chunked_attention", "full_attention"]
+    assert tiny.moe_layers == [0, 1]  # an index list, renumbered
+    assert (tiny.attention_chunk_size, tiny.floor_scale, tiny.max_position_embeddings) == (8192, 8192, 10485760)
+    assert tiny.rope_parameters == AutoConfig.for_model(**scout).rope_parameters
+    gemma = json.loads((fixtures / "gemma-3-1b-it.json").read_text())
+    small = tiny_text_config(AutoConfig.for_model(**gemma))
+    assert sorted(small.layer_types) == ["full_attention", "sliding_attention"] and small.sliding_window == 512
