@@ -220,9 +220,15 @@ def _mode(spec: PatchSpec) -> str:
 
 
 def _execute(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> tuple[dict[str, Any], list[str]]:
+    # The checkpoint as it is: its lines restate ropectl's reading of the config, so transformers must build that
+    # reading first; a dry run of it changes nothing (PatchSpec refuses writing it).
+    kept = verify_config(plan.config, expected_ropes(plan.rope, plan.layer_ropes)) if plan.kept and not model.is_gguf \
+        else None
     if spec.emit != "config":
         emitted, warnings = _emit(spec, model, plan)
         return {"emit": emitted}, warnings
+    if plan.kept:
+        return {"diff": "", "verification": kept}, []
     if model.is_gguf:
         return _gguf(spec, model, plan), llama_cpp.gguf_warnings(str(model.gguf.get("general.architecture")), plan.rope)
     if spec.dry_run:
