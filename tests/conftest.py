@@ -8,6 +8,14 @@ from pathlib import Path
 
 import pytest
 
+# One thread pool per process, sized to the cores this process may run on (taskset included), set before anything
+# imports torch, and passed on to every subprocess a test starts: a suite never asks for more threads than there are
+# cores, where a second pool on the same cores turns every small decode step into a wait at OpenMP's barriers.
+# Tests that launch several processes give each one thread (tests/helpers/launch.py). ROPECTL_TEST_THREADS overrides.
+THREADS = os.environ.get("ROPECTL_TEST_THREADS") or str(len(os.sched_getaffinity(0)))
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = THREADS
+
 # Tests never touch the network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -61,3 +69,7 @@ def single(tmp_path: Path, tiny_checkpoints: tuple[Path, Path]) -> Path:
 def sharded(tmp_path: Path, tiny_checkpoints: tuple[Path, Path]) -> Path:
     """A private copy of the sharded tiny Llama, at tmp_path/src, free to damage."""
     return Path(shutil.copytree(tiny_checkpoints[1], tmp_path / "src"))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"ropectl: {THREADS} torch thread(s) per test process (ROPECTL_TEST_THREADS)"

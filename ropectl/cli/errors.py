@@ -45,6 +45,13 @@ def os_error(exc: OSError) -> RopectlError:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def echo_interrupt(line: str) -> None:
+    """An interrupt's one line on stderr, from the start of a line: a terminal has echoed ^C where the cursor
+    stood, so there the line is cleared first (it read '^Cinterrupted: ...'); elsewhere it is printed as it is."""
+    lead = "\r\x1b[K" if sys.stderr.isatty() and os.environ.get("TERM", "") != "dumb" else ""
+    typer.echo(f"{lead}{line}", err=True)
+
+
 def debug() -> bool:
     return os.environ.get("ROPECTL_DEBUG", "") not in ("", "0", "false")
 
@@ -77,7 +84,7 @@ def handle_errors(func: F) -> F:
         except KeyboardInterrupt:
             if debug():
                 raise
-            typer.echo("interrupted: nothing half-written was kept.", err=True)
+            echo_interrupt("interrupted: nothing half-written was kept.")
             raise typer.Exit(130) from None
         except Exception as exc:  # anything unexpected still gets one line, not a traceback
             if debug():
@@ -120,6 +127,6 @@ def run_app(app: typer.Typer) -> None:
         typer.echo(f"error: {exc.format_message()} Fix: see '{where} --help'.", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
-        typer.echo("interrupted.", err=True)
+        echo_interrupt("interrupted.")
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)

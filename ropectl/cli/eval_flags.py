@@ -12,6 +12,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from ropectl.cli.errors import echo_interrupt
 from ropectl.cli.flags import LENGTH_SYNTAX, opt
 from ropectl.eval.engines import engine_names
 from ropectl.rope.methods import method_names
@@ -69,6 +70,8 @@ def progress_bar(enabled: bool) -> Iterator[Callable[[Any], None] | None]:
         TimeRemainingColumn,
     )
 
+    from ropectl.io.signals import interrupts_held
+
     columns = (BarColumn(bar_width=20), MofNCompleteColumn(), TextColumn("tok · {task.fields[rate]} ·"),
                TimeElapsedColumn(), TextColumn("· ETA"), TimeRemainingColumn(), TextColumn("[dim]{task.fields[current]}"))
     bar = Progress(*columns, console=Console(stderr=True), transient=False)
@@ -76,7 +79,8 @@ def progress_bar(enabled: bool) -> Iterator[Callable[[Any], None] | None]:
 
     def update(p: Any) -> None:
         if not bar.live.is_started:  # start at the first forward: errors before it print one line only
-            bar.start()
+            with interrupts_held():
+                bar.start()
         bar.update(task, total=p.total_tokens, completed=p.done_tokens, current=p.current)
         speed = bar.tasks[0].speed
         bar.update(task, rate=f"{speed:,.0f} tok/s" if speed else "… tok/s")
@@ -85,7 +89,8 @@ def progress_bar(enabled: bool) -> Iterator[Callable[[Any], None] | None]:
         yield update
     finally:
         if bar.live.is_started:  # stopping a bar that never started still prints an empty line
-            bar.stop()
+            with interrupts_held():
+                bar.stop()
 
 
 def resume_command(out: Path) -> str:
@@ -110,8 +115,8 @@ def run_sweep_command(run: Callable[[Callable[[Any], None] | None], Any], unit: 
             result = run(on_progress)
     except SweepInterrupted as exc:
         if main:
-            typer.echo(f"{exc.what}: {exc.kept} finished {unit} kept in {exc.out}; resume with: "
-                       f"{resume_command(exc.out)}", err=True)
+            echo_interrupt(f"{exc.what}: {exc.kept} finished {unit} kept in {exc.out}; resume with: "
+                           f"{resume_command(exc.out)}")
         raise typer.Exit(exc.exit_code) from None
     return result if main else None
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ropectl.cli.errors import handle_errors
+from ropectl.cli.errors import echo_interrupt, handle_errors
 from ropectl.cli.eval_flags import DeviceOpt, DtypeOpt
 from ropectl.cli.flags import LENGTH_SYNTAX, ForceOpt, JsonOpt, ModelArg, OutputOpt, opt
 from ropectl.cli.patch_cmd import ConfigOpt, PresetOpt, SetOpt
@@ -127,7 +127,7 @@ def _train(spec: Any, json_out: bool) -> Any:
             result = finetune(spec, on_progress)
     except FinetuneInterrupted as exc:
         if main:
-            typer.echo(f"{exc.problem}; resume with: {resume_command(exc.run_dir)}", err=True)
+            echo_interrupt(f"{exc.problem}; resume with: {resume_command(exc.run_dir)}")
         raise typer.Exit(exc.exit_code) from None
     return result if main else None
 
@@ -184,7 +184,10 @@ class _Progress:
             self.bar = Progress(TextColumn("step"), BarColumn(bar_width=20), MofNCompleteColumn(),
                                 TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=Console(stderr=True))
             self.task = self.bar.add_task("finetune", total=p.steps, info="")
-            self.bar.start()
+            from ropectl.io.signals import interrupts_held
+
+            with interrupts_held():
+                self.bar.start()
         if p.message is not None:
             self.bar.console.print(p.message)
             return
@@ -198,7 +201,10 @@ class _Progress:
 
     def __exit__(self, *exc: Any) -> None:
         if self.bar is not None:
-            self.bar.stop()
+            from ropectl.io.signals import interrupts_held
+
+            with interrupts_held():
+                self.bar.stop()
 
 
 def _show(result: dict[str, Any], json_out: bool) -> None:
@@ -218,8 +224,9 @@ def _size(n: float) -> str:
 def _lines(result: dict[str, Any]) -> list[str]:
     """The plan (dry run) or the finished run, a few plain lines."""
     plan = result["plan"]
-    out = [f"{plan['method']}: trained {plan['trained']:,} -> target {plan['target']:,} tokens; "
-           f"{'PoSE window ' + format(plan['window'], ',') if plan['window'] < plan['target'] else 'full length'}",
+    from ropectl.finetune.plan import plan_line
+
+    out = [plan_line(plan["method"], plan["trained"], plan["target"], plan["window"]),
            f"a step is {plan['tokens_per_step']:,} tokens ({plan['global_batch']} sequences of {plan['seq_len']:,}: "
            f"{plan['per_device']} per device x {count(plan['world'], 'process')} x {plan['grad_accum']} accumulation); "
            f"{plan['steps']} steps = {plan['total_tokens']:,} tokens"]

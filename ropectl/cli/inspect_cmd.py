@@ -13,8 +13,9 @@ from ropectl.output import dumps, plain
 
 PlotOpt = Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG of wavelength per dimension pair.")]
 EnginesOpt = Annotated[bool, typer.Option(
-    "--engines", help="Show what each reader (transformers version ranges, vLLM, llama.cpp) computes from this "
-                      "checkpoint, and each disagreement with its fix.")]
+    "--engines", help="Show what each reader (transformers version ranges, vLLM, SGLang, llama.cpp, lm-eval) computes "
+                      "from this checkpoint, what it does with its attention features (NoPE layers, chunked "
+                      "attention, query temperature, Dual Chunk Attention), and each disagreement with its fix.")]
 
 
 @handle_errors
@@ -50,6 +51,8 @@ def print_engines(views: list[dict[str, Any]]) -> None:
                        f"original {plain(rope['original'])}, {rope['frequencies']} frequencies "
                        f"{plain(rope['inv_freq_max'])} .. {plain(rope['inv_freq_min'])}, "
                        f"attention {plain(rope['attention_factor'])}")
+        for note in view.get("attention", ()):
+            typer.echo(f"    attention: {note}")
         length = view["serving_length"]
         typer.echo(f"    serving length: {plain(length) if length else view['serving_rule'] or '-'}")
         if view["differs"]:

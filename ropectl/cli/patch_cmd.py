@@ -114,7 +114,22 @@ def _render_files(result: dict[str, Any], console: Any) -> None:
     # Say what "verified" covered: the RoPE transformers builds, and how far the weight files were looked at.
     detail = f"rope frequencies max relative error {v['max_rel_error']:.1e}" if "max_rel_error" in v else \
         v.get("covers", f"{v.get('tensors_identical', 0)} tensors identical")
-    console.print(f"[green]verified[/green] with {v['engine']}: {detail}" + (f"; {weights}" if weights else ""))
+    console.print(f"[green]verified[/green] with {v['engine']}: {detail}" + _forward(v.get("forward"))
+                  + (f"; {weights}" if weights else ""))
+
+
+def _forward(forward: dict[str, Any] | None) -> str:
+    """What the tiny copy's forward showed, in the verified line."""
+    if not forward:
+        return ""
+    if not forward["ran"]:
+        return f"; the model's forward was not run ({forward['skipped']})"
+    first, last = forward["positions"]
+    from ropectl.output import count
+
+    checked = forward["rotary_outputs_checked"]
+    rotary = f", {count(checked, 'rotary output')} as computed" if checked else ""
+    return f"; the model's forward ran ({forward['layers']}-layer copy, positions {first:,}-{last:,}: finite logits{rotary})"
 
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ropectl.cli.errors import handle_errors
+from ropectl.cli.errors import echo_interrupt, handle_errors
 from ropectl.cli.eval_flags import (
     DeviceOpt,
     DtypeOpt,
@@ -172,8 +172,8 @@ def _run_sweeps(request: Any, json_out: bool) -> Any:
                        lambda line: typer.echo(line, err=True))
     except SweepInterrupted as exc:
         unit = "trials" if exc.out == root / "tasks" else "cells"
-        typer.echo(f"{exc.what}: {exc.kept} finished {unit} kept in {exc.out}; resume with: "
-                   f"{resume_command(root)}", err=True)
+        echo_interrupt(f"{exc.what}: {exc.kept} finished {unit} kept in {exc.out}; resume with: "
+                       f"{resume_command(root)}")
         raise typer.Exit(exc.exit_code) from None
 
 

@@ -70,6 +70,11 @@ def print_inspect(d: dict[str, Any], console: Console | None = None) -> None:
     _print_pairs(d, console)
     for label, layer in d["layers"].items():
         console.print(f"  [dim]{label}: {layer['rope_type']}, θ={number(layer['rope_theta'])}[/dim]")
+    attention = d.get("attention") or {}
+    for line in attention.get("features", ()):
+        console.print(f"attention: {escape(line)}", soft_wrap=True)
+    for line in attention.get("bounds", ()):
+        console.print(f"length: {escape(line)}", soft_wrap=True)
     for warning in d["warnings"]:
         print_warning(console, warning)
     if d.get("model_card") and d["model_card"].get("caveat"):

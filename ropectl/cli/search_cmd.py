@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ropectl.cli.errors import handle_errors
+from ropectl.cli.errors import echo_interrupt, handle_errors
 from ropectl.cli.eval_flags import DeviceOpt, DtypeOpt, ModelOpt, out_option, resume_command
 from ropectl.cli.flags import LENGTH_SYNTAX, ForceOpt, JsonOpt, opt
 from ropectl.rope.methods import search_spaces
@@ -98,8 +98,8 @@ def search_cmd(
     except KeyboardInterrupt as exc:
         from ropectl.eval.interrupt import Terminated
 
-        typer.echo(f"search stopped: finished trials are kept in {folder}; resume with: {resume_command(folder)}",
-                   err=True)
+        echo_interrupt(f"search stopped: finished trials are kept in {folder}; resume with: "
+                       f"{resume_command(folder)}")
         raise typer.Exit(143 if isinstance(exc, Terminated) else 130) from None
     if json_out:
         typer.echo(dumps(result.summary))

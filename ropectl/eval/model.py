@@ -171,12 +171,17 @@ def _model_source(model: str | None) -> ModelSource:
 
 
 def trained_context(config: Mapping[str, Any]) -> int | None:
-    """The pretraining context: ropectl's record of the unscaled base if patched, else a model card's native context
-    where the config names none (``ropectl.families.cards``), else what the config says."""
+    """The context the weights were trained at: the target of a ropectl fine-tune, as its record states (it trained
+    every position up to it), else the pretraining context: ropectl's record of the unscaled base if patched, else a
+    model card's native context where the config names none (``ropectl.families.cards``), else what the config says."""
     from ropectl.schema.record import Record
 
     model = read_model_rope(config)
-    base = Record.from_json(model.record).base
+    record = Record.from_json(model.record)
+    tuned = (record.finetune or {}).get("target")
+    if isinstance(tuned, int) and not isinstance(tuned, bool) and tuned > 0:
+        return tuned
+    base = record.base
     return (base.trained_context if base else None) or model.native_context or model.rope.trained_context
 
 

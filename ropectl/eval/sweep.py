@@ -75,6 +75,13 @@ def _prepare(task: Task, spec: Any, world: dist.World, device: str, engine: str)
 
 
 def _load(task: Task, sweep: Sweep, engine: str) -> Sweep:
+    from ropectl.io.gguf_once import parse_once
+
+    with parse_once():  # the config, tokenizer and weights of a GGUF from one parse of its metadata
+        return _load_parsed(task, sweep, engine)
+
+
+def _load_parsed(task: Task, sweep: Sweep, engine: str) -> Sweep:
     spec = sweep.spec
     if sweep.device.startswith("cuda"):
         import torch

@@ -116,9 +116,23 @@ def shipped_original(model_type: str, rope_type: str, factor: float | None, max_
     return int(round(max_pos / factor))
 
 
-# Keys of a rope section that describe the model, not the scaling: every method keeps them (Qwen2-VL / Qwen3-VL
-# multimodal RoPE splits the frequencies into temporal / height / width sections).
-STRUCTURAL_ROPE_KEYS = ("mrope_section", "mrope_interleaved")
+# Keys of a rope section that belong to a scaling (transformers' RopeParameters, PhiMoE's mscales, and every method's
+# options, which ``schema.apply`` adds): a patch writes them from its method. Any other key of a shipped section
+# describes the model, not the scaling, and every patch carries it unchanged (Qwen2-VL / Qwen3-VL's mrope_section
+# splits the frequencies into temporal / height / width sections; Ministral 3's llama_4_scaling_beta is read by its
+# attention): never dropped.
+SCALING_ROPE_KEYS = frozenset({
+    "factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale",
+    "mscale_all_dim", "truncate", "short_factor", "long_factor", "low_freq_factor", "high_freq_factor", "short_mscale",
+    "long_mscale", "partial_rotary_factor",
+})
+# Carried keys that the model's attention reads together with a scaling key (transformers 5.24's Ministral3Attention
+# multiplies the queries by 1 + llama_4_scaling_beta x ln(1 + floor(position / original_max_position_embeddings)),
+# both from rope_parameters, and raises TypeError without either): the shipped value of the second stays wherever the
+# new rope type writes none (ntk, linear), so the query temperature is the model's own.
+ATTENTION_ROPE_KEYS: dict[str, tuple[str, ...]] = {"llama_4_scaling_beta": ("original_max_position_embeddings",)}
+# Carried keys patch need not name (the multimodal sections every Qwen-VL patch keeps).
+STRUCTURAL_ROPE_KEYS = frozenset({"mrope_section", "mrope_interleaved"})
 
 # Model types whose transformers config class keeps the language model in a `text_config` sub-config (read from
 # transformers 5.24's config classes; tests/schema/test_families_data.py checks it against the installed one). An engine that

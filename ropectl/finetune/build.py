@@ -21,20 +21,15 @@ def build_model(source: ModelSource, config: Mapping[str, Any], device: str) -> 
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from ropectl.eval.engines.hf.load import no_gguf_bar
+    from ropectl.eval.engines.hf.load import from_pretrained_sdpa, no_gguf_bar
+    from ropectl.io.gguf_once import parse_once
 
     quiet_transformers()
-    base = AutoConfig.from_pretrained(source.path, **source.kwargs)
-    patched = type(base).from_dict(dict(config))
-    with no_gguf_bar():
-        try:
-            model = AutoModelForCausalLM.from_pretrained(source.path, config=patched, dtype=torch.float32,
-                                                         attn_implementation="sdpa", **source.kwargs)
-        except ValueError as exc:
-            if "sdpa" not in str(exc).lower():
-                raise
-            model = AutoModelForCausalLM.from_pretrained(source.path, config=patched, dtype=torch.float32,
-                                                         attn_implementation="eager", **source.kwargs)
+    with parse_once(), no_gguf_bar():  # a GGUF's config and weights from one parse of its metadata
+        base = AutoConfig.from_pretrained(source.path, **source.kwargs)
+        patched = type(base).from_dict(dict(config))
+        model = from_pretrained_sdpa(AutoModelForCausalLM, source.path, config=patched, dtype=torch.float32,
+                                     **source.kwargs)
     model.config.use_cache = False
     if "gguf_file" in source.kwargs:
         dequantized(model)

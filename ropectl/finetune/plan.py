@@ -60,10 +60,20 @@ class RunPlan:
     def total_tokens(self) -> int:
         return self.tokens_per_step * self.steps
 
+    def line(self) -> str:
+        return plan_line(self.method, self.trained, self.target, self.window)
+
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items() if k != "config"}
         out.update(global_batch=self.global_batch, tokens_per_step=self.tokens_per_step, total_tokens=self.total_tokens)
         return out
+
+
+def plan_line(method: str, trained: int, target: int, window: int) -> str:
+    """What a run trains, in the words of its first progress line, its dry run and its summary alike: the model's
+    trained context, the target, and the window (PoSE) or full length it trains at."""
+    how = f"PoSE window {window:,}" if window < target else "full length"
+    return f"{method}: trained {trained:,} -> target {target:,} tokens; {how}"
 
 
 def make_plan(spec: FinetuneSpec, config: Mapping[str, Any], trained: int | None, world: int = 1) -> RunPlan:

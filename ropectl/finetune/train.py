@@ -119,9 +119,11 @@ def provenance(p: Prepared, steps_done: int) -> dict[str, Any]:
 def finetune(spec: FinetuneSpec, on_progress: Callable[[Any], None] | None = None) -> FinetuneResult:
     """Train and write ``spec.output``; raises FinetuneInterrupted on Ctrl-C / SIGTERM (a checkpoint is saved)."""
     from ropectl.eval.dist import leave_group, world_from_env
+    from ropectl.io.gguf_once import parse_once
 
     world = world_from_env()
-    p = prepare(spec, world.size, world.local_rank)
+    with parse_once():  # a GGUF's config and tokenizer from one parse of its metadata
+        p = prepare(spec, world.size, world.local_rank)
     run_dir = Path(spec.resume) if spec.resume is not None else run_dir_for(spec.output)
     resume_from = prepare_run_dir(spec, run_dir, world.is_main)
     try:
@@ -189,8 +191,7 @@ def _train(spec: FinetuneSpec, p: Prepared, world: Any, run_dir: Path, resume_fr
 def _header(p: Prepared, resume_from: Path | None) -> str:
     """The run's first progress line: what trains, how much, in what dtype, sharded or resumed."""
     plan, spec = p.plan, p.spec
-    return (f"{plan.method}: {'PoSE window' if spec.pose else 'full length'} {plan.seq_len:,} -> target "
-            f"{plan.target:,}; a step is {plan.tokens_per_step:,} tokens ({plan.global_batch} sequences), "
+    return (f"{plan.line()}; a step is {plan.tokens_per_step:,} tokens ({plan.global_batch} sequences), "
             f"{plan.steps} steps = {plan.total_tokens:,} tokens; dtype {p.dtype} ({p.dtype_why})"
             + (f"; FSDP2 over {count(plan.world, 'process')}" if spec.sharded else "")
             + (f"; resuming after step {resume_from.name.split('-')[-1]}" if resume_from else ""))

@@ -10,6 +10,7 @@ from typing import Any
 from ropectl import families
 from ropectl.errors import MethodError, UsageError
 from ropectl.families import cards
+from ropectl.families.attention import DCA_KEY, describe, length_bounds
 from ropectl.io.resolve import resolve_model
 from ropectl.layout.detect import known_layout
 from ropectl.limits import MAX_POSITIONS
@@ -101,10 +102,27 @@ class InspectReport:
             "layout_reason": self.layout_reason,
             "schema": m.schema,
             "layers": self.layers,
+            "attention": _attention(m, self.seq_len or self.target_context or self.trained_context),
             "warnings": [*m.warnings, *self.engine_warnings],
             "engines": list(self.engines),
             "plot": str(self.plot) if self.plot else None,
         }
+
+
+def _attention(model: ModelRope, length: int | None) -> dict[str, Any]:
+    """The attention features beside the RoPE (``families.attention``), and what they bound at the length stated."""
+    f = model.attention
+    if f is None or not f.any:
+        return {"features": [], "bounds": []}
+    dca = f.dual_chunk
+    return {"features": describe(f), "bounds": length_bounds(f, length), "length": length,
+            "nope_layers": list(f.nope_layers), "chunk": f.chunk, "chunked_layers": len(f.chunked_layers),
+            "sliding_window": f.window, "sliding_layers": len(f.sliding_layers),
+            "dual_chunk": None if dca is None else {"chunk_size": dca.chunk_size, "local_size": dca.local_size,
+                                                    "original_max_position_embeddings": dca.original},
+            "temperature": None if f.temperature is None else {"scale": f.temperature.scale,
+                                                               "floor": f.temperature.floor,
+                                                               "layers": f.temperature.layers}}
 
 
 def _context_source(model: ModelRope) -> str:
@@ -114,6 +132,10 @@ def _context_source(model: ModelRope) -> str:
     card = cards.by_name(model.card) if model.native_context and model.card else None
     if card is not None:
         return f"model card: {card.native_context:,}; {card.native_note}"
+    dca = model.attention.dual_chunk if model.attention else None
+    if dca and model.native_context and model.native_context == dca.original:
+        return (f"config: {DCA_KEY} original_max_position_embeddings (max_position_embeddings "
+                f"{model.rope.max_position_embeddings:,} is what Dual Chunk Attention serves, not a trained length)")
     if model.rope.original_max_position_embeddings:
         return "config: original_max_position_embeddings"
     return "config: max_position_embeddings"

@@ -12,7 +12,15 @@ from typing import Any
 
 from ropectl.errors import CheckpointError, OutputError
 from ropectl.io.hub_cache import is_inside, symlink_refusal
-from ropectl.io.ownership import OLD, clean_stale, describe, foreign_entries, temp_affixes, write_manifest
+from ropectl.io.ownership import (
+    OLD,
+    clean_stale,
+    describe,
+    forced_over,
+    foreign_entries,
+    temp_affixes,
+    write_manifest,
+)
 from ropectl.io.signals import sigterm_as_interrupt
 
 
@@ -106,8 +114,7 @@ def _check_existing(output: Path, force: bool) -> None:
         return
     foreign = foreign_entries(output)
     if foreign and force:
-        raise OutputError(f"output folder '{output}' holds files ropectl did not write ({describe(foreign)}); "
-                          "--force replaces only a folder ropectl wrote", "move them away, or choose a new folder")
+        raise forced_over(output, foreign)
     if foreign:
         raise OutputError(f"output folder '{output}' exists and is not empty ({describe(foreign)})",
                           "choose a new folder (--force replaces only a folder ropectl wrote)")

@@ -23,14 +23,27 @@ MANIFEST = ".ropectl-output.json"
 TMP, OLD = "ropectl-tmp", "ropectl-old"
 
 
-def write_manifest(folder: Path, command: str) -> None:
-    """List everything under ``folder`` (written by ropectl, about to be renamed into place)."""
+def entries_under(folder: Path) -> list[str]:
+    """Everything under ``folder`` as manifest entries: relative paths, folders with a trailing /."""
     entries = []
     for root, dirs, files in os.walk(folder):
         rel = Path(root).relative_to(folder)
         entries += [(rel / d).as_posix() + "/" for d in dirs] + [(rel / f).as_posix() for f in files]
-    record = {"written_by": "ropectl", "command": command, "entries": sorted(entries)}
+    return sorted(entries)
+
+
+def write_manifest(folder: Path, command: str) -> None:
+    """List everything under ``folder`` (written by ropectl, about to be renamed into place)."""
+    record = {"written_by": "ropectl", "command": command, "entries": entries_under(folder)}
     (Path(folder) / MANIFEST).write_text(dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
+def claim(folder: Path, command: str, names: list[str]) -> None:
+    """List ``names`` as ropectl's in ``folder``'s manifest, creating it: for a folder ropectl fills in place over a
+    run (search's OUT) rather than renames into place. A name listed that is never written is harmless."""
+    path = Path(folder) / MANIFEST
+    record = {"written_by": "ropectl", "command": command, "entries": sorted(_listed(Path(folder)) | set(names))}
+    path.write_text(dumps(record, indent=1) + "\n", encoding="utf-8")
 
 
 def note_written(folder: Path, names: list[str]) -> None:
@@ -76,6 +89,21 @@ def foreign_entries(folder: Path) -> list[str]:
     except OSError as exc:
         raise OutputError(f"cannot list '{folder}' ({exc.strerror})", "check its permissions") from None
     return out
+
+
+def forced_over(folder: Path, foreign: list[str]) -> OutputError:
+    """The refusal of --force on a folder that holds files ropectl did not write (patch, finetune, search alike)."""
+    return OutputError(f"output folder '{folder}' holds files ropectl did not write ({describe(foreign)}); --force "
+                       "replaces only a folder ropectl wrote", "move them away, or choose a new folder")
+
+
+def check_owned(folder: Path) -> None:
+    """``--force`` on a folder a run fills in place (search's OUT): refused while anything in it is not ropectl's."""
+    folder = Path(folder)
+    if folder.is_dir():
+        foreign = foreign_entries(folder)
+        if foreign:
+            raise forced_over(folder, foreign)
 
 
 def describe(entries: list[str], limit: int = 5) -> str:

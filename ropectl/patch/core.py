@@ -25,8 +25,8 @@ from ropectl.io.ownership import note_written
 from ropectl.io.resolve import HUB_ID, ResolvedModel, resolve_model
 from ropectl.io.weight_files import WEIGHT_SUFFIXES, WeightCheck, check_weight_files
 from ropectl.output import dumps
+from ropectl.patch import advice, serving
 from ropectl.patch import gguf as gguf_out
-from ropectl.patch import serving
 from ropectl.patch.cards import card_lines
 from ropectl.patch.finetuned import finetuned_warning
 from ropectl.patch.spec import PatchSpec
@@ -110,7 +110,8 @@ def _write_folder(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> di
                                    exclude=lambda rel: rel.parent == Path(".") and rel.name.startswith(CONFIG),
                                    needed=lambda rel: rel.suffix in WEIGHT_SUFFIXES or rel.name.endswith(".index.json"))
         atomic_write_text(staging / CONFIG, text)
-        verification = verify_folder(staging, expected_ropes(plan.rope, plan.layer_ropes))
+        verification = verify_folder(staging, expected_ropes(plan.rope, plan.layer_ropes), plan.before_config,
+                                     plan.target_context, spec.forward)
     return {"output": str(spec.output), "files": [(CONFIG, "written"), *files], "verification": verification,
             "skipped": skipped}
 
@@ -122,9 +123,10 @@ def _backup_path(config: Path) -> Path:
     return backup
 
 
-def _write_in_place(model: ResolvedModel, plan: ConfigPlan) -> dict[str, Any]:
+def _write_in_place(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> dict[str, Any]:
     path = model.folder / CONFIG
-    verification = verify_config(plan.config, expected_ropes(plan.rope, plan.layer_ropes))
+    verification = verify_config(plan.config, expected_ropes(plan.rope, plan.layer_ropes), plan.before_config,
+                                 plan.target_context, spec.forward)
     backup = _backup_path(path)
     atomic_write_bytes(backup, path.read_bytes())
     os.chmod(backup, path.stat().st_mode & 0o777)
@@ -175,7 +177,7 @@ def _warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[s
     if plan.reextension:
         out.append(plan.reextension)
     elif plan.before.rope.rope_type != "default" or plan.composed_from_record:
-        out.append(_replaced(plan))
+        out.append(advice.replaced(plan))
     original = dict(plan.method.options if plan.method else ()).get("original_max_position_embeddings")
     trained = plan.base.trained_context
     if original and trained and int(original) != trained and not plan.reextension:
@@ -183,9 +185,13 @@ def _warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[s
         out.append(f"original_max_position_embeddings {int(original):,} (from the method options) differs from the "
                    f"model's trained context {trained:,}: the scaling counts from {int(original):,}; leave it out "
                    "to count from the model's own")
+    out.extend(advice.carried(plan))
     owner = owner_of(plan.rope.rope_type)
     if owner is not None and owner.patch_note:
         out.append(owner.patch_note)
+    if owner is not None and owner.patch_note_for is not None:
+        out.extend(n for n in [owner.patch_note_for(plan.rope, plan.before.rope)] if n)
+    out.extend(advice.lowered(plan))
     if plan.before.model_type in families.SOFTMAX_MSCALE_TYPES:
         before, after = softmax_mscale(plan.before.rope), softmax_mscale(plan.rope)
         if before != after or after != 1.0:
@@ -197,22 +203,6 @@ def _warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[s
     return out
 
 
-def _replaced(plan: ConfigPlan) -> str:
-    """What a replacement drops, and where the new scaling counts from."""
-    old, start = plan.before.rope, plan.base.trained_context
-    if plan.composed_from_record:
-        return f"the existing '{old.rope_type}' scaling was replaced, not stacked (from the base recorded by ropectl)"
-    factor = old.effective_factor
-    own = f"'{old.rope_type}' x{factor:g}" if factor else f"'{old.rope_type}'"
-    shipped = max(int(round((start or 0) * (factor or 1.0))), int(old.max_position_embeddings or 0))
-    line = (f"the existing {own} scaling ({start} -> {shipped}) was replaced, not stacked: its interpolation is "
-            f"dropped, and the new {plan.rope.rope_type} counts from the original {start} (-> {plan.target_context}), "
-            "with the config's theta as base")
-    if plan.target_context and plan.target_context <= shipped:
-        line += f"; note the new context {plan.target_context} is not beyond the shipped {shipped}"
-    return line
-
-
 def _mode(spec: PatchSpec) -> str:
     if spec.emit != "config":
         return "emit"
@@ -221,9 +211,9 @@ def _mode(spec: PatchSpec) -> str:
 
 def _execute(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> tuple[dict[str, Any], list[str]]:
     # The checkpoint as it is: its lines restate ropectl's reading of the config, so transformers must build that
-    # reading first; a dry run of it changes nothing (PatchSpec refuses writing it).
-    kept = verify_config(plan.config, expected_ropes(plan.rope, plan.layer_ropes)) if plan.kept and not model.is_gguf \
-        else None
+    # reading first (no forward: nothing changed); a dry run of it changes nothing (PatchSpec refuses writing it).
+    kept = verify_config(plan.config, expected_ropes(plan.rope, plan.layer_ropes), forward=False) \
+        if plan.kept and not model.is_gguf else None
     if spec.emit != "config":
         emitted, warnings = _emit(spec, model, plan)
         return {"emit": emitted}, warnings
@@ -232,10 +222,11 @@ def _execute(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> tuple[d
     if model.is_gguf:
         return _gguf(spec, model, plan), llama_cpp.gguf_warnings(str(model.gguf.get("general.architecture")), plan.rope)
     if spec.dry_run:
-        verification = verify_config(plan.config, expected_ropes(plan.rope, plan.layer_ropes))
+        verification = verify_config(plan.config, expected_ropes(plan.rope, plan.layer_ropes), plan.before_config,
+                                     plan.target_context, spec.forward)
         old = (model.folder / CONFIG).read_text(encoding="utf-8")
         return {"diff": _diff(old, _dump(plan.config), CONFIG), "verification": verification}, []
-    return (_write_in_place(model, plan) if spec.in_place else _write_folder(spec, model, plan)), []
+    return (_write_in_place(spec, model, plan) if spec.in_place else _write_folder(spec, model, plan)), []
 
 
 def _check_weights(spec: PatchSpec, model: ResolvedModel) -> WeightCheck | None:
@@ -286,6 +277,7 @@ def patch_checkpoint(spec: PatchSpec) -> PatchResult:
         raise UsageError("a hub model's patched copy must go to a folder", "pass --output DIR")
     _check_outputs(spec, model)
     config = _gguf_config(model) if model.is_gguf else dict(model.config)
+    advice.refuse_dual_chunk(config)
     plan = plan_config(config, spec.method, spec.target_length, spec.schema, replace_existing=spec.replace_existing,
                        transformers=not model.is_gguf, max_positions=spec.max_positions)
     views = serving.reader_views(spec, plan, model)

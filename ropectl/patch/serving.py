@@ -51,9 +51,12 @@ def check_builds(plan: ConfigPlan, reader_module: Any) -> list[str]:
 def with_dynamic_fix(views: list[Any], fix: str) -> list[Any]:
     """Views where vLLM serves dynamic as static get this run's own fix, not the reader table's ``MODEL``/``F``
     template."""
+    from ropectl.readers import sglang as sglang_reader
     from ropectl.readers import vllm as vllm_reader
 
-    return [replace(v, fix=fix) if v.differs and vllm_reader.STATIC_DYNAMIC_NOTE in v.reading.notes else v
+    sglang_fix = "serve the static equivalent for one length: the same `ropectl patch` with --emit sglang"
+    return [replace(v, fix=fix) if v.differs and vllm_reader.STATIC_DYNAMIC_NOTE in v.reading.notes else
+            replace(v, fix=sglang_fix) if v.differs and sglang_reader.STATIC_DYNAMIC_NOTE in v.reading.notes else v
             for v in views]
 
 

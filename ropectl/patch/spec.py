@@ -41,6 +41,9 @@ class PatchSpec:
     copy: bool = False
     replace_existing: bool = False
     max_positions: str = "target"  # the write form of max_position_embeddings (schema.write.MAX_POSITION_FORMS)
+    # verification runs a tiny copy's forward too (patch.forward): always from the CLI; the model-type sweep, which
+    # patches every type with every method, runs it once per type
+    forward: bool = True
 
     def __post_init__(self) -> None:
         check_schema(self.schema)

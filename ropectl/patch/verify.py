@@ -2,7 +2,8 @@
 
 transformers reloads the config exactly as a user's ``from_pretrained`` would, and builds the model's
 rotary embedding class (without the rest of the model), so what is compared is the ``inv_freq`` and
-attention scaling the model will really use.
+attention scaling the model will really use. Then a tiny copy of the written config runs transformers' own forward
+past the trained length (``ropectl.patch.forward``): "verified" means the model ran.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from ropectl.errors import VerificationError
 from ropectl.output import dumps
+from ropectl.patch.forward import ForwardCheck, check_forward
 from ropectl.rope.frequencies import compute_frequencies
 from ropectl.rope.params import RopeParams
 
@@ -33,14 +35,19 @@ class Verification:
     max_rel_error: float
     warnings: tuple[str, ...] = ()  # what transformers warned while loading the config: never swallowed
     skipped: str = ""  # why nothing could be compared (a rope type this transformers does not know)
+    forward: ForwardCheck | None = None  # the tiny copy's forward (None: not run)
 
     def to_dict(self) -> dict[str, Any]:
+        covers = ("rope frequencies and attention factor as transformers builds them from the written config, "
+                  "against ropectl's own")
+        if self.forward is not None:
+            covers += f"; {self.forward.covers}"
         out = {"engine": self.engine, "layers": list(self.layers),
                "max_rel_error": None if self.skipped else self.max_rel_error,
                "warnings": list(self.warnings),
-               "covers": "nothing: transformers cannot build this rope type" if self.skipped else
-               "rope frequencies and attention factor as transformers builds them from the written config, "
-               "against ropectl's own"}
+               "covers": "nothing: transformers cannot build this rope type" if self.skipped else covers}
+        if self.forward is not None:
+            out["forward"] = self.forward.to_dict()
         return {**out, "skipped": self.skipped} if self.skipped else out
 
 
@@ -167,8 +174,12 @@ def unknown_to_transformers(expected: Mapping[str, RopeParams]) -> tuple[str, ..
     return tuple(sorted({p.rope_type for p in expected.values()} - set(ROPE_INIT_FUNCTIONS) - {"default"}))
 
 
-def verify_folder(folder: Path, expected: Mapping[str, RopeParams]) -> Verification:
+def verify_folder(folder: Path, expected: Mapping[str, RopeParams], source: Mapping[str, Any] | None = None,
+                  length: int | None = None, forward: bool = True) -> Verification:
+    """The rotary comparison, then the forward check (``source``: the unpatched config, to tell a patch that breaks
+    the model from an architecture whose tiny copy cannot run at all; ``length``: the target the forward reaches)."""
     import transformers
+    from transformers import AutoConfig
 
     version = transformers.__version__
     unknown = unknown_to_transformers(expected)
@@ -179,15 +190,22 @@ def verify_folder(folder: Path, expected: Mapping[str, RopeParams]) -> Verificat
     with transformers_warnings() as said:
         built = transformers_frequencies(folder)
     worst = compare(built, expected)
+    ran = None
+    if forward:
+        with transformers_warnings():  # what the tiny copy's sizes make transformers say is not about this checkpoint
+            ran = check_forward(AutoConfig.from_pretrained(str(folder)), expected, source, length)
     return Verification(f"transformers {version}", tuple(expected), worst,
-                        tuple(f"transformers {version} warned while loading the patched config: {m}" for m in said))
+                        tuple(f"transformers {version} warned while loading the patched config: {m}" for m in said),
+                        forward=ran)
 
 
-def verify_config(config: Mapping[str, Any], expected: Mapping[str, RopeParams]) -> Verification:
+def verify_config(config: Mapping[str, Any], expected: Mapping[str, RopeParams],
+                  source: Mapping[str, Any] | None = None, length: int | None = None,
+                  forward: bool = True) -> Verification:
     """Verify a config dict before anything is written, from a scratch folder holding only config.json."""
     with tempfile.TemporaryDirectory(prefix="ropectl-verify-") as tmp:
         (Path(tmp) / "config.json").write_text(dumps(config), encoding="utf-8")
-        return verify_folder(Path(tmp), expected)
+        return verify_folder(Path(tmp), expected, source, length, forward)
 
 
 def expected_ropes(rope: RopeParams, layer_ropes: Mapping[str, RopeParams]) -> dict[str, RopeParams]:

@@ -124,6 +124,11 @@ class Reading:
     notes: tuple[str, ...] = ()  # quirks that shaped this reading
     serving_length: int | None = None  # longest sequence it derives / accepts (None: no limit)
     logit_scale: float = 1.0  # what its attention code multiplies the logits by beyond transformers' (MLA graphs)
+    # What it does with the config's attention features (NoPE layers, chunked attention, a query temperature, Dual
+    # Chunk Attention: ``readers.features``), and how it computes otherwise in ways frequencies cannot say
+    # (LongRoPE switched per batch, DCA's re-indexed positions, a temperature it does not apply).
+    attention: tuple[str, ...] = ()
+    also_differs: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -132,7 +137,8 @@ class Reading:
     def to_json(self) -> dict[str, Any]:
         return {
             "reader": self.reader.label, "error": self.error, "notes": list(self.notes),
-            "serving_length": self.serving_length,
+            "serving_length": self.serving_length, "attention": list(self.attention),
+            "also_differs": self.also_differs,
             "ropes": {k: {"rope_type": p.rope_type, "rope_theta": p.rope_theta, "rotary_dim": p.rotary_dim,
                           "max_position_embeddings": p.max_position_embeddings, "scaling": dict(p.scaling)}
                       for k, p in self.ropes.items()},

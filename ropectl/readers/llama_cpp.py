@@ -176,7 +176,53 @@ def predict(reader: Reader, config: Mapping[str, Any], version: str | None = Non
             logit_scale = deepseek2_logit_scale(p)
             notes.append(DEEPSEEK2_NOTE)
         ropes[layer] = p
-    return Reading(reader, ropes, notes=tuple(dict.fromkeys(notes)), serving_length=None, logit_scale=logit_scale)
+    reading = Reading(reader, ropes, notes=tuple(dict.fromkeys(notes)), serving_length=None, logit_scale=logit_scale,
+                      also_differs=_longrope_per_context(ropes))
+    from ropectl.readers.features import features_of, with_features
+
+    return with_features(reading, attention(features_of(config), model_type, base.ropes))
+
+
+def _longrope_per_context(ropes: Mapping[str, RopeParams]) -> str | None:
+    """llama-model.cpp get_rope_factors: the LongRoPE list is chosen per context (n_ctx per sequence against the
+    original length), not per prompt length as transformers does."""
+    rope = next(iter(ropes.values()), None)
+    if rope is None or rope.rope_type != "longrope" or not rope.original_max_position_embeddings:
+        return None
+    sc, original = rope.scaling, rope.original_max_position_embeddings
+    if list(sc.get("long_factor") or ()) == list(sc.get("short_factor") or ()):
+        return None
+    return (f"computes other RoPE once its context (-c per sequence) exceeds {original:,}: long_factor at every "
+            f"position, prompts shorter than {original:,} included (get_rope_factors in llama-model.cpp), where "
+            f"transformers uses short_factor up to {original:,}")
+
+
+# Llama 4 in llama.cpp (src/models/llama4.cpp, llama-hparams.h): unless the GGUF says sliding_window 0, chunked
+# attention at 8192, the NoPE step 4 and the temperature floor 8192 / scale 0.1 / offset 1 are fixed, not converted.
+LLAMA4_FIXED = {"chunk": 8192, "nope_every": 4, "floor": 8192, "scale": 0.1}
+
+
+def attention(f: Any, model_type: str, ropes: Mapping[str, RopeParams]) -> Any:
+    """What llama.cpp (after convert_hf_to_gguf.py) does with the attention features (``readers.features``)."""
+    from ropectl.readers.features import FeatureReading, as_configured, no_dca
+
+    notes, differs, error = as_configured(f), None, None
+    if f.dual_chunk:
+        notes.insert(0, no_dca(ENGINE, f) + " (the converter writes max_position_embeddings as context_length)")
+    if model_type.startswith("llama4") and (f.nope_layers or f.chunked_layers):
+        fixed = LLAMA4_FIXED
+        t = f.temperature
+        own = (f.chunk == fixed["chunk"] and f.nope_layers == tuple(i for i in range(f.layers) if (i + 1) % 4 == 0)
+               and (t is None or (t.floor, t.scale) == (fixed["floor"], fixed["scale"])))
+        if not own:
+            differs = ("fixes Llama 4's chunk (8,192), NoPE layers (every 4th) and temperature (floor 8,192, scale 0.1) "
+                       "in src/models/llama4.cpp, and this config names others")
+    if f.temperature and f.temperature.layers == "every layer":
+        main = next(iter(ropes.values()), None)
+        if main is not None and main.rope_type != "yarn":  # conversion/mistral3.py asserts it
+            error = ("llama.cpp's converter (conversion/mistral3.py) asserts ministral3's rope_type is 'yarn', and "
+                     f"this one is '{main.rope_type}': convert_hf_to_gguf.py raises AssertionError")
+    return FeatureReading(tuple(notes), differs, error)
 
 
 def attn_factor(rope: RopeParams) -> float:

@@ -47,7 +47,8 @@ def predict(reader: Reader, config: Mapping[str, Any], version: str | None = Non
     # the config class default where config.json has none, as the loaded config carries it
     main = base.ropes.get("full_attention") or next(iter(base.ropes.values()), None)
     length = max_length(config) or (main.max_position_embeddings if main else None) or DEFAULT_MAX_LENGTH
-    return Reading(reader, base.ropes, notes=base.notes, serving_length=length)
+    # it runs transformers, so the attention features are transformers' (readers.features)
+    return Reading(reader, base.ropes, notes=base.notes, serving_length=length, attention=base.attention)
 
 
 def command(model: str, target: int) -> str:

@@ -59,7 +59,8 @@ class EngineView:
         return {"reader": self.reader.label, "engine": self.reader.engine, "versions": [versions.low, versions.high],
                 "agrees": self.differs is None,
                 "differs": self.differs, "fix": self.fix, "error": self.reading.error,
-                "notes": list(self.reading.notes), "serving_length": self.reading.serving_length,
+                "notes": list(self.reading.notes), "attention": list(self.reading.attention),
+                "serving_length": self.reading.serving_length,
                 "serving_rule": self.reader.serving_rule(p.rope_type for p in self.reading.ropes.values()),
                 "layers": self.summary()}
 
@@ -108,6 +109,11 @@ def _with_why(differs: str | None, reading: Reading) -> str | None:
     return differs and "; ".join([differs, *reading.notes])
 
 
+def _joined(*parts: str | None) -> str | None:
+    """A RoPE difference and a difference beyond the frequencies (readers.features), both said."""
+    return "; and it ".join(p for p in parts if p) or None
+
+
 def _short(reading: Reading, target: int | None) -> str | None:
     """An engine that enforces a length shorter than the target refuses longer prompts (loudly)."""
     served = reading.serving_length
@@ -117,7 +123,8 @@ def _short(reading: Reading, target: int | None) -> str | None:
 
 
 def _fix(reading: Reading, later: list[tuple[Reader, bool]]) -> str | None:
-    quirk_fix = next((q.fix for q in reading.reader.quirks if q.fix and q.note in (reading.error or "")
+    said = (reading.error or "") + (reading.also_differs or "")
+    quirk_fix = next((q.fix for q in reading.reader.quirks if q.fix and q.note in said
                       or q.note in reading.notes and q.fix), None)
     if quirk_fix:
         return quirk_fix
@@ -136,8 +143,8 @@ def _readings(reader: Reader, predict: Any, config: Mapping[str, Any]) -> list[t
 
 
 def _same(a: Reading, b: Reading) -> bool:
-    return (dict(a.ropes), a.error, a.notes, a.serving_length, a.logit_scale) == (
-        dict(b.ropes), b.error, b.notes, b.serving_length, b.logit_scale)
+    return (dict(a.ropes), a.error, a.notes, a.serving_length, a.logit_scale, a.attention, a.also_differs) == (
+        dict(b.ropes), b.error, b.notes, b.serving_length, b.logit_scale, b.attention, b.also_differs)
 
 
 def engine_views(config: Mapping[str, Any], expected: Mapping[str, RopeParams],
@@ -146,9 +153,9 @@ def engine_views(config: Mapping[str, Any], expected: Mapping[str, RopeParams],
     lengths = tuple(lengths)
     target = max((n for n in lengths if n), default=None)
     readings = [pair for reader, predict in engines() for pair in _readings(reader, predict, config)]
-    differs = [reading.error and f"cannot load it: {reading.error}" or _with_why(
-        rope_difference(reading.ropes, expected, lengths) or _logit_difference(reading), reading)
-        or _short(reading, target) for _, reading in readings]
+    differs = [reading.error and f"cannot load it: {reading.error}" or _joined(_with_why(
+        rope_difference(reading.ropes, expected, lengths) or _logit_difference(reading), reading),
+        reading.also_differs) or _short(reading, target) for _, reading in readings]
     views = []
     for i, (_, reading) in enumerate(readings):
         later = [(r, d is None) for (r, _), d in zip(readings[i + 1:], differs[i + 1:])]
@@ -179,8 +186,8 @@ def merge_runs(views: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if same:
             prev["versions"] = [prev["versions"][0], view["versions"][1]]
             prev["reader"] = _span(view["engine"], *prev["versions"])
-        else:
-            out.append(dict(view))
+        else:  # named as the warnings name it ("vLLM before 0.9"), merged or not
+            out.append({**view, "reader": _span(view["engine"], *view["versions"])})
     return out
 
 

@@ -18,9 +18,17 @@ Read in the sglang 0.5.23 wheel (python/sglang/srt), the release tests/compat/te
   ``mscale_all_dim`` (their ratio only when both are set), never ``attention_factor``; multimodal yarn reads only
   ``attn_factor``; longrope reads ``short_mscale`` / ``long_mscale``, else sqrt(1 + ln s / ln original) with
   s = max_position_embeddings / original, and switches to the long list for the whole batch once a position
-  exceeds the original length (transformers: once the length does, one position earlier); dynamic is one static base
-  for max_position_embeddings x factor; proportional (Gemma4RotaryEmbedding) ignores ``factor``; a section with
-  ``mrope_section`` is multimodal only for default and yarn.
+  exceeds the original length (``rope_variant.py`` Phi3LongRoPEScaledRotaryEmbedding.forward,
+  ``torch.any(positions > k)``; the same in 0.4.10, 0.5.5 and 0.5.15), where transformers switches per sequence, once
+  its length does (one position earlier); dynamic is one static base for max_position_embeddings x factor;
+  proportional (Gemma4RotaryEmbedding) ignores ``factor``; a section with ``mrope_section`` is multimodal only for
+  default and yarn. Whenever the model file passes ``dual_chunk_attention_config`` (qwen2, qwen2_moe, qwen3_moe,
+  glm4), get_rope builds DualChunkRotaryEmbedding from rope_theta, chunk_size and local_size before it reads the
+  rope section; its attention backend (``dual_chunk_flashattention_backend``) was removed in 0.5.20.
+- ``models/llama4.py``: NoPE on every 4th layer, ``(layer_id + 1) % 4``, whatever ``no_rope_layers`` says; the query
+  temperature from ``attn_temperature_tuning``, ``attn_scale`` and ``floor_scale``; ``models/ministral3.py``: the Llama 4
+  query temperature with ``rope_parameters.llama_4_scaling_beta`` over a top-level ``original_max_position_embeddings``
+  (16,384 when the config has none), not the rope section's.
 """
 
 from __future__ import annotations
@@ -30,7 +38,9 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
+from ropectl.readers import sglang_models as sm
 from ropectl.readers.base import DICT, MAX_POS, TOP, Quirk, Reader, Reading, ServeView, VersionRange
+from ropectl.readers.features import features_of, with_features
 from ropectl.rope.formulas import dynamic_theta, yarn_mscale
 from ropectl.rope.methods import rope_types_where
 from ropectl.rope.params import RopeParams
@@ -61,8 +71,10 @@ _YARN = Quirk(YARN_ATTN, "YaRN ignores attention_factor: its cos/sin scale is at
               "mscale(factor, mscale_all_dim) when both are set, else 0.1 ln(factor) + 1; multimodal: always the "
               "latter)", rope_types=frozenset({"yarn"}), fix=EMIT_FIX)
 _LONGROPE = Quirk(LONGROPE_MSCALE, "LongRoPE ignores attention_factor: its cos/sin scale is long_mscale, else "
-                  "sqrt(1 + ln(max_position_embeddings / original) / ln(original)); it switches to long_factor one "
+                  "sqrt(1 + ln(max_position_embeddings / original) / ln(original)); it switches lists per batch, one "
                   "position later than transformers", rope_types=frozenset({"longrope"}), fix=EMIT_FIX)
+_DCA = Quirk("dual-chunk-no-backend", sm.DCA_NOTE, fix="serve a copy of config.json without dual_chunk_attention_config: "
+             "plain RoPE, as transformers runs it (no DCA)")
 _PROPORTIONAL = Quirk(PROPORTIONAL, "proportional RoPE (Gemma4RotaryEmbedding) does not read factor",
                       rope_types=frozenset({"proportional"}), fix="none in SGLang: ntk (a new base) is served")
 _MROPE = Quirk(MROPE_ONE_D, "get_rope builds multimodal RoPE for a section with mrope_section only when its type is "
@@ -74,7 +86,7 @@ _ORIGINAL = {t: (TOP, DICT, MAX_POS) for t in rope_types_where(lambda m: m.needs
 
 READERS: tuple[Reader, ...] = (
     Reader(ENGINE, VersionRange("0.5.23"), ("rope_parameters", "rope_scaling", "max_position_embeddings"), (),
-           _ORIGINAL, {}, SERVING, (_MROPE, _YARN, _LONGROPE, _PROPORTIONAL, _DYNAMIC, _TIMES), ("0.5.23",)),
+           _ORIGINAL, {}, SERVING, (_MROPE, _YARN, _LONGROPE, _PROPORTIONAL, _DYNAMIC, _TIMES, _DCA), ("0.5.23",)),
 )
 
 
@@ -156,7 +168,9 @@ def predict(reader: Reader, config: Mapping[str, Any], version: str | None = Non
         built = _built(p)
         if isinstance(built, str):
             return Reading(reader, error=built, notes=tuple(notes))
-        notes += [q.note for q in reader.quirks_for("", p.rope_type) if q.kind != LENGTH_TIMES_FACTOR and _changed(p, built)]
+        if _changed(p, built):  # the quirks of this rope type (and of a multimodal section) that changed it
+            notes += [q.note for q in reader.quirks_for("", p.rope_type) if q.kind != LENGTH_TIMES_FACTOR and (
+                p.rope_type in q.rope_types or q.kind == MROPE_ONE_D and "mrope_section" in p.scaling)]
         ropes[layer] = built
     text = text_config(config)
     main = base.ropes.get("full_attention") or next(iter(base.ropes.values()))
@@ -165,7 +179,9 @@ def predict(reader: Reader, config: Mapping[str, Any], version: str | None = Non
         section = {"rope_type": main.rope_type, **main.scaling}  # per-layer sections: SGLang finds no top factor
     served = context_length({**text, "max_position_embeddings": text.get("max_position_embeddings")
                              or main.max_position_embeddings}, section)
-    return Reading(reader, ropes, notes=tuple(dict.fromkeys(notes)), serving_length=served)
+    reading = Reading(reader, ropes, notes=tuple(dict.fromkeys(notes)), serving_length=served,
+                      also_differs=sm.per_batch(main))
+    return with_features(reading, sm.attention(features_of(config), text))
 
 
 def section_for(rope: RopeParams, partial: float | None) -> dict[str, Any]:

@@ -33,6 +33,7 @@ def _originals(reader: Reader) -> str:
 def _row(reader: Reader) -> str:
     derived = "; ".join(f"{t}: {rule}" for t, rule in reader.derived_factor.items()) or "-"
     quirks = "; ".join(q.note + (f" [{', '.join(sorted(q.model_types))}]" if 0 < len(q.model_types) <= 8 else "")
+                       + (f" (releases {q.versions.label})" if q.versions else "")
                        + (f" (fix: {q.fix})" if q.fix else "") for q in reader.quirks) or "-"
     cells = [reader.label, ", ".join(reader.reads), _originals(reader), derived, quirks,
              ", ".join(reader.tested) or "not run"]

@@ -146,9 +146,19 @@ def reader_for(version: str) -> Reader:
 
 def predict(reader: Reader, config: Mapping[str, Any], version: str | None = None) -> Reading:
     """What ``reader`` builds from ``config`` (a config.json dict), per layer type ("main" when flat)."""
+    from ropectl.readers.features import features_of, with_features
     from ropectl.readers.interpret import interpret
 
-    return interpret(reader, config, version)
+    return with_features(interpret(reader, config, version), attention(features_of(config)))
+
+
+def attention(f: Any) -> Any:
+    """The attention features as transformers applies them: as the config says (its config classes define them),
+    and no Dual Chunk Attention in any release (the key is never read)."""
+    from ropectl.readers.features import FeatureReading, as_configured, no_dca
+
+    notes = ([no_dca(ENGINE, f)] if f.dual_chunk else []) + as_configured(f)
+    return FeatureReading(tuple(notes))
 
 
 def cannot_serve(rope_type: str) -> str | None:

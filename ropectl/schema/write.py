@@ -143,7 +143,7 @@ def write_rope(
     for key in ("rope_scaling", "rope_parameters"):
         holder.pop(key, None)
     trained = trained or rope.trained_context
-    rope = _explicit_attention_factor(_with_mscales(model, rope), model.model_type)
+    rope = _explicit_attention_factor(_with_mscales(model, rope, trained), model.model_type)
     max_pos = written_max_positions(rope, trained)
     scaling = v4_scaling(rope, model.model_type, max_pos)
     if layer_ropes:
@@ -211,13 +211,17 @@ def _write_nested(
                                      for label, p in sorted(layers.items())}
 
 
-def _with_mscales(model: ModelRope, rope: RopeParams) -> RopeParams:
+def _with_mscales(model: ModelRope, rope: RopeParams, trained: int | None) -> RopeParams:
     if model.model_type not in MSCALE_TYPES or rope.rope_type == "default":
         return rope
     from ropectl.rope.frequencies import compute_frequencies
 
     scale = compute_frequencies(rope).attention_factor  # what the rotary init computes, used at any length
-    return rope.with_(scaling={**rope.scaling, "short_mscale": scale, "long_mscale": scale})
+    # PhimoeRotaryEmbedding.forward picks short/long_mscale against the section's original_max_position_embeddings
+    # for every scaled type, and raises KeyError without it (linear and dynamic write none of their own)
+    original = rope.original_max_position_embeddings or trained or rope.max_position_embeddings
+    return rope.with_(scaling={**rope.scaling, "short_mscale": scale, "long_mscale": scale,
+                               "original_max_position_embeddings": int(original)})
 
 
 def _keep_other_sections(holder: dict[str, Any], old: Any) -> None:

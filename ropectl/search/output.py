@@ -14,11 +14,7 @@ from typing import Any
 
 from ropectl.io.files import atomic_write_text
 from ropectl.output import dumps
-from ropectl.search.run import SearchRequest, Setup, prepare
-
-SUMMARY = "search.json"
-MODEL_DIR = "model"
-FACTORS = "longrope-factors.json"
+from ropectl.search.run import FACTORS, MODEL_DIR, PLOTS, SUMMARY, SearchRequest, Setup, prepare
 
 
 @dataclass(frozen=True)
@@ -49,6 +45,7 @@ def run_search(req: SearchRequest, say: Callable[[str], None] | None = None) -> 
     lines = [*stopped_lines(req, stopped), *report_lines(report, setup.trained, req.target)]
     summary = _summary(req, setup, report, trials) | {"stopped": stopped}
     summary["output"] = write_winner(req, report.ships, summary)
+    _claim_model(req.out)
     from ropectl.search.engine_check import check_winner
 
     checks = check_winner(setup, report, summary["output"], say)  # vLLM, where installed: does it agree?
@@ -134,9 +131,18 @@ def write_winner(req: SearchRequest, spec_text: str, summary: dict[str, Any]) ->
         result = patch_checkpoint(PatchSpec(model=model, method=spec, emit=req.emit))
         return {"emit": result.emit, "warnings": list(result.warnings)}
     target = req.out / (MODEL_DIR + ".gguf" if model.lower().endswith(".gguf") else MODEL_DIR)
-    result = patch_checkpoint(PatchSpec(model=model, method=spec, output=target, force=req.resume))
+    result = patch_checkpoint(PatchSpec(model=model, method=spec, output=target, force=req.resume or req.force))
     return {"path": str(target), "warnings": list(result.warnings), "readers": list(result.readers),
             "verification": result.verification}
+
+
+def _claim_model(out: Path) -> None:
+    """The written model folder's files join OUT's manifest (they are ropectl's: a later --force may replace them)."""
+    from ropectl.io.ownership import claim, entries_under
+
+    folder = out / MODEL_DIR
+    if folder.is_dir():
+        claim(out, "search", [MODEL_DIR + "/", *(f"{MODEL_DIR}/{e}" for e in entries_under(folder))])
 
 
 def _plots(out: Path, trials: list[dict[str, Any]], setup: Setup) -> list[str]:
@@ -144,7 +150,7 @@ def _plots(out: Path, trials: list[dict[str, Any]], setup: Setup) -> list[str]:
     forms' (``ropectl.search.plot``)."""
     from ropectl.search import plot
 
-    paths = [out / "trials.png"]
+    paths = [out / PLOTS[0]]
     best = setup.reference.get(setup.best_closed)
     level = None if best is None else best.fitness(setup.plan.target, setup.plan.answer_loss)
     plot.plot_trials(trials, paths[0], references={setup.best_closed: level} if level is not None else None)
@@ -153,7 +159,7 @@ def _plots(out: Path, trials: list[dict[str, Any]], setup: Setup) -> list[str]:
         from ropectl.rope.factors_file import read_factors_file
 
         found = read_factors_file(factors, ("long_factor",))["long_factor"]
-        paths.append(out / "factors.png")
+        paths.append(out / PLOTS[1])
         plot.plot_factors(found, _closed_form_factors(setup), paths[1])
     return [str(p) for p in paths]
 

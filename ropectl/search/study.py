@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ropectl.errors import UsageError
+from ropectl.errors import OutputError, UsageError
 from ropectl.io.files import atomic_write_text
 from ropectl.output import dumps
 from ropectl.search.spaces import Space
@@ -49,9 +49,37 @@ def open_storage(url: str) -> Any:
         return optuna.storages.JournalStorage(JournalFileBackend(url))
     import warnings
 
-    with warnings.catch_warnings():  # heartbeats are marked experimental; what they do here is documented above
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
+    import sqlalchemy.exc  # Optuna's own dependency for RDB storage
+
+    shown = _without_password(url)
+    try:
+        with warnings.catch_warnings():  # heartbeats are marked experimental; what they do here is documented above
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
+    except ImportError:  # Optuna's words: "Failed to import DB access module for the specified storage URL"
+        raise UsageError(f"--storage '{shown}' needs a database driver that is not installed",
+                         "install the driver for that database (e.g. psycopg2-binary for postgresql://), or pass "
+                         f"sqlite:///FILE or a journal file FILE{JOURNAL_SUFFIXES[0]}") from None
+    except sqlalchemy.exc.NoSuchModuleError:
+        raise UsageError(f"--storage '{shown}' names a database SQLAlchemy does not know",
+                         f"pass sqlite:///FILE, postgresql://..., mysql://... or a journal file "
+                         f"FILE{JOURNAL_SUFFIXES[0]}") from None
+    except sqlalchemy.exc.SQLAlchemyError as exc:  # the database refused: a missing folder, no server, no rights
+        why = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise OutputError(f"cannot open the study storage '{shown}' ({why})",
+                          "check that its folder exists and is writable (or that the database server is up), or "
+                          "leave --storage out for sqlite in OUT") from None
+
+
+def _without_password(url: str) -> str:
+    """The URL as an error line may show it: a password in it is masked."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:  # not a URL SQLAlchemy parses: nothing in it is known to be a password
+        return url
 
 
 def sampler(name: str, seed: int | None, budget: int | None) -> Any:

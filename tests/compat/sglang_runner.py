@@ -114,15 +114,22 @@ def run(job: dict) -> dict:
     return out
 
 
-def main() -> None:
-    os.environ["SGLANG_USE_CPU_ENGINE"] = "1"  # SGLang's CPU platform: rotary tables in torch, no CUDA kernels
-    # torch's compiler probes for triton and torchvision itself: it imports first, and finds neither
+STAND_IN_FINDER = _StandIn()
+
+
+def prepare_imports() -> None:
+    """torch's compiler probes for triton and torchvision itself: it imports first, and finds neither (the stand-ins
+    go on sys.meta_path after this; tests/compat/rope_probe.py does the same)."""
     import functorch.compile  # noqa: F401
     import torch._dynamo  # noqa: F401
     import torch._inductor.runtime.triton_compat  # noqa: F401
     import torch.utils.flop_counter  # noqa: F401
 
-    sys.meta_path.insert(0, _StandIn())
+
+def main() -> None:
+    os.environ["SGLANG_USE_CPU_ENGINE"] = "1"  # SGLang's CPU platform: rotary tables in torch, no CUDA kernels
+    prepare_imports()
+    sys.meta_path.insert(0, STAND_IN_FINDER)
     jobs = json.loads(open(sys.argv[1]).read())
     results = {}
     for job in jobs:

@@ -191,3 +191,50 @@ def test_the_no_m_line_serves_the_checkpoint_as_it_ships(name: str, measured: di
         if key in shipped:  # the published values, as published
             assert got["rope_parameters"][key] == shipped[key], key
     assert _diff(got, case["out"], POSITIONS) <= TOL
+
+
+# --- Dual Chunk Attention and LongRoPE, with SGLang's own get_rope and rotary forward (tests/compat/rope_probe.py) -----
+
+def _probe(jobs: list[dict[str, Any]], work: Path) -> dict[str, Any]:
+    if not (VENV / "bin" / "python").exists():
+        pytest.skip(f"no SGLang venv at {VENV}: run tests/compat/engine_venvs.sh sglang")
+    work.mkdir(parents=True, exist_ok=True)
+    return run_jobs(VENV / "bin" / "python", HERE / "rope_probe.py", jobs, work)
+
+
+def _inspected(folder: Path) -> dict[str, Any]:
+    """ropectl's SGLang row for the release this tier runs."""
+    from probe_cases import view_at
+
+    return view_at(ropectl_json("inspect", str(folder), "--engines")["engines"], "SGLang", "0.5.23")
+
+
+def test_dca_is_built_by_get_rope_and_a_scaling_beside_it_changes_nothing(tmp_path: Path) -> None:
+    """SGLang 0.5.23's get_rope (layers/rotary_embedding/factory.py) builds DualChunkRotaryEmbedding whenever the key
+    is passed, before it reads the rope section; on the CPU its CUDA device lookup raises. ropectl's SGLang row on
+    the published Qwen2.5-1M config says so, and its context length is max_position_embeddings (get_context_length)."""
+    from probe_cases import check_dca, dca_jobs, tiny_qwen_1m
+
+    check_dca(_probe(dca_jobs(), tmp_path / "probe"), "CUDA")
+    folder = tiny_qwen_1m(tmp_path / "qwen1m")
+    got = run_jobs(VENV / "bin" / "python", HERE / "sglang_runner.py",
+                   [{"name": "1m", "command": _launch(folder), "positions": POSITIONS}], tmp_path)["1m"]
+    view = _inspected(folder)
+    assert view["error"] and "DualChunkRotaryEmbedding" in view["error"]
+    assert got["context_length"] == view["serving_length"] == 1_010_000
+
+
+def test_longrope_switches_per_batch(tmp_path: Path) -> None:
+    """SGLang 0.5.23's Phi3LongRoPEScaledRotaryEmbedding.forward (rope_variant.py): a short prompt alone gets the
+    short factors, the same prompt batched with one long request the long ones, and a lone prompt whose last position
+    is the original length the short ones (transformers: long). ropectl's SGLang row on Phi-3.5 says per batch."""
+    from probe_cases import ORIGINAL, longrope_jobs, which_list
+
+    got = _probe(longrope_jobs()[:1], tmp_path / "probe")
+    assert [which_list(b) for b in got[f"longrope/{ORIGINAL}"]["batches"]] == ["short", "long", "short"]
+    folder = tmp_path / "phi"
+    folder.mkdir()
+    (folder / "config.json").write_text((ROOT / "tests" / "fixtures" / "configs" /
+                                         "phi-3.5-mini-instruct.json").read_text())
+    view = _inspected(folder)
+    assert not view["agrees"] and "per batch" in view["differs"]

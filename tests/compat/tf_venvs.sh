@@ -9,6 +9,7 @@ TORCH=${TORCH:-torch==2.13.0}
 PYTHON=${PYTHON:-python3}
 VERSIONS=${*:-$(grep -v '^#' "$HERE/versions.txt")}
 mkdir -p "$ROOT"
+. "$HERE/installer.sh"
 for v in $VERSIONS; do
     venv="$ROOT/tf-$v"
     stamp="$TORCH transformers==$v"
@@ -17,9 +18,8 @@ for v in $VERSIONS; do
         continue
     fi
     echo "tf-$v: creating"
-    rm -rf "$venv"
-    "$PYTHON" -m venv "$venv"
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check "$TORCH"
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check "transformers==$v" numpy safetensors
+    mkvenv "$venv"
+    install "$venv" "$TORCH"
+    install "$venv" "transformers==$v" numpy safetensors
     echo "$stamp" > "$venv/.ropectl-stamp"
 done

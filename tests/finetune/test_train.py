@@ -205,3 +205,19 @@ def test_a_failed_final_write_resumes_without_training_again(ft_model: Path, ft_
     result = finetune(spec.with_(resume=run_dir), seen.append)
     assert not [p for p in seen if p.loss is not None]  # no step trained again
     assert result.provenance["steps"] == 2 and (isolated / "out" / "config.json").is_file()
+
+
+@pytest.mark.parametrize("mode", [["--full"], ["--pose", "--window", "64"]])
+def test_first_line_and_summary_state_the_same_lengths(ft_model: Path, ft_corpus: Path, isolated: Path,
+                                                       mode: list[str]) -> None:
+    """The progress header said 'full length 256 -> target 256' where the summary said 'trained 64 -> target 256'."""
+    from ropectl.cli.app import app
+    from tests.helpers.cli import runner
+
+    result = runner.invoke(app, ["finetune", str(ft_model), "-m", "yarn:4", *mode, "--data", str(ft_corpus), "-o",
+                                 "out", "--steps", "1", "--batch-size", "1", "--dtype", "fp32"])
+    assert result.exit_code == 0, result.output
+    how = "full length" if mode == ["--full"] else "PoSE window 64"
+    summary = result.stdout.splitlines()[0]
+    assert summary == f"yarn:4: trained 64 -> target 256 tokens; {how}"  # the tiny model is trained at 64; x 4
+    assert result.stderr.splitlines()[0].startswith(summary + "; a step is ")

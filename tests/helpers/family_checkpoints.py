@@ -60,3 +60,16 @@ def tiny_qwen2_vl_text(folder: Path, seed: int = 14, vision: dict[str, Any] | No
     vision = {**dict(depth=1, embed_dim=16, hidden_size=32, num_heads=2, mlp_ratio=1, patch_size=2,
                      spatial_merge_size=1, temporal_patch_size=1), **(vision or {})}
     return save_model(Qwen2VLForConditionalGeneration, Qwen2VLConfig(text_config=text, vision_config=vision), folder, seed)
+
+
+def tiny_ministral3(folder: Path, seed: int = 15, **overrides: Any) -> Path:
+    """Ministral 3's text model as published (tests/fixtures/configs/ministral-3-8b.json: yarn x16 from 16384 with
+    llama_4_scaling_beta in rope_parameters), with a 16-dim head and tiny sizes."""
+    from transformers import Ministral3Config, Ministral3ForCausalLM
+
+    published = json.loads((Path(__file__).parents[1] / "fixtures" / "configs" / "ministral-3-8b.json").read_text())
+    text = {**published["text_config"], **dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
+                                                 num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                                                 head_dim=16)}
+    text.update(overrides)
+    return save_model(Ministral3ForCausalLM, Ministral3Config(**text), folder, seed)

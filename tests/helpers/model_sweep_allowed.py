@@ -52,6 +52,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("mistral4", "ntk"): "ntk writes the default type: same Mistral 4 problem as 'none'",
     ("dots3_note_text", "longrope"): "transformers' longrope reads one global head_dim; this model has per-layer ones",
     ("embedding_gemma2_text", "longrope"): "transformers' longrope reads one global head_dim; per-layer here",
+    # found by patch's forward check (a tiny copy run through transformers' forward), which the sweep runs with yarn
+    ("molmo2_text", "yarn"): "Molmo2 scales only its rope_scaling_layers and runs the others on an unscaled rotary "
+                             "embedding, which one rope section cannot describe: the forward check refuses it",
     **{("recurrent_gemma", m): "config names no trained context: pass original_max_position_embeddings=N "
        "(and transformers builds only its default type: ntk is the one method that applies)" for m in _FACTOR_METHODS},
 }

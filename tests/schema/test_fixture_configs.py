@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ropectl.errors import RopectlError
 from ropectl.inspection import InspectSpec, inspect_model
 from ropectl.patch import patch_checkpoint
 from ropectl.patch.spec import PatchSpec
@@ -23,6 +24,8 @@ REL_TOL = 1e-5
 PATCH = {"phi-3.5-mini-instruct": "ntk:2", "phi-4": "ntk:2", "phi-4-mini-instruct": "ntk:2", "gemma-3-4b-it": "yarn:2"}
 # Models that ship with a scaling ropectl replaces only on --replace-existing (not yarn or llama3).
 REPLACES = {"gemma-3-4b-it", "phi-3.5-mini-instruct", "phi-4-mini-instruct"}
+# Models patch refuses, by the reason its one line names (docs/reference/families.md, Refusals).
+REFUSED = {"qwen2.5-7b-instruct-1m": "dual_chunk_attention_config"}
 
 
 def _folder(name: str, tmp_path: Path) -> Path:
@@ -62,6 +65,10 @@ def test_patch_is_verified_by_transformers(name: str, tmp_path: Path) -> None:
     rope = report.model.rope
     method = PATCH.get(name) or (f"{rope.rope_type}:{2 * (rope.factor or 1):g}" if rope.rope_type in ("yarn", "llama3")
                                   else "yarn:4")
+    if name in REFUSED:
+        with pytest.raises(RopectlError, match=REFUSED[name]):
+            patch_checkpoint(PatchSpec(str(folder), parse_spec(method), dry_run=True))
+        return
     result = patch_checkpoint(PatchSpec(str(folder), parse_spec(method), dry_run=True,
                                         replace_existing=name in REPLACES))
     assert result.verification is not None and result.verification["max_rel_error"] <= REL_TOL

@@ -81,6 +81,28 @@ def test_bad_input_one_line_nothing_written(tiny_model: Path, corpus: Path, isol
     assert not (isolated / "out").exists()
 
 
+def test_a_storage_that_cannot_open_is_one_line(tiny_model: Path, corpus: Path, isolated: Path) -> None:
+    """sqlite in a folder that does not exist: what the database said, in one line (was 'unexpected
+    OperationalError ... report it'); nothing written."""
+    one_line(["search", str(tiny_model), "-t", "512", "-o", str(isolated / "out"), "--dataset", str(corpus), "--docs",
+              "2", "--held-out", "2", "--dtype", "fp32", "--storage", f"sqlite:///{isolated}/missing/x.db"],
+             "cannot open the study storage", "unable to open database file")
+    assert not (isolated / "out").exists() and not (isolated / "missing").exists()
+
+
+def test_force_takes_its_own_folder_and_refuses_files_it_did_not_write(tiny_model: Path, corpus: Path,
+                                                                       isolated: Path) -> None:
+    """As finetune and patch: --force writes into a folder only while everything in it is ropectl's."""
+    out = isolated / "out"
+    run_search(request(tiny_model, corpus, out, budget=1))
+    run_search(request(tiny_model, corpus, out, budget=2, force=True))  # the control: its own earlier search
+    (out / "notes.txt").write_text("mine")
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    one_line(["search", str(tiny_model), "-t", "512", "-o", str(out), "--force", "--dataset", str(corpus), "--docs",
+              "2", "--held-out", "2", "--dtype", "fp32", "--budget", "3"], "did not write", "notes.txt")
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before and len(params(out)) == 2
+
+
 def test_a_space_the_gguf_engines_cannot_read_is_refused(smollm2: Path, isolated: Path) -> None:
     one_line(["search", str(smollm2), "-t", "16k", "--space", "llama3", "-o", str(isolated / "out")], "llama3",
              "rope_freqs")

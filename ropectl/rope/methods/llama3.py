@@ -36,7 +36,9 @@ def frequencies(p: RopeParams, seq_len: int | None) -> Frequencies:
         wl = 2 * math.pi / f
         if wl < high_wl:
             inv.append(f)
-        elif wl > low_wl:
+        elif wl > low_wl or lff == hff:
+            # equal bands (Llama 4 ships low = high = 1) leave no blend: a step at original / low, where vLLM and
+            # SGLang guard the division by zero (transformers never reaches it: its blend is masked out)
             inv.append(f / s)
         else:
             smooth = (trained / wl - lff) / (hff - lff)
@@ -45,8 +47,27 @@ def frequencies(p: RopeParams, seq_len: int | None) -> Frequencies:
 
 
 def validate(o: Mapping[str, Any], rotary_dim: int) -> None:
-    if o["high_freq_factor"] <= o["low_freq_factor"]:
-        raise MethodError("llama3 needs high_freq_factor > low_freq_factor", "e.g. low_freq_factor=1,high_freq_factor=4")
+    # Equal bands are a step with no blend: transformers only warns (Llama 4 Scout and Maverick ship 1 and 1), and
+    # patch says so (ropectl.patch.core); a high band below the low one has no meaning.
+    if o["high_freq_factor"] < o["low_freq_factor"]:
+        raise MethodError(f"llama3 needs high_freq_factor >= low_freq_factor, got {o['high_freq_factor']:g} < "
+                          f"{o['low_freq_factor']:g}", "e.g. low_freq_factor=1,high_freq_factor=4")
+
+
+def equal_bands_note(rope: RopeParams, shipped: RopeParams | None) -> str:
+    """What equal bands mean, and whose they are ("" unless ``rope`` has them)."""
+    sc = rope.scaling
+    if rope.rope_type != "llama3" or float(sc.get("low_freq_factor", 0)) != float(sc.get("high_freq_factor", -1)):
+        return ""
+    band = float(sc["low_freq_factor"])
+    own = shipped is not None and shipped.rope_type == "llama3" and float(shipped.scaling.get(
+        "low_freq_factor", -1)) == band == float(shipped.scaling.get("high_freq_factor", -1))
+    whose = "the model's own bands, carried from its shipped llama3 scaling" if own else "bands given to this patch"
+    original = int(rope.original_max_position_embeddings or 0)
+    return (f"llama3 with low_freq_factor = high_freq_factor = {band:g} ({whose}): no blended band, a step at "
+            f"wavelength {original / band:,.0f} (longer wavelengths divided by the factor, shorter ones kept); "
+            "transformers warns that high_freq_factor should exceed low_freq_factor and builds exactly this, "
+            "as vLLM and SGLang do")
 
 
 LOW_FREQ, HIGH_FREQ = 1.0, 4.0  # Meta's values for Llama 3.1
@@ -64,5 +85,6 @@ METHOD = Method("llama3", "Llama 3.1: wavelength bands, smooth blend between the
     Param("low_freq_factor", float, LOW_FREQ, "wavelengths above original/low are interpolated"),
     Param("high_freq_factor", float, HIGH_FREQ, "wavelengths below original/high are kept"),
 ), build, "llama3", frequencies, validate,
+    patch_note_for=equal_bands_note,
     gguf_none="llama.cpp bakes llama3 frequencies into a rope_freqs tensor when converting", needs_original=True,
     reextendable=True, carried_options=("low_freq_factor", "high_freq_factor"), search_bounds=search_bounds)

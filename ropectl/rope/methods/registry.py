@@ -81,6 +81,9 @@ class Method:
     gguf_keys: Callable[[RopeParams], Mapping[str, Any]] | None = None
     gguf_read: Callable[[dict[str, Any], Callable[[str], Any]], dict[str, Any]] | None = None
     patch_note: str = ""  # a line patch prints whenever it writes this method
+    # A line patch prints for some sections it writes (the written RoPE, the shipped one; "" for none): llama3's equal
+    # bands, and whose they are.
+    patch_note_for: Callable[[RopeParams, RopeParams | None], str] | None = None
     candidate_order: int | None = None  # its place among the methods recommend tries without a card (lower first)
     inference_only: str = ""  # why a model cannot be fine-tuned with it ("" where it can): finetune refuses it
     # --- ropectl search (docs/reference/search.md) ---

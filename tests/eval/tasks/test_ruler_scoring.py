@@ -12,6 +12,10 @@ import pytest
 from tests.helpers.eval_reference import greedy_generate, load
 from tests.helpers.ruler_trials import TASKS, trials_for
 
+# One task per answer shape (see test_smollm2_scores_equal_string_match_all_on_generate).
+SHAPES = ["niah_single_1", "niah_single_3", "niah_multikey_3", "niah_multivalue", "vt", "cwe", "fwe", "passkey"]
+assert set(SHAPES) <= set(TASKS)
+
 
 def generate(model, ids: tuple[int, ...], budget: int) -> tuple[int, ...]:
     """transformers' greedy decoding as lm-eval runs it for RULER: up to a budget, ending at end of sequence."""
@@ -149,13 +153,17 @@ def test_each_trial_starts_from_the_method_s_rope(tiny_model: Path, tmp_path: Pa
 
 @pytest.mark.slow
 def test_smollm2_scores_equal_string_match_all_on_generate(smollm2: Path, smol_tok) -> None:
-    """Every task on the real model at 1k: the score is RULER's string_match_all on transformers' greedy output of
-    the trial's budget."""
+    """The real model at 1k: the score is RULER's string_match_all on transformers' greedy output of the trial's
+    budget. One task per haystack and answer shape (repeated noise / essay / needle haystacks; number and UUID
+    values; a UUID key; four values; variable chains; ten common and three frequent words; digits) rather than all
+    twelve: the four left out (niah_single_2, niah_multikey_1, niah_multikey_2, niah_multiquery) combine a kept
+    task's haystack and reference shapes, and each greedy decode of up to 128 tokens is the suite's costliest
+    real-model step on a 2-core CPU."""
     from ropectl.eval.tasks.ruler.score import score_trials
     from tests.helpers.eval_reference import gguf_model
 
     model = gguf_model(smollm2)
-    trials = list(trials_for(smol_tok, TASKS, "1024", samples=1).values())
+    trials = list(trials_for(smol_tok, SHAPES, "1024", samples=1).values())
     outcomes = score_trials(hf_engine(model, smol_tok, smollm2), trials)
     for t, o in zip(trials, outcomes, strict=True):
         text = smol_tok.decode(list(generate(model, t.ids[:t.prompt_len], budget(t))))

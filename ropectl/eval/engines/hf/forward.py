@@ -35,8 +35,19 @@ def logits_fn(model: Any, project: Callable[[Any], Any] | None = None) -> Callab
 
 
 def decoder(model: Any) -> Any:
-    """The decoder body (no lm_head) of a causal LM or a vision-language model's language model."""
-    return model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    """The decoder body (no lm_head) of a causal LM or a vision-language model's language model. A VLM's
+    ``get_decoder`` can be its language model with its head still on (Llama 4's Llama4ForCausalLM, whose output is
+    logits), or the model itself: the body is then one level further down."""
+    body = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    for _ in range(3):  # a head still on (Llama4ForCausalLM's get_decoder returns itself): its .model is the body
+        if not hasattr(body, "get_output_embeddings") or body.get_output_embeddings() is None:
+            break
+        inner = body.get_decoder() if hasattr(body, "get_decoder") else None
+        inner = inner if inner is not None and inner is not body else getattr(body, "model", None)
+        if inner is None or inner is body:
+            break
+        body = inner
+    return body
 
 
 def body_hidden_batch(model: Any, input_ids: Any) -> Any:

@@ -58,26 +58,36 @@ def _load_model(path: str, kwargs: Mapping[str, Any], tokenizer: Any, device: st
     quiet_transformers()
     torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
     extra: dict[str, Any] = {"device_map": "auto"} if device_map == "auto" else {}
-    auto = _auto_class(path, kwargs)
+    auto = auto_class(path, kwargs)
     with no_gguf_bar():
-        try:
-            model = auto.from_pretrained(path, dtype=torch_dtype, attn_implementation="sdpa", **extra, **kwargs)
-        except ValueError as exc:
-            if "sdpa" not in str(exc).lower():
-                raise
-            model = auto.from_pretrained(path, dtype=torch_dtype, attn_implementation="eager", **extra, **kwargs)
+        model = from_pretrained_sdpa(auto, path, dtype=torch_dtype, **extra, **kwargs)
     if device_map != "auto":
         model = model.to(device)
     return LoadedModel(model.eval(), tokenizer, device, dtype)
 
 
-def _auto_class(path: str, kwargs: Mapping[str, Any]) -> Any:
+# How transformers refuses SDPA for an architecture that has none (Gemma 2's soft-capping, gpt-oss's sinks): 4.x
+# names "sdpa", 5.x "torch.nn.functional.scaled_dot_product_attention".
+_NO_SDPA = ("sdpa", "scaled_dot_product_attention")
+
+
+def from_pretrained_sdpa(auto: Any, path: str, **kwargs: Any) -> Any:
+    """``auto.from_pretrained`` with SDPA attention, or eager where transformers has no SDPA for the model."""
+    try:
+        return auto.from_pretrained(path, attn_implementation="sdpa", **kwargs)
+    except ValueError as exc:
+        if not any(word in str(exc).lower() for word in _NO_SDPA):
+            raise
+    return auto.from_pretrained(path, attn_implementation="eager", **kwargs)
+
+
+def auto_class(path: str, kwargs: Mapping[str, Any]) -> Any:
     """AutoModelForCausalLM, or the image-text-to-text class for vision-language models (Qwen2-VL, Qwen3-VL)
     whose language model is only reachable through it; their text-only forward is a causal LM."""
     from transformers import AutoModelForCausalLM
     from transformers.models.auto import modeling_auto
 
-    if str(path).lower().endswith(".gguf"):
+    if str(path).lower().endswith(".gguf") or "gguf_file" in kwargs:  # a GGUF holds a causal LM's text model only
         return AutoModelForCausalLM
     from transformers import AutoConfig, AutoModelForImageTextToText
 
