@@ -83,7 +83,8 @@ def make_plan(spec: FinetuneSpec, config: Mapping[str, Any], trained: int | None
     method = get_method(spec.method.name)
     if method.inference_only:
         raise MethodError(f"cannot fine-tune with {method.name}: {method.inference_only}",
-                          "fine-tune with yarn, ntk or linear (and serve dynamic afterwards if you want it)")
+                          "fine-tune with a method that writes one fixed RoPE: yarn, ntk or linear (a dynamic model "
+                          "can still be served with dynamic afterwards)")
     patched = plan_config(config, spec.method, spec.target_length, "both")
     trained = trained or patched.trained_context
     target = patched.target_context

@@ -1,5 +1,6 @@
 """What patch says beside what it writes, where a config's own keys bound it: the rope keys it carried unchanged,
-a context shorter than the one the checkpoint ships, and the refusal to scale a Dual Chunk Attention model."""
+a context shorter than the one the checkpoint ships, the refusal to scale a Dual Chunk Attention model, and what
+replacing a shipped scaling drops."""
 
 from __future__ import annotations
 
@@ -49,3 +50,19 @@ def refuse_dual_chunk(config: Mapping[str, Any]) -> None:
         "would be discarded or change what the model is", "see DCA's own lengths and which engine versions serve it "
         f"with `ropectl inspect MODEL --engines`; to scale its plain RoPE instead, patch a copy of the checkpoint whose "
         f"config.json has no {DCA_KEY}")
+
+
+def replaced(plan: ConfigPlan) -> str:
+    """What a replacement drops, and where the new scaling counts from."""
+    old, start = plan.before.rope, plan.base.trained_context
+    if plan.composed_from_record:
+        return f"the existing '{old.rope_type}' scaling was replaced, not stacked (from the base recorded by ropectl)"
+    factor = old.effective_factor
+    own = f"'{old.rope_type}' x{factor:g}" if factor else f"'{old.rope_type}'"
+    shipped = max(int(round((start or 0) * (factor or 1.0))), int(old.max_position_embeddings or 0))
+    line = (f"the existing {own} scaling ({start} -> {shipped}) was replaced, not stacked: its interpolation is "
+            f"dropped, and the new {plan.rope.rope_type} counts from the original {start} (-> {plan.target_context}), "
+            "with the config's theta as base")
+    if plan.target_context and plan.target_context <= shipped:
+        line += f"; note the new context {plan.target_context} is not beyond the shipped {shipped}"
+    return line

@@ -177,7 +177,7 @@ def _warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[s
     if plan.reextension:
         out.append(plan.reextension)
     elif plan.before.rope.rope_type != "default" or plan.composed_from_record:
-        out.append(_replaced(plan))
+        out.append(advice.replaced(plan))
     original = dict(plan.method.options if plan.method else ()).get("original_max_position_embeddings")
     trained = plan.base.trained_context
     if original and trained and int(original) != trained and not plan.reextension:
@@ -203,22 +203,6 @@ def _warnings(spec: PatchSpec, plan: ConfigPlan, model: ResolvedModel) -> list[s
     return out
 
 
-def _replaced(plan: ConfigPlan) -> str:
-    """What a replacement drops, and where the new scaling counts from."""
-    old, start = plan.before.rope, plan.base.trained_context
-    if plan.composed_from_record:
-        return f"the existing '{old.rope_type}' scaling was replaced, not stacked (from the base recorded by ropectl)"
-    factor = old.effective_factor
-    own = f"'{old.rope_type}' x{factor:g}" if factor else f"'{old.rope_type}'"
-    shipped = max(int(round((start or 0) * (factor or 1.0))), int(old.max_position_embeddings or 0))
-    line = (f"the existing {own} scaling ({start} -> {shipped}) was replaced, not stacked: its interpolation is "
-            f"dropped, and the new {plan.rope.rope_type} counts from the original {start} (-> {plan.target_context}), "
-            "with the config's theta as base")
-    if plan.target_context and plan.target_context <= shipped:
-        line += f"; note the new context {plan.target_context} is not beyond the shipped {shipped}"
-    return line
-
-
 def _mode(spec: PatchSpec) -> str:
     if spec.emit != "config":
         return "emit"
@@ -226,9 +210,15 @@ def _mode(spec: PatchSpec) -> str:
 
 
 def _execute(spec: PatchSpec, model: ResolvedModel, plan: ConfigPlan) -> tuple[dict[str, Any], list[str]]:
+    # The checkpoint as it is: its lines restate ropectl's reading of the config, so transformers must build that
+    # reading first (no forward: nothing changed); a dry run of it changes nothing (PatchSpec refuses writing it).
+    kept = verify_config(plan.config, expected_ropes(plan.rope, plan.layer_ropes), forward=False) \
+        if plan.kept and not model.is_gguf else None
     if spec.emit != "config":
         emitted, warnings = _emit(spec, model, plan)
         return {"emit": emitted}, warnings
+    if plan.kept:
+        return {"diff": "", "verification": kept}, []
     if model.is_gguf:
         return _gguf(spec, model, plan), llama_cpp.gguf_warnings(str(model.gguf.get("general.architecture")), plan.rope)
     if spec.dry_run:

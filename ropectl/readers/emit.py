@@ -132,7 +132,8 @@ def emit_llama_cpp(model: str, rope: RopeParams, layers: Mapping[str, RopeParams
     if carried:
         args = [llama_cpp.FLAGS["context"], str(target)]
         warnings = [f"no RoPE flag: llama.cpp's converter (convert_hf_to_gguf.py) writes this checkpoint's own "
-                    f"{rope.rope_type} scaling into the GGUF as {carried}, which llama.cpp applies; no flag can set it"]
+                    f"{rope.rope_type} scaling into the GGUF as {carried}, which llama.cpp applies; no flag can set it",
+                    *llama_cpp.converted_notes(rope, target)]
     else:
         args, warnings = llama_cpp_args(rope, target, model_type)
     if layers:

@@ -56,6 +56,12 @@ LONGROPE_ARCHITECTURES = frozenset({"MiniCPM3ForCausalLM", "MiniCPMForCausalLM",
 _CARRIED = {"llama3": (LLAMA3_ARCHITECTURES, "a rope_freqs tensor"),
             "longrope": (LONGROPE_ARCHITECTURES, "rope_factors_long/short tensors")}
 CONVERTER_CARRIES = frozenset(_CARRIED)  # rope types the converter writes as tensors (for some architectures)
+# llama.cpp picks one LongRoPE list per context, not per sequence length (src/llama-model.cpp get_rope_factors, read
+# in the llama.cpp vendored by llama-cpp-python 0.3.36): the long factors whenever n_ctx_seq > n_ctx_orig_yarn.
+LONG_FACTORS_PER_CONTEXT = ("llama.cpp uses the long factors at every position once -c exceeds the original {original} "
+                            "(get_rope_factors picks one list per context), while transformers uses the short ones up "
+                            "to {original} tokens: shorter prompts get other RoPE; -c {original} or less serves the "
+                            "short factors")
 # Model types the converter turns into llama.cpp's deepseek2 graph (multi-head latent attention).
 DEEPSEEK2_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_vl", "youtu"})
 DEEPSEEK2_NOTE = ("llama.cpp's DeepSeek-2 graph (deepseek2.cpp) multiplies the attention logits by mscale^2, with "
@@ -266,3 +272,11 @@ def converted_scaling(rope: RopeParams, config: Mapping[str, Any]) -> str | None
         raise MethodError(f"this checkpoint's own {rope.rope_type} scaling does not reach llama.cpp: {dropped}",
                           "serve it with vLLM or SGLang, or patch it to yarn (which every architecture converts)")
     return carried[1]
+
+
+def converted_notes(rope: RopeParams, target: int) -> list[str]:
+    """What the line that serves a converted checkpoint's own scaling at ``target`` computes otherwise."""
+    original = rope.original_max_position_embeddings
+    if rope.rope_type in _CARRIED and rope.scaling.get("long_factor") and original and target > original:
+        return [LONG_FACTORS_PER_CONTEXT.format(original=original)]
+    return []

@@ -58,7 +58,8 @@ def candidates(methods: tuple[str, ...], base: float, grid: tuple[float, ...], s
     out, skipped = [unscaled_name(), *([as_is_name()] if ships else [])], {}
     for name in methods:
         why = why_not_served(name, serve_with) if serve_with else None
-        for factor in sorted({round(max(1.0, base * g), 3) for g in grid}):
+        # a target within the trained context leaves nothing to scale: a factor of 1 or less is no candidate
+        for factor in sorted({round(base * g, 3) for g in grid if round(base * g, 3) > 1}):
             spec = f"{name}:{factor:g}"
             if why:
                 skipped[spec] = f"not served as evaluated: {why}"

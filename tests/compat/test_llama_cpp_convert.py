@@ -9,6 +9,11 @@ converted with the converter of the tested llama.cpp (the llamacpp-convert venv)
 agree to SAME_TOL (the unpatched model's own gap is below it); where it names a difference, they differ by more
 than DIFF_MIN: each family has cases of both kinds, so neither side of the check can pass vacuously.
 
+A checkpoint that ships llama3 (a Llama patched to llama3:4) is also served as it ships: ``patch FOLDER --emit
+llama.cpp`` with no -m prints only the context, since the converter writes the scaling as a rope_freqs tensor; that
+line, run on the converted file, gives transformers' log-probs of the folder. On DeepSeek-V3, whose converter drops
+llama3, the same command refuses.
+
 Qwen2-VL is checked on what llama.cpp loads (its load log): llama-cpp-python hands llama.cpp one position per token,
 while the qwen2vl graph reads four (multimodal RoPE), so its log-probs cannot be compared through this binding.
 """
@@ -110,3 +115,19 @@ def test_qwen2_vl_yarn_loads_as_the_view_says(work: Path) -> None:
                              log))
     assert loaded == {"rope scaling": "yarn", "freq_scale_train": "0.25", "n_ctx_orig_yarn": "64",
                       "mrope sections": "[2, 3, 3, 0]"}, loaded
+
+
+def test_the_no_m_line_serves_a_shipped_llama3_as_converted(work: Path) -> None:
+    folder = _patched(work, "llama-llama3")
+    emitted = ropectl_json("patch", str(folder), "--emit", "llama.cpp")
+    args = emitted["emit"]["args"]
+    assert args == ["-c", "256"] and any("rope_freqs" in w for w in emitted["warnings"]), emitted
+    ids = [int(i) for i in __import__("numpy").random.default_rng(1).integers(100, 40000, N_TOKENS)]
+    llama = run_llama_cpp(convert(folder), ids, {"n_ctx": int(args[1])})["logprobs"]
+    gap = max(abs(a - b) for a, b in zip(llama, transformers_logprobs(folder, ids)))
+    unscaled = max(abs(a - b) for a, b in zip(llama, transformers_logprobs(_source(work, "llama"), ids)))
+    print(f"llama.cpp, the no -m line on a converted llama3 checkpoint: max |logprob diff| vs transformers {gap:.4f} "
+          f"(vs the unscaled model {unscaled:.4f})")
+    assert gap <= SAME_TOL < DIFF_MIN < unscaled  # the scaling is in effect, as transformers computes it
+    code, _, err = ropectl_try("patch", str(_patched(work, "deepseek-llama3")), "--emit", "llama.cpp")
+    assert code != 0 and "does not reach llama.cpp" in err and len(err.strip().splitlines()) == 1

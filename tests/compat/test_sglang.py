@@ -9,6 +9,9 @@ the rotary embedding with its get_rope; transformers' rotary class on the patche
   at least the target), holds the printed rope section, and its cos/sin equal transformers';
 - ``folder``: the patched folder as SGLang loads it: ropectl's SGLang verdict (patch --json ``readers``) says "same"
   exactly where the cos/sin agree.
+Checkpoints that ship a scaling (published configs: Llama-3.1-8B's llama3, Phi-3.5-mini's LongRoPE, Qwen2.5-7B's
+yarn form) are served as they ship: the line ``patch MODEL --emit sglang`` prints with no -m holds the shipped section
+value by value, at the context the config serves, and SGLang's cos/sin equal transformers' on the folder itself.
 Negative controls: the printed line without ``attn_factor`` (SGLang ignores transformers' attention_factor) must
 differ, and a linear section on a multimodal-RoPE model (refused by --emit sglang) must build one-dimensional RoPE.
 """
@@ -44,6 +47,8 @@ CASES = [("qwen3", ("--preset", "qwen3-128k")), ("qwen3", ("-m", "yarn:4,attenti
          ("qwen2_vl", ("-m", "yarn:4")), ("qwen2_vl", ("-m", "linear:2")), ("qwen2_vl", ("-m", "ntk:2")),
          ("qwen2_5_vl", ("-m", "yarn:4"))]
 IDS = [f"{f}-{a[-1]}" for f, a in CASES]
+# published configs that ship a scaling -> the context each serves as published
+SHIPPED = {"llama-3.1-8b-instruct": 131072, "phi-3.5-mini-instruct": 131072, "qwen2.5-7b-instruct-yarn": 131072}
 _STATE: dict[str, Any] = {}
 
 
@@ -94,6 +99,16 @@ def _case(root: Path, family: str, method: tuple[str, ...]) -> tuple[dict[str, A
     return case, jobs
 
 
+def _shipped(root: Path, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    src = root / "shipped" / name
+    src.mkdir(parents=True)
+    (src / "config.json").write_text((ROOT / "tests" / "fixtures" / "configs" / f"{name}.json").read_text())
+    code, emitted, err = ropectl_try("patch", str(src), "--emit", "sglang")  # no -m: the checkpoint as it ships
+    case = {"out": src, "code": code, "err": err, "emitted": emitted}
+    jobs = [{"name": f"{name}/as-is", "command": emitted["emit"]["command"], "positions": POSITIONS}] if emitted else []
+    return case, jobs
+
+
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if not (VENV / "bin" / "python").exists():
@@ -103,6 +118,9 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         cases, jobs = {}, []
         for family, method in CASES:
             cases[(family, method)], more = _case(root, family, method)
+            jobs += more
+        for name in SHIPPED:
+            cases[name], more = _shipped(root, name)
             jobs += more
         _STATE.update(cases=cases, results=run_jobs(VENV / "bin" / "python", HERE / "sglang_runner.py", jobs, root))
     return _STATE
@@ -157,6 +175,22 @@ def test_attn_factor_is_what_sglang_reads(measured: dict[str, Any]) -> None:
     case = measured["cases"][("qwen3", ("-m", "yarn:4,attention_factor=1.3"))]
     got = measured["results"]["qwen3-yarn:4,attention_factor=1.3/no-attn-factor"]
     assert _diff(got, case["out"], POSITIONS) > 1e-2
+
+
+@pytest.mark.parametrize("name", list(SHIPPED))
+def test_the_no_m_line_serves_the_checkpoint_as_it_ships(name: str, measured: dict[str, Any]) -> None:
+    case = measured["cases"][name]
+    assert case["emitted"] is not None, case["err"]
+    got, emitted = measured["results"][f"{name}/as-is"], case["emitted"]["emit"]
+    assert "error" not in got and "rope_error" not in got, got
+    assert got["context_length"] == emitted["context_length"] == SHIPPED[name]
+    printed = emitted["json_model_override_args"]["rope_parameters"]
+    assert {k: got["rope_parameters"].get(k) for k in printed} == printed
+    shipped = json.loads((case["out"] / "config.json").read_text())["rope_scaling"]
+    for key in ("factor", "short_factor", "long_factor", "low_freq_factor", "high_freq_factor"):
+        if key in shipped:  # the published values, as published
+            assert got["rope_parameters"][key] == shipped[key], key
+    assert _diff(got, case["out"], POSITIONS) <= TOL
 
 
 # --- Dual Chunk Attention and LongRoPE, with SGLang's own get_rope and rotary forward (tests/compat/rope_probe.py) -----

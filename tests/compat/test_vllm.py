@@ -10,6 +10,9 @@ max length equal to the target and give the same prompt log-probs as transformer
 - ``folder``: the patched folder, with the override ``patch`` printed when it said vLLM derives another length
   (or to cap linear's, which vLLM multiplies by the factor);
 - ``emit``: the unpatched folder with the overrides ``patch --emit vllm`` printed.
+Checkpoints that ship a scaling (yarn x2 and llama3 x2 from 512 to 1024, the same weights) go as they are: the line
+``patch MODEL --emit vllm`` prints with no -m (the checkpoint as it ships), its overrides parsed from the printed
+command, must derive 1024 and give transformers' log-probs of the checkpoint itself.
 The prompt is 1023 tokens (vLLM needs one slot for the generated token); transformers runs the same ids plus
 one, so its dynamic scaling sees the target length, which is the one length the emitted static form is for.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +44,13 @@ METHODS = ("linear:2", "ntk:2", "dynamic:2", "yarn:2", "llama3:2")
 ROUTES = ("folder", "emit")
 BARE = ("yarn:2", "dynamic:2")  # folders run with no override: yarn serves the target, dynamic is static (predicted)
 TOL = 1e-3
+# checkpoints that ship a scaling, served as they are (patch --emit vllm without -m)
+SHIPPED = {"yarn2-shipped": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0,
+                             "original_max_position_embeddings": TRAINED},
+           "llama3x2-shipped": {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 2.0, "low_freq_factor": 1.0,
+                                "high_freq_factor": 4.0, "original_max_position_embeddings": TRAINED}}
+SIZES = dict(seed=7, hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32, intermediate_size=128,
+             initializer_range=0.1)
 _STATE: dict[str, Any] = {}
 
 
@@ -68,9 +79,7 @@ def _reference(folder: Path, tokens: list[int]) -> list[float]:
 def _build(work: Path) -> dict[str, Any]:
     import random
 
-    src = add_char_tokenizer(tiny_llama(work / "src", seed=7, hidden_size=128, num_attention_heads=4,
-                                        num_key_value_heads=2, head_dim=32, intermediate_size=128,
-                                        max_position_embeddings=TRAINED, initializer_range=0.1))
+    src = add_char_tokenizer(tiny_llama(work / "src", max_position_embeddings=TRAINED, **SIZES))
     tokens = [1] + [random.Random(11 + i).randrange(3, 128) for i in range(TARGET - 1)]
     jobs, refs = [], {"none": _reference(src, tokens)}
     for method in METHODS:
@@ -86,6 +95,14 @@ def _build(work: Path) -> dict[str, Any]:
                      "tokens": tokens[:-1]})
         if method in BARE:
             jobs.append({"name": f"{name}/bare", "model": str(out), "tokens": tokens[:-1]})
+    for name, section in SHIPPED.items():
+        shipped = add_char_tokenizer(tiny_llama(work / name, rope_parameters=section, max_position_embeddings=TARGET,
+                                                **SIZES))
+        args = shlex.split(ropectl_json("patch", str(shipped), "--emit", "vllm")["emit"]["command"])  # as printed
+        assert args[args.index("--max-model-len") + 1] == str(TARGET)
+        refs[name] = _reference(shipped, tokens)
+        jobs.append({"name": f"{name}/as-is", "model": args[2], "tokens": tokens[:-1],
+                     "hf_overrides": json.loads(args[args.index("--hf-overrides") + 1])})
     return {"jobs": jobs, "refs": refs}
 
 
@@ -167,3 +184,19 @@ def test_bare_folder_as_the_reader_module_predicts(method: str, measured: dict[s
     assert len(head) == TRAINED - 1 and max(head) <= TOL
     tail = logprobs[TRAINED:]
     assert None in tail or max(abs(a - b) for a, b in zip(tail, none[TRAINED:])) > 100 * TOL
+
+
+@pytest.mark.parametrize("name", list(SHIPPED))
+def test_vllm_serves_the_checkpoint_as_it_ships(name: str, measured: dict[str, Any]) -> None:
+    """`patch MODEL --emit vllm` with no -m: the printed line serves the shipped scaling, at its shipped length."""
+    got = measured["results"].get(f"{name}/as-is")
+    assert got is not None, "the vLLM runner stopped before this job"
+    assert "error" not in got, got["error"]
+    assert got.get("derived_max_model_len") == TARGET
+    ref, logprobs = measured["refs"][name], got["logprobs"]
+    assert None not in logprobs
+    diff = max(abs(a - b) for a, b in zip(logprobs, ref))
+    unscaled = max(abs(a - b) for a, b in zip(logprobs, measured["refs"]["none"]))  # the scaling is in effect
+    print(f"vLLM {measured['version']} {name} as-is: max |logprob diff| vs transformers {diff:.2e} "
+          f"(vs unscaled {unscaled:.2f})")
+    assert len(logprobs) == len(ref) and diff <= TOL and unscaled > 100 * TOL

@@ -77,10 +77,10 @@ def test_recommend_compares_patched_and_finetuned(ppl_runs: dict[str, Any]) -> N
     if data["winner"] == "merged":
         assert data["commands"] == [f"# ship {ppl_runs['folders']['merged']} as it is (its config already holds the "
                                     "RoPE it was evaluated with)"]
-    else:  # the patched checkpoint as it is: nothing to write, and each engine's serving line for its linear x4
-        base_folder = ppl_runs["folders"]["base"]
-        assert data["commands"] == [f"ropectl patch {base_folder} --emit vllm",
-                                    f"ropectl patch {base_folder} --emit llama.cpp"]
+    else:  # the first run's checkpoint as it is (the patched base, linear x4): served as it ships, nothing written
+        where = ppl_runs["folders"]["base"]
+        assert data["ships"] == "linear x4"
+        assert data["commands"] == [f"ropectl patch {where} --emit vllm", f"ropectl patch {where} --emit llama.cpp"]
 
 
 def test_recommend_refuses_runs_on_other_documents(ppl_runs: dict[str, Any]) -> None:

@@ -141,6 +141,10 @@ def test_emit_llama_cpp_without_m(models: dict[str, Path]) -> None:
         data = _json("patch", models[kind], "--emit", "llama.cpp")
         assert data["emit"]["args"] == ["-c", "131072"]
         assert any(tensor in w and "no RoPE flag" in w for w in data["warnings"]), data["warnings"]
+        # llama.cpp picks one LongRoPE list per context (src/llama-model.cpp get_rope_factors): past the original
+        # 4096, the long one for every prompt, which the line says; llama3 has one tensor (the control)
+        per_context = [w for w in data["warnings"] if "long factors at every position once -c exceeds" in w]
+        assert len(per_context) == (kind == "longrope")
 
 
 def test_llama_cpp_refuses_a_shipped_llama3_its_converter_drops(tmp_path: Path) -> None:

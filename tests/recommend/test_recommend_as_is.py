@@ -129,6 +129,10 @@ def test_the_plan_measures_as_is_beside_none_on_a_scaled_checkpoint(yarn2: Path,
     plan, _, trained = plan_grid(Request(str(yarn2), 1024, 4.0, None, serve_with=("transformers",)))
     assert trained == 256 and plan.methods[:2] == ("none", "as-is")
     assert any("as-is (the checkpoint unchanged: it ships yarn x2), each measured" in ln for ln in plan_lines(plan, None))
+    # a target within the trained context (Llama 3.1 at 4k of 8k): nothing to scale, the two references alone
+    # (the grid's factors x 1, 1.5, 2 of 128 / 256 are all <= 1, which no method takes)
+    within, _, _ = plan_grid(Request(str(yarn2), 128, None, None, serve_with=("transformers",)))
+    assert within.methods == ("none", "as-is")
     plain, _, _ = plan_grid(Request(str(tiny_model), 1024, 4.0, None, serve_with=("transformers",)))
     assert "as-is" not in plain.methods  # ships no scaling: as-is is none, measured once
     assert any("so as-is is none (measured once, as none)" in ln for ln in plan_lines(plain, None))
@@ -143,8 +147,25 @@ def test_measured_on_a_yarn2_checkpoint(yarn2: Path, tiny_corpus: Path, isolated
         assert result.exit_code == 0, result.output
         return isolated / out
 
-    _, out = _recommend(ppl("only-none", "none"))
+    data, out = _recommend(ppl("only-none", "none"))
     assert "winner: none — ship the unscaled base (the checkpoint ships yarn x2; none removes it)" in out
     assert f"ropectl patch {yarn2} -m none -o ft-none" in out and "was not measured" in out
+    _run_as_printed(data["commands"])  # the ship lines run: the unscaled base is written, and served
+    written = json.loads((isolated / "ft-none" / "config.json").read_text())
+    assert written["rope_parameters"]["rope_type"] == "default" and written["max_position_embeddings"] == TRAINED
     data, out = _recommend(ppl("both", "none", "as-is"))  # 2 documents: nothing separates, the simplest ships
     assert data["winner"] == "as-is" and "ship the checkpoint unchanged (as-is: yarn x2) for 512" in out
+    assert all("-m" not in c.split() for c in data["commands"]) and len(_run_as_printed(data["commands"])) == 2
+
+
+def _run_as_printed(commands: list[str]) -> list[str]:
+    import shlex
+
+    outputs = []
+    for line in commands:
+        argv = shlex.split(line)
+        assert argv[0] == "ropectl", line
+        result = runner.invoke(app, argv[1:])
+        assert result.exit_code == 0, f"{line}\n{result.output}"
+        outputs.append(result.stdout)
+    return outputs
