@@ -28,20 +28,19 @@ demo: $(STAMP)
 	$(BIN)/ropectl recommend --target-length 10k
 
 # One pytest worker per core (pytest-xdist), each file on one worker, each worker with its share of the cores'
-# threads (tests/conftest.py): 12 min 25 s against 18 min 13 s for one process on the 2-core AVX2 EPYC. XDIST= runs
-# one process.
+# threads (tests/conftest.py). XDIST= runs one process. The budget and its measurements: docs/reference/tests.md.
 XDIST ?= -n auto --dist loadfile
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not heavy" $(XDIST)
+	$(BIN)/python -m pytest -q -m "not heavy and not dist" $(XDIST)
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not heavy"
+	$(BIN)/python -m pytest -q -m "not slow and not heavy and not dist" $(XDIST)
 
 # Real-model runs of half a minute or more each: search's known optimum on SmolLM2 and its negative control, and
-# SmolLM2 against naive transformers (eval-ppl, passkey, RULER on generate, a GGUF fine-tune's dequantized base).
-# CI runs it after make test.
+# SmolLM2 against naive transformers (eval-ppl, passkey, RULER on generate, a GGUF fine-tune's dequantized base);
+# and the multi-process tests (two processes equal one: DDP, FSDP2, eval-ppl, passkey). CI runs it after make test.
 test-heavy: $(STAMP)
-	$(BIN)/python -m pytest -q -m heavy $(XDIST)
+	$(BIN)/python -m pytest -q -m "heavy or dist" $(XDIST)
 
 # Real engines in cached venvs (~/.cache/ropectl-compat): each tier skips with a message when its engine is missing.
 compat: compat-transformers compat-engines compat-ruler
