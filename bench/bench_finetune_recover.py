@@ -65,7 +65,7 @@ def prepare_data(model: Path, out: Path) -> tuple[Path, list[str]]:
 def finetune(name: str, seed: int, args: argparse.Namespace, model: Path, data: Path, held: list[str]) -> Path:
     spec, target, mode = RUNS[name]
     out = args.out / "runs" / f"{name}-s{seed}"
-    argv = ["finetune", str(model), "-m", spec.split(":")[0], "-t", str(target), *mode, "--data", str(data),
+    argv = ["finetune", str(model), "-m", spec.split(":")[0], "-t", str(target), *mode, "--dataset", str(data),
             "--held-out", ",".join(held), "--eval-every", str(args.eval_every), "--steps", str(args.steps),
             "--seed", str(seed), "--lr", str(args.lr), "--warmup", str(args.warmup), "--batch-size",
             str(args.batch), "--grad-accum", "1", "--dtype", args.dtype, "-o", str(out), "--force"]

@@ -161,7 +161,7 @@ def plain_side(model: Path, data: Path, length: int, steps: int, dtype: str, dev
 def ropectl_side(model: Path, data: Path, length: int, steps: int, dtype: str, device: str, work: Path) -> None:
     from ropectl.cli.app import main as cli
 
-    argv = ["finetune", str(model), "-m", "yarn", "-t", str(length), "--full", "--data", str(data),
+    argv = ["finetune", str(model), "-m", "yarn", "-t", str(length), "--full", "--dataset", str(data),
             "-o", str(work / "ropectl-out"), "--steps", str(steps), "--batch-size", "1", "--grad-accum", "1",
             "--held-out", "1", "--dtype", dtype, "--device", device, "--force"]
     sys.argv = ["ropectl", *argv]

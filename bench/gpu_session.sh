@@ -38,7 +38,7 @@ stage2() {
         --grad-accum 2 --eval-every 20 --held-out tragedies/macbeth,roman/julius-caesar,comedies/twelfth-night,histories/richard-ii \
         --ppl-lengths 8k,32k --niah-lengths 16k,32k --niah-trials 8 > "$W/smoke.log" 2>&1
     echo "smollm2 fine-tune: rc $?"
-    timeout 150 $PY -m ropectl search "$GGUF" -t 32k --space yarn --budget 16 --time 2 -o "$W/search32k" --json \
+    timeout 150 $PY -m ropectl search "$GGUF" -t 32k --space yarn --trials 16 --budget 2 -o "$W/search32k" --json \
         > "$W/search32k.json" 2> "$W/search32k.log"
     echo "search 32k: rc $?"
     (cd "$W" && tar czf "$OUT/gpu_smollm2.tgz" --exclude='*.safetensors' --exclude='*.gguf' --exclude='*.pt' \

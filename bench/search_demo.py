@@ -7,7 +7,7 @@ only, no pruning length below the target, 1 search document, 2 held out, 1 needl
 It writes OUT/search.json and the plots (the command's own outputs) plus OUT/demo.json (machine, dtype, sizes,
 wall time).
 
-    .venv/bin/python bench/search_demo.py -t 16k --space yarn --budget 4 --minutes 30 -o runs/search-demo-16k
+    .venv/bin/python bench/search_demo.py -t 16k --space yarn --trials 4 --minutes 30 -o runs/search-demo-16k
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def main() -> None:
     ap.add_argument("--model", default=None)
     ap.add_argument("-t", "--target", default="16k")
     ap.add_argument("--space", default="yarn")
-    ap.add_argument("--budget", type=int, default=4)
+    ap.add_argument("--trials", type=int, default=4)
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--docs", type=int, default=1)
     ap.add_argument("--held-out", type=int, default=2)
@@ -47,7 +47,7 @@ def main() -> None:
 
     target = parse_length(args.target)
     prune = tuple(parse_length(x) for x in args.prune_at.split(",") if x)
-    req = SearchRequest(args.model, target, args.space, args.out, budget=args.budget, minutes=args.minutes,
+    req = SearchRequest(args.model, target, args.space, args.out, trials=args.trials, minutes=args.minutes,
                         docs=args.docs, held_out=args.held_out, samples=args.samples, seed=args.seed,
                         lengths=(*prune, target), grid=(1.0,), population=args.population, iterations=args.iterations)
     start = time.perf_counter()

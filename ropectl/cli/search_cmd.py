@@ -27,9 +27,11 @@ def _space_help() -> str:
 
 
 SpaceOpt = Annotated[Optional[str], opt("--space", panel=SPACE, help=_space_help())]
-BudgetOpt = Annotated[Optional[int], opt("--budget", panel=BUDGET, help=(
-    "Trials, pruned and infeasible ones included [default: 20 without --time]."))]
-TimeOpt = Annotated[Optional[float], opt("--time", panel=BUDGET, help="Minutes: stops after the trial running then.")]
+TrialsOpt = Annotated[Optional[int], opt("--trials", panel=BUDGET, help=(
+    "Trials, pruned and infeasible ones included [default: 20 without --budget]."))]
+BudgetOpt = Annotated[Optional[float], opt("--budget", panel=BUDGET, help=(
+    "Minutes the trials may take: stops after the trial running then."))]
+TimeOpt = Annotated[Optional[str], opt("--time", panel=BUDGET, hidden=True)]  # the old spelling of --budget
 SamplerOpt = Annotated[str, opt("--sampler", panel=BUDGET, help="tpe or cmaes (Optuna's samplers) [default: tpe].")]
 StorageOpt = Annotated[Optional[str], opt("--storage", panel=BUDGET, help=(
     "Where the Optuna study lives: a database URL or a journal file (FILE.log), for workers sharing one study "
@@ -58,8 +60,9 @@ IterationsOpt = Annotated[int, opt("--iterations", panel=BUDGET, help="longrope:
 
 @handle_errors
 def search_cmd(
-    model: ModelOpt = None, target_length: TargetOpt = "", space: SpaceOpt = None, budget: BudgetOpt = None,
-    time_min: TimeOpt = None, sampler: SamplerOpt = "tpe", storage: StorageOpt = None, docs: DocsOpt = 3,
+    model: ModelOpt = None, target_length: TargetOpt = "", space: SpaceOpt = None, trials: TrialsOpt = None,
+    budget: BudgetOpt = None, time_min: TimeOpt = None, sampler: SamplerOpt = "tpe", storage: StorageOpt = None,
+    docs: DocsOpt = 3,
     held_out: HeldOpt = 6, samples: SamplesOpt = 2, no_answer_loss: NoAnswerOpt = False,
     max_regression: RegressionOpt = None, prune_at: PruneOpt = None, grid: GridOpt = None,
     dataset: DatasetOpt = None, seed: SeedOpt = 0,
@@ -86,8 +89,11 @@ def search_cmd(
 
     if not target_length:
         raise UsageError("--target-length is required", "pass the context to search for, e.g. -t 16k")
+    if time_min is not None:
+        raise UsageError("search's --time is now --budget: minutes, as in recommend (the trial count is --trials)",
+                         f"pass --budget {time_min}")
     folder = output_dir(out, resume, "search", "search")
-    req = SearchRequest(model, parse_length(target_length), space or default_space(), Path(folder), budget, time_min, sampler,
+    req = SearchRequest(model, parse_length(target_length), space or default_space(), Path(folder), trials, budget, sampler,
                         storage,
                         docs, held_out, samples, not no_answer_loss,
                         DEFAULT_MAX_REGRESSION if max_regression is None else max_regression, seed, dataset,

@@ -90,7 +90,7 @@ def split(documents: Sequence[Any], span: int, held_out: int, eval_length: int, 
     if n == 0:
         raise DataError(f"the corpus '{corpus}' has {len(stream):,} training tokens after holding out {held_out} "
                         f"documents, fewer than one {span:,}-token training span",
-                        "pass a larger corpus (--data), a smaller --held-out, or a shorter --window / target")
+                        "pass a larger corpus (--dataset), a smaller --held-out, or a shorter --window / target")
     spans = tuple(stream[i * span:(i + 1) * span] for i in range(n))
     return Split(spans, tuple(docs[i] for i in sorted(keep)), len(train), int(len(stream)))
 

@@ -2,7 +2,7 @@
 pruned there), stage 2 (``--space longrope``) through the evolutionary search of ``ropectl.search.longrope``.
 
 A trial is counted once it is measured at least at its first length: pruned and infeasible trials count against
-``--budget``. An infeasible trial (in-window PPL above the limit) is recorded as pruned with ``feasible = False``:
+``--trials``. An infeasible trial (in-window PPL above the limit) is recorded as pruned with ``feasible = False``:
 it never reaches the target forward, TPE ranks it below every finished trial, CMA-ES leaves it out.
 """
 
@@ -21,7 +21,7 @@ from ropectl.search.study import counted, suggest
 def run_stage1(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> Any:
     """The study after this run's trials."""
     study = setup.study
-    budget = req.budget if req.budget is not None else (None if req.minutes else DEFAULT_BUDGET)
+    budget = req.trials if req.trials is not None else (None if req.minutes else DEFAULT_BUDGET)
     if not study.trials:
         study.enqueue_trial(setup.space.start())  # the closed form itself is the first point
     done = counted(study)

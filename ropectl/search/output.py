@@ -58,17 +58,17 @@ def run_search(req: SearchRequest, say: Callable[[str], None] | None = None) -> 
 
 
 def stop_reason(req: SearchRequest, seconds: float, trials: list[dict[str, Any]]) -> dict[str, Any]:
-    """Why this run's trials ended: its --time had passed (the trial running then finished first), or the budget
-    (trials or, for stage 2, population x iterations) was spent."""
+    """Why this run's trials ended: its --budget (minutes) had passed (the trial running then finished first), or
+    its trials (--trials or, for stage 2, population x iterations) were spent."""
     timed = req.minutes is not None and seconds >= req.minutes * 60
-    return {"reason": "time" if timed else "budget", "minutes": req.minutes, "seconds": round(seconds, 2),
+    return {"reason": "time" if timed else "trials", "minutes": req.minutes, "seconds": round(seconds, 2),
             "trials": len(trials)}
 
 
 def stopped_lines(req: SearchRequest, stopped: dict[str, Any]) -> list[str]:
     if stopped["reason"] != "time":
         return []
-    return [f"stopped on time: --time {req.minutes:g} min had passed after {stopped['seconds']:.0f} s; the study "
+    return [f"stopped on time: --budget {req.minutes:g} min had passed after {stopped['seconds']:.0f} s; the study "
             f"holds {stopped['trials']} trials (--resume continues it)"]
 
 

@@ -44,7 +44,7 @@ class SearchRequest:
     target: int
     space: str
     out: Path
-    budget: int | None = None  # trials (pruned ones count); None with no --time: DEFAULT_BUDGET
+    trials: int | None = None  # pruned ones count; None with no --budget (minutes): DEFAULT_BUDGET
     minutes: float | None = None  # stop after the trial running when this much time has passed
     sampler: str = "tpe"
     storage: str | None = None
@@ -86,10 +86,10 @@ class Setup:
 
 
 def check_request(req: SearchRequest) -> None:
-    if req.budget is not None and req.budget <= 0:
-        raise UsageError(f"--budget must be at least 1 trial, got {req.budget}", "pass e.g. --budget 20")
+    if req.trials is not None and req.trials <= 0:
+        raise UsageError(f"--trials must be at least 1, got {req.trials}", "pass e.g. --trials 20")
     if req.minutes is not None and not req.minutes > 0:
-        raise UsageError(f"--time must be a positive number of minutes, got {req.minutes}", "pass e.g. --time 30")
+        raise UsageError(f"--budget must be a positive number of minutes, got {req.minutes}", "pass e.g. --budget 30")
     if req.docs < 1 or req.held_out < 1:
         raise UsageError("--docs and --held-out need at least 1 document each", "pass e.g. --docs 3 --held-out 6")
     if req.samples < 0 or req.max_regression < 0:
@@ -149,7 +149,7 @@ def _study(req: SearchRequest, identity: dict[str, Any], created: Path | None) -
         # Workers sharing a --storage study must not propose the same points: their samplers draw unseeded (the
         # split and the needles still follow --seed, part of the identity they share).
         seed = req.seed if req.storage is None else None
-        return open_study(storage_url(req.out, req.storage), identity, seed, req.sampler, req.budget)
+        return open_study(storage_url(req.out, req.storage), identity, seed, req.sampler, req.trials)
     except BaseException:
         if created is not None:  # refused before anything ran: the folders this run made go again
             shutil.rmtree(created, ignore_errors=True)
@@ -238,7 +238,7 @@ def estimate_lines(ev: Evaluator, plan: Plan, docs: int, needles: int, seconds: 
     per_forward = seconds / (docs + needles)  # a batch of documents costs one forward each
     forwards = docs * sum(shape.flops(n) for n in plan.lengths) / shape.flops(plan.target) + needles
     trial = per_forward * forwards
-    count = req.budget if req.budget is not None else (None if req.minutes else DEFAULT_BUDGET)
+    count = req.trials if req.trials is not None else (None if req.minutes else DEFAULT_BUDGET)
     rest = (grid - 1) * seconds + 2 * per_forward * (req.held_out + max(req.samples, 1))
     total = f"{count} trials about {trial * count / 60:.1f} min at most (pruned ones cost less)" if count else \
         f"trials for {req.minutes:g} min"

@@ -142,7 +142,7 @@ def suggest(trial: Any, space: Space) -> dict[str, float]:
 
 
 def counted(study: Any) -> int:
-    """Trials that count against --budget: finished or pruned (a failed one, e.g. stopped by Ctrl-C, does not)."""
+    """Trials that count against --trials: finished or pruned (a failed one, e.g. stopped by Ctrl-C, does not)."""
     from optuna.trial import TrialState
 
     return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))

@@ -29,7 +29,7 @@ def test_search_winner_scored_by_vllm_agrees_with_transformers() -> None:
                                           num_key_value_heads=2, head_dim=32, intermediate_size=128,
                                           max_position_embeddings=256, initializer_range=0.1))
     corpus = write_corpus(base / "corpus", [700] * 4)
-    proc = ropectl(VLLM_PYTHON, "search", str(model), "-t", "512", "--space", "yarn", "--budget", "2", "-o",
+    proc = ropectl(VLLM_PYTHON, "search", str(model), "-t", "512", "--space", "yarn", "--trials", "2", "-o",
                    str(base / "out"), "--dataset", str(corpus), "--docs", "1", "--held-out", "2", "--samples", "0",
                    "--no-answer-loss", "--grid", "1", "--dtype", "fp32", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]

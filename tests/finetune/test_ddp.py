@@ -15,7 +15,7 @@ from tests.helpers.launch import PARALLEL_ATOL, free_port, run_finetune
 def test_two_process_ddp_equals_one_process(ft_model: Path, ft_corpus: Path, isolated: Path) -> None:
     from safetensors.torch import load_file
 
-    args = [str(ft_model), "-m", "yarn:4", "--data", str(ft_corpus), "--steps", "3", "--batch-tokens", "128",
+    args = [str(ft_model), "-m", "yarn:4", "--dataset", str(ft_corpus), "--steps", "3", "--batch-tokens", "128",
             "--dtype", "fp32", "--device", "cpu", "--lr", "1e-3", "--json"]
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
                 str(free_port())]

@@ -43,7 +43,7 @@ def test_two_process_fsdp_equals_one_process(ft_model: Path, ft_corpus: Path, is
     ``accelerate launch --use_fsdp --fsdp_version 2`` without ``--fsdp``: the launcher's request is honoured."""
     from safetensors.torch import load_file
 
-    args = [str(ft_model), *ARGS, "--data", str(ft_corpus)]
+    args = [str(ft_model), *ARGS, "--dataset", str(ft_corpus)]
     accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--num_machines", "1",
                   "--mixed_precision", "no", "--dynamo_backend", "no", "--use_fsdp", "--fsdp_version", "2",
                   "--main_process_port", str(free_port())]
@@ -64,7 +64,7 @@ def test_fsdp_lora_with_tied_embeddings_equals_one_process(ft_corpus: Path, isol
 
     model = build("llama", isolated / "tied", max_position_embeddings=64, tie_word_embeddings=True)
     # 4 sequences a step: 2 micro-steps per process here (reduce-scattered each), 4 in one process
-    args = [str(model), *ARGS, "--data", str(ft_corpus), "--lora", "4", "--train-embeddings-norms",
+    args = [str(model), *ARGS, "--dataset", str(ft_corpus), "--lora", "4", "--train-embeddings-norms",
             "--batch-tokens", "256"]
     run_finetune(_torchrun(), [*args, "--fsdp", "-o", str(isolated / "two")], isolated)
     run_finetune([sys.executable], [*args, "-o", str(isolated / "one")], isolated)
@@ -81,7 +81,7 @@ def test_fsdp_resume_after_a_rank_is_stopped_equals_uninterrupted(ft_model: Path
     """SIGTERM to one worker: every rank stops after the step, FSDP's checkpoint is saved, --resume finishes."""
     from safetensors.torch import load_file
 
-    args = [str(ft_model), *ARGS, "--data", str(ft_corpus), "--fsdp", "--steps", "6"]
+    args = [str(ft_model), *ARGS, "--dataset", str(ft_corpus), "--fsdp", "--steps", "6"]
     run_finetune(_torchrun(), [*args, "-o", str(isolated / "a")], isolated)
     proc = subprocess.Popen([*_torchrun(), "-m", "ropectl", "finetune", *args, "-o", str(isolated / "b")],
                             cwd=isolated, env=finetune_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -105,7 +105,7 @@ def test_fsdp_resume_after_a_rank_is_stopped_equals_uninterrupted(ft_model: Path
 
 
 def test_fsdp_without_a_launcher_is_refused(ft_model: Path, ft_corpus: Path, isolated: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "ropectl", "finetune", str(ft_model), *ARGS, "--data", str(ft_corpus),
+    done = subprocess.run([sys.executable, "-m", "ropectl", "finetune", str(ft_model), *ARGS, "--dataset", str(ft_corpus),
                            "--fsdp", "-o", str(isolated / "out")], cwd=isolated, env=finetune_env(), capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 2

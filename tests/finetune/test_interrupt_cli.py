@@ -16,7 +16,7 @@ import pytest
 @pytest.mark.slow
 def test_sigterm_prints_the_command_that_resumes(ft_model: Path, ft_corpus: Path, isolated: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": "1"}
-    args = [str(ft_model), "-m", "yarn:4", "--data", str(ft_corpus), "-o", str(isolated / "out"), "--steps", "40",
+    args = [str(ft_model), "-m", "yarn:4", "--dataset", str(ft_corpus), "-o", str(isolated / "out"), "--steps", "40",
             "--batch-size", "1", "--dtype", "fp32", "--device", "cpu"]
     proc = subprocess.Popen([sys.executable, "-m", "ropectl", "finetune", *args], cwd=isolated, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

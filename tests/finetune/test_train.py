@@ -214,7 +214,7 @@ def test_first_line_and_summary_state_the_same_lengths(ft_model: Path, ft_corpus
     from ropectl.cli.app import app
     from tests.helpers.cli import runner
 
-    result = runner.invoke(app, ["finetune", str(ft_model), "-m", "yarn:4", *mode, "--data", str(ft_corpus), "-o",
+    result = runner.invoke(app, ["finetune", str(ft_model), "-m", "yarn:4", *mode, "--dataset", str(ft_corpus), "-o",
                                  "out", "--steps", "1", "--batch-size", "1", "--dtype", "fp32"])
     assert result.exit_code == 0, result.output
     how = "full length" if mode == ["--full"] else "PoSE window 64"

@@ -25,7 +25,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def request(model: Path, corpus: Path, out: Path, **kw: object) -> SearchRequest:
-    base = SearchRequest(str(model), 512, "yarn", out, budget=3, docs=2, held_out=2, samples=1, dataset=str(corpus),
+    base = SearchRequest(str(model), 512, "yarn", out, trials=3, docs=2, held_out=2, samples=1, dataset=str(corpus),
                          dtype="fp32", device="cpu", grid=(1.0,))
     return replace(base, **kw)
 
@@ -52,10 +52,10 @@ def test_search_leaves_its_study_trials_report_and_model(tiny_model: Path, corpu
 
 
 def test_same_seed_same_trials_and_resume_continues_the_study(tiny_model: Path, corpus: Path, isolated: Path) -> None:
-    first = run_search(request(tiny_model, corpus, isolated / "a", budget=2, emit="vllm"))
-    again = run_search(request(tiny_model, corpus, isolated / "b", budget=2, emit="vllm"))
+    first = run_search(request(tiny_model, corpus, isolated / "a", trials=2, emit="vllm"))
+    again = run_search(request(tiny_model, corpus, isolated / "b", trials=2, emit="vllm"))
     assert params(first.out) == params(again.out)  # the sampler, the split and the needles all follow --seed
-    resumed = run_search(request(tiny_model, corpus, isolated / "a", budget=4, resume=True, emit="vllm"))
+    resumed = run_search(request(tiny_model, corpus, isolated / "a", trials=4, resume=True, emit="vllm"))
     rows = params(resumed.out)
     assert len(rows) == 4 and rows[:2] == params(again.out)  # the same study, two more trials
     assert "model" not in {p.name for p in first.out.iterdir()}  # --emit prints, writes no folder
@@ -66,7 +66,9 @@ def test_same_seed_same_trials_and_resume_continues_the_study(tiny_model: Path, 
 
 
 @pytest.mark.parametrize(("args", "needle"), [
+    (["--trials", "0"], "--trials"),
     (["--budget", "0"], "--budget"),
+    (["--time", "30"], "--time is now --budget"),
     (["-t", "200"], "inside the trained context 256"),
     (["-t", "4k"], "documents of at least 4096 tokens"),
     (["--space", "longrope2"], "unknown search space"),
@@ -94,12 +96,12 @@ def test_force_takes_its_own_folder_and_refuses_files_it_did_not_write(tiny_mode
                                                                        isolated: Path) -> None:
     """As finetune and patch: --force writes into a folder only while everything in it is ropectl's."""
     out = isolated / "out"
-    run_search(request(tiny_model, corpus, out, budget=1))
-    run_search(request(tiny_model, corpus, out, budget=2, force=True))  # the control: its own earlier search
+    run_search(request(tiny_model, corpus, out, trials=1))
+    run_search(request(tiny_model, corpus, out, trials=2, force=True))  # the control: its own earlier search
     (out / "notes.txt").write_text("mine")
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
     one_line(["search", str(tiny_model), "-t", "512", "-o", str(out), "--force", "--dataset", str(corpus), "--docs",
-              "2", "--held-out", "2", "--dtype", "fp32", "--budget", "3"], "did not write", "notes.txt")
+              "2", "--held-out", "2", "--dtype", "fp32", "--trials", "3"], "did not write", "notes.txt")
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before and len(params(out)) == 2
 
 
@@ -136,7 +138,7 @@ def test_the_written_searched_yarn_config_is_what_transformers_builds(single: Pa
 
 
 def test_cli_prints_the_spec_and_json(tiny_model: Path, corpus: Path, isolated: Path) -> None:
-    args = ["search", str(tiny_model), "-t", "512", "--space", "ntk", "--budget", "2", "-o", str(isolated / "out"),
+    args = ["search", str(tiny_model), "-t", "512", "--space", "ntk", "--trials", "2", "-o", str(isolated / "out"),
             "--dataset", str(corpus), "--docs", "2", "--held-out", "2", "--samples", "1", "--dtype", "fp32",
             "--no-answer-loss", "--json"]
     result = runner.invoke(__import__("ropectl.cli.app", fromlist=["app"]).app, args)
@@ -178,23 +180,23 @@ def test_stage2_glue_seeds_fitness_and_written_longrope(tiny_model: Path, corpus
 def test_workers_share_one_study_through_storage(tiny_model: Path, corpus: Path, isolated: Path) -> None:
     """Two workers (each its own OUT) on one journal-file study: the second counts the first's trials."""
     journal = str(isolated / "study.log")
-    run_search(request(tiny_model, corpus, isolated / "w1", budget=2, storage=journal, emit="vllm"))
-    second = run_search(request(tiny_model, corpus, isolated / "w2", budget=3, storage=journal, emit="vllm"))
+    run_search(request(tiny_model, corpus, isolated / "w1", trials=2, storage=journal, emit="vllm"))
+    second = run_search(request(tiny_model, corpus, isolated / "w2", trials=3, storage=journal, emit="vllm"))
     assert len(params(second.out)) == 3  # one new trial: the budget is the study's
     assert not (isolated / "w1" / "study.db").exists()  # the study lives in --storage only
 
 
-def test_time_stops_after_the_running_trial(tiny_model: Path, corpus: Path, isolated: Path) -> None:
-    """--time with no --budget: a limit shorter than one trial stops the study after that trial (which finishes,
+def test_budget_minutes_stop_after_the_running_trial(tiny_model: Path, corpus: Path, isolated: Path) -> None:
+    """--budget (minutes) with no --trials: a limit shorter than one trial stops the study after that trial (which finishes,
     measured at the target), and the report says it stopped on time."""
-    result = run_search(request(tiny_model, corpus, isolated / "out", budget=None, minutes=1e-4, emit="vllm"))
+    result = run_search(request(tiny_model, corpus, isolated / "out", trials=None, minutes=1e-4, emit="vllm"))
     trials = json.loads((result.out / "trials.json").read_text())
     assert len(trials) == 1 and trials[0]["state"] == "complete"  # not cut short: the trial ran to its end
     assert result.summary["stopped"]["reason"] == "time" and result.summary["stopped"]["seconds"] >= 1e-4 * 60
-    assert any(line.startswith("stopped on time: --time 0.0001 min") for line in result.lines)
-    budget = run_search(request(tiny_model, corpus, isolated / "budget", budget=1, emit="vllm"))
-    assert budget.summary["stopped"]["reason"] == "budget"  # the control: a budget of 1 trial is not "on time"
-    assert not any(line.startswith("stopped on time") for line in budget.lines)
+    assert any(line.startswith("stopped on time: --budget 0.0001 min") for line in result.lines)
+    counted = run_search(request(tiny_model, corpus, isolated / "trials", trials=1, emit="vllm"))
+    assert counted.summary["stopped"]["reason"] == "trials"  # the control: --trials 1 is not "on time"
+    assert not any(line.startswith("stopped on time") for line in counted.lines)
 
 
 def test_without_vllm_the_winner_is_reported_not_checked(tiny_model: Path, corpus: Path, isolated: Path,
@@ -204,7 +206,7 @@ def test_without_vllm_the_winner_is_reported_not_checked(tiny_model: Path, corpu
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
-    result = run_search(request(tiny_model, corpus, isolated / "out", budget=1))
+    result = run_search(request(tiny_model, corpus, isolated / "out", trials=1))
     (check,) = result.summary["engine_checks"]
     assert check["engine"] == "vllm" and check["status"] == "not checked" and "not importable" in check["why"]
     assert "vllm check: not checked (--engine vllm needs the vllm package" in "\n".join(result.lines)

@@ -1,0 +1,78 @@
+"""One flag name, one kind and one meaning in every command: walked from the CLI itself (click's parameters)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import click
+import pytest
+
+# Names that still have two kinds, each with what it means where (being made one; nothing may join this list).
+PENDING = {
+    "--resume": "a switch (continue the run in --out) in eval, recommend and search; the run folder in finetune",
+    "--held-out": "a count or document ids in finetune; a count in search",
+}
+
+
+def _commands() -> dict[str, click.Command]:
+    from typer.main import get_command
+
+    from ropectl.cli.app import app
+
+    group = get_command(app)
+    ctx = click.Context(group)
+    return {name: group.get_command(ctx, name) for name in group.list_commands(ctx)}
+
+
+def kinds(commands: dict[str, click.Command]) -> dict[str, dict[str, set[str]]]:
+    """option name -> kind (flag, integer, float, text, path ...) -> the commands that give it that kind."""
+    out: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for name, command in commands.items():
+        for param in command.params:
+            if isinstance(param, click.Option) and not param.hidden:
+                kind = "flag" if param.is_flag else param.type.name
+                for spelling in (*param.opts, *param.secondary_opts):
+                    out[spelling][kind].add(name)
+    return out
+
+
+def conflicts(commands: dict[str, click.Command]) -> dict[str, dict[str, set[str]]]:
+    return {name: dict(by) for name, by in kinds(commands).items() if len(by) > 1}
+
+
+def test_no_flag_name_has_two_kinds() -> None:
+    found = conflicts(_commands())
+    assert set(found) == set(PENDING), {n: {k: sorted(c) for k, c in by.items()} for n, by in found.items()}
+
+
+def test_the_walk_sees_two_kinds() -> None:
+    """Negative control: two commands that give one name two kinds are a conflict."""
+    a = click.Command("a", params=[click.Option(["--budget"], type=float)])
+    b = click.Command("b", params=[click.Option(["--budget"], type=int)])
+    assert set(conflicts({"a": a, "b": b})) == {"--budget"}
+    assert not conflicts({"a": a, "c": click.Command("c", params=[click.Option(["--budget"], type=float)])})
+
+
+@pytest.mark.parametrize(("name", "words"), [
+    ("--budget", "minutes"),  # recommend's and search's time budget; search's trial count is --trials
+    ("--dataset", "documents|corpus|plays|dataset"),
+])
+def test_one_meaning(name: str, words: str) -> None:
+    """Every command that takes the name says the same thing about it, and no command spells it otherwise."""
+    import re
+
+    seen = {cmd: p for cmd, c in _commands().items() for p in c.params
+            if isinstance(p, click.Option) and name in p.opts and not p.hidden}
+    assert len(seen) >= 2, seen
+    for cmd, param in seen.items():
+        assert re.search(words, param.help or "", re.I), (cmd, param.help)
+
+
+@pytest.mark.parametrize(("args", "new"), [
+    (["search", "-t", "1k", "--time", "5"], "--budget"),
+    (["finetune", "MODEL", "--data", "corpus/"], "--dataset"),
+])
+def test_old_spellings_name_the_new_one(args: list[str], new: str) -> None:
+    from tests.helpers.cli import one_line
+
+    one_line(args, f"is now {new}")
