@@ -53,7 +53,7 @@ EmbNormOpt = Annotated[bool, opt("--train-embeddings-norms", panel=LORA,
                                  help="Also train embeddings and norms in full (LongLoRA).")]
 MergeOpt = Annotated[bool, opt("--merge", panel=LORA, help="Write LoRA merged into full weights.")]
 DryRunOpt = Annotated[bool, opt("--dry-run", panel=OUT, help="Print the plan (tokens, steps, memory, ETA); write nothing.")]
-ResumeOpt = Annotated[Optional[Path], opt("--resume", panel=OUT, help="Continue an interrupted run from its OUT.run folder.")]
+ResumeOpt = Annotated[bool, opt("--resume", panel=OUT, help="Continue the interrupted run of --output (its OUT.run folder).")]
 
 
 @handle_errors
@@ -68,7 +68,7 @@ def finetune(
     lora: LoraOpt = None, lora_alpha: AlphaOpt = None, train_embeddings_norms: EmbNormOpt = False,
     merge: MergeOpt = False, seed: SeedOpt = 0, eval_every: EvalEveryOpt = None, dtype: DtypeOpt = None,
     device: DeviceOpt = None, context_parallel: CpOpt = 1, fsdp: FsdpOpt = False, dry_run: DryRunOpt = False,
-    resume: ResumeOpt = None, force: ForceOpt = False, json_out: JsonOpt = False,
+    resume: ResumeOpt = False, force: ForceOpt = False, json_out: JsonOpt = False,
 ) -> None:
     """Patch MODEL's RoPE exactly as `ropectl patch` does, fine-tune it (PoSE by default) and write a checkpoint."""
     from ropectl.errors import UsageError
@@ -131,31 +131,22 @@ def _train(spec: Any, json_out: bool) -> Any:
             result = finetune(spec, on_progress)
     except FinetuneInterrupted as exc:
         if main:
-            echo_interrupt(f"{exc.problem}; resume with: {resume_command(exc.run_dir)}")
+            echo_interrupt(f"{exc.problem}; resume with: {resume_command()}")
         raise typer.Exit(exc.exit_code) from None
     return result if main else None
 
 
-def resume_command(run_dir: Path) -> str:
-    """This command line again with ``--resume RUN_DIR`` (any earlier --resume replaced)."""
+def resume_command() -> str:
+    """This command line again with ``--resume`` (once), under the launcher that started it."""
     import shlex
     import sys
 
-    args, skip = [], False
-    for a in sys.argv[1:]:
-        if skip:
-            skip = False
-            continue
-        if a == "--resume":
-            skip = True
-            continue
-        if not a.startswith("--resume="):
-            args.append(a)
+    args = [a for a in sys.argv[1:] if a != "--resume"]
     from ropectl.finetune import sharding
 
     if sharding.requested(False) and "--fsdp" not in args:  # accelerate launch --use_fsdp asked: torchrun will not
         args.append("--fsdp")
-    return shlex.join([*_launcher(), *args, "--resume", str(run_dir)])
+    return shlex.join([*_launcher(), *args, "--resume"])
 
 
 def _launcher() -> list[str]:

@@ -24,7 +24,7 @@ class FinetuneInterrupted(RopectlError):
         self.run_dir, self.step, self.terminated = run_dir, step, terminated
         self.exit_code = 143 if terminated else 130
         super().__init__(f"{'terminated' if terminated else 'interrupted'} at step {step}; checkpoint saved in "
-                         f"{run_dir}", f"rerun the same command with --resume {run_dir}")
+                         f"{run_dir}", "rerun the same command with --resume")
 
 
 def run_dir_for(output: Path) -> Path:
@@ -35,12 +35,12 @@ def run_dir_for(output: Path) -> Path:
 def prepare_run_dir(spec: FinetuneSpec, run_dir: Path, world_main: bool) -> Path | None:
     """Check (resume) or create (fresh) the run folder; returns the checkpoint to resume from, if any."""
     marker = run_dir / RUN_FILE
-    if spec.resume is not None:
+    if spec.resume:
         try:
             saved = json.loads(marker.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             raise UsageError(f"'{run_dir}' is not a finetune run folder (no readable {RUN_FILE})",
-                             "pass the OUT.run folder an interrupted run printed") from None
+                             "pass the --output of the interrupted run, or start a new run without --resume") from None
         now, then = json.loads(dumps(spec.identity())), saved.get("identity") or {}
         if then != now:
             diff = sorted(k for k in {*now, *then} if now.get(k) != then.get(k))
@@ -52,7 +52,7 @@ def prepare_run_dir(spec: FinetuneSpec, run_dir: Path, world_main: bool) -> Path
     if run_dir.exists():
         if not (marker.is_file() and spec.force):
             raise OutputError(f"'{run_dir}' exists (an earlier run's folder)",
-                              f"resume it with --resume {run_dir}, or pass --force to start over")
+                              "resume it with --resume, or pass --force to start over")
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
     marker.write_text(dumps({"identity": spec.identity()}, indent=1) + "\n", encoding="utf-8")

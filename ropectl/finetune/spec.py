@@ -59,7 +59,7 @@ class FinetuneSpec:
     dtype: str = "auto"
     device: str = "auto"
     dry_run: bool = False
-    resume: Path | None = None
+    resume: bool = False  # continue the run in OUT.run (--resume)
     force: bool = False
     context_parallel: int = 1
     fsdp: bool = False  # FSDP2 across the launched processes (accelerate launch --use_fsdp asks for it too)

@@ -6,7 +6,7 @@ multi-node is the same command) and checkpoint-N resume.
 
 State lives in a run folder beside the output (``OUT.run/``: ``run.json`` with the run's identity, ``train_log.jsonl``,
 ``checkpoint-N/``). Ctrl-C or SIGTERM finishes the current step, saves a checkpoint and raises ``FinetuneInterrupted``
-(the CLI prints the command that resumes); ``--resume OUT.run`` continues from its last checkpoint; the run folder is
+(the CLI prints the command that resumes); ``--resume`` continues from its last checkpoint; the run folder is
 removed once the output is written.
 """
 
@@ -124,7 +124,7 @@ def finetune(spec: FinetuneSpec, on_progress: Callable[[Any], None] | None = Non
     world = world_from_env()
     with parse_once():  # a GGUF's config and tokenizer from one parse of its metadata
         p = prepare(spec, world.size, world.local_rank)
-    run_dir = Path(spec.resume) if spec.resume is not None else run_dir_for(spec.output)
+    run_dir = run_dir_for(spec.output)
     resume_from = prepare_run_dir(spec, run_dir, world.is_main)
     try:
         result = _train(spec, p, world, run_dir, resume_from, on_progress)
@@ -132,7 +132,7 @@ def finetune(spec: FinetuneSpec, on_progress: Callable[[Any], None] | None = Non
         leave_group()  # every rank stopped at the same step (any_rank)
         raise
     except BaseException:
-        if spec.resume is None and world.is_main and last_checkpoint(run_dir) is None:
+        if not spec.resume and world.is_main and last_checkpoint(run_dir) is None:
             shutil.rmtree(run_dir, ignore_errors=True)  # a failed fresh run leaves no folder that blocks the next
         raise
     leave_group()  # ranks end at different times (rank 0 writes): none may exit with the group up
@@ -149,7 +149,7 @@ def _train(spec: FinetuneSpec, p: Prepared, world: Any, run_dir: Path, resume_fr
     from ropectl.finetune.data import PackedExamples
 
     log = run_dir / monitor.LOG if world.is_main else None
-    if log is not None and spec.resume is not None:  # no checkpoint yet (a killed run): the log starts again
+    if log is not None and spec.resume:  # no checkpoint yet (a killed run): the log starts again
         monitor.keep_rows_until(log, int(resume_from.name.split("-")[-1]) if resume_from else -1)
     if on_progress is not None and world.is_main:
         on_progress(monitor.TrainProgress(0, p.plan.steps, 0, None, None, None, None, message=_header(p, resume_from)))
@@ -185,7 +185,7 @@ def _train(spec: FinetuneSpec, p: Prepared, world: Any, run_dir: Path, resume_fr
         raise FinetuneInterrupted(run_dir, step, False) from None
     except OSError as exc:
         raise OutputError(f"writing '{p.spec.output}' failed ({exc.strerror or exc}); the trained weights are kept in "
-                          f"{run_dir}", f"fix that, then rerun the same command with --resume {run_dir}") from None
+                          f"{run_dir}", "fix that, then rerun the same command with --resume") from None
 
 
 def _header(p: Prepared, resume_from: Path | None) -> str:

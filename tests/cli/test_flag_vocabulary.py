@@ -9,7 +9,6 @@ import pytest
 
 # Names that still have two kinds, each with what it means where (being made one; nothing may join this list).
 PENDING = {
-    "--resume": "a switch (continue the run in --out) in eval, recommend and search; the run folder in finetune",
     "--held-out": "a count or document ids in finetune; a count in search",
 }
 

@@ -48,8 +48,8 @@ def test_existing_output_and_foreign_resume_folder(ft_model: Path, ft_corpus: Pa
     base = ["finetune", str(ft_model), "-m", "yarn:4", "--dataset", str(ft_corpus)]
     one_line([*base, "-o", str(isolated / "out")], "exists and is not empty")
     assert (isolated / "out" / "mine.txt").read_text() == "user file"
-    (isolated / "elsewhere").mkdir()
-    one_line([*base, "-o", str(isolated / "new"), "--resume", str(isolated / "elsewhere")], "not a finetune run folder")
+    one_line([*base, "-o", str(isolated / "new"), "--resume"], "not a finetune run folder")  # no new.run to resume
+    assert not (isolated / "new").exists() and not (isolated / "new.run").exists()
 
 
 def test_dry_run_prints_the_plan_and_writes_nothing(ft_model: Path, ft_corpus: Path, isolated: Path) -> None:

@@ -30,7 +30,7 @@ def test_sigterm_prints_the_command_that_resumes(ft_model: Path, ft_corpus: Path
     line = next(x for x in err.splitlines() if "resume with:" in x)
     assert line.startswith("terminated at step ")
     command = shlex.split(line.split("resume with: ", 1)[1])
-    assert command[0] == "ropectl" and command[-2:] == ["--resume", str(isolated / "out.run")]
+    assert command[0] == "ropectl" and command[-1] == "--resume" and command.count("--resume") == 1
     assert any((isolated / "out.run").glob("checkpoint-*")) and not (isolated / "out").exists()
     done = subprocess.run([sys.executable, "-m", "ropectl", *command[1:]], cwd=isolated, env=env, capture_output=True,
                           text=True, timeout=300)

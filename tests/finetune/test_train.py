@@ -78,7 +78,8 @@ def test_resume_after_sigint_equals_uninterrupted(ft_model: Path, ft_corpus: Pat
     run_dir = info.value.run_dir
     assert info.value.exit_code == 130 and 0 < info.value.step < STEPS
     assert any(run_dir.glob("checkpoint-*")) and not (isolated / "b").exists()
-    finetune(spec.with_(resume=run_dir))
+    assert run_dir == isolated / "b.run"  # --resume continues the run folder of the same --output
+    finetune(spec.with_(resume=True))
     a, b = _weights(isolated / "a"), _weights(isolated / "b")
     assert a.keys() == b.keys()
     for name in a:
@@ -93,7 +94,7 @@ def test_resume_folder_of_another_run_is_refused(ft_model: Path, ft_corpus: Path
 
     run_dir = isolated / "x.run"
     prepare_run_dir(_spec(ft_model, ft_corpus, isolated / "x"), run_dir, True)
-    other = _spec(ft_model, ft_corpus, isolated / "x", seed=1, resume=run_dir)
+    other = _spec(ft_model, ft_corpus, isolated / "x", seed=1, resume=True)
     with pytest.raises(UsageError, match="another run.*seed"):
         prepare_run_dir(other, run_dir, True)
 
