@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from ropectl.cli.app import app
 from tests.helpers.checkpoints import tiny_llama
 from tests.helpers.checkpoints import write_recommend_results as write
+from tests.helpers.cli import run_printed
 
 runner = CliRunner()
 
@@ -23,16 +24,7 @@ runner = CliRunner()
 def _run_all(commands: list[str], cwd: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Run each printed command (comments are not commands) in ``cwd``; return their stdout."""
     monkeypatch.chdir(cwd)
-    outputs = []
-    for line in commands:
-        if line.startswith("#"):
-            continue
-        argv = shlex.split(line)
-        assert argv[0] == "ropectl", line
-        result = runner.invoke(app, argv[1:])
-        assert result.exit_code == 0, f"{line}\n{result.output}"
-        outputs.append(result.stdout)
-    return outputs
+    return run_printed(commands)
 
 
 @pytest.mark.parametrize("serve_with", [None, "transformers", "vllm,llama.cpp"])

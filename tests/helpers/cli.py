@@ -20,3 +20,20 @@ def one_line(args: list[str], *needles: str, code: int | None = None) -> str:
     for needle in needles:
         assert needle in lines[0], lines[0]
     return lines[0]
+
+
+def run_printed(commands: list[str]) -> list[str]:
+    """Run each command a ropectl command printed, as printed (``#`` lines are comments, not commands); each must
+    succeed. Returns their stdout."""
+    import shlex
+
+    outputs = []
+    for line in commands:
+        if line.startswith("#"):
+            continue
+        argv = shlex.split(line)
+        assert argv[0] == "ropectl", line
+        result = runner.invoke(app, argv[1:])
+        assert result.exit_code == 0, f"{line}\n{result.output}"
+        outputs.append(result.stdout)
+    return outputs

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from ropectl.cli.app import app
 from tests.helpers.checkpoints import write_config
+from tests.helpers.cli import run_printed
 
 runner = CliRunner()
 TRAINED, TARGET, DOCS = 256, 512, 8
@@ -150,22 +151,9 @@ def test_measured_on_a_yarn2_checkpoint(yarn2: Path, tiny_corpus: Path, isolated
     data, out = _recommend(ppl("only-none", "none"))
     assert "winner: none — ship the unscaled base (the checkpoint ships yarn x2; none removes it)" in out
     assert f"ropectl patch {yarn2} -m none -o ft-none" in out and "was not measured" in out
-    _run_as_printed(data["commands"])  # the ship lines run: the unscaled base is written, and served
+    run_printed(data["commands"])  # the ship lines run: the unscaled base is written, and served
     written = json.loads((isolated / "ft-none" / "config.json").read_text())
     assert written["rope_parameters"]["rope_type"] == "default" and written["max_position_embeddings"] == TRAINED
     data, out = _recommend(ppl("both", "none", "as-is"))  # 2 documents: nothing separates, the simplest ships
     assert data["winner"] == "as-is" and "ship the checkpoint unchanged (as-is: yarn x2) for 512" in out
-    assert all("-m" not in c.split() for c in data["commands"]) and len(_run_as_printed(data["commands"])) == 2
-
-
-def _run_as_printed(commands: list[str]) -> list[str]:
-    import shlex
-
-    outputs = []
-    for line in commands:
-        argv = shlex.split(line)
-        assert argv[0] == "ropectl", line
-        result = runner.invoke(app, argv[1:])
-        assert result.exit_code == 0, f"{line}\n{result.output}"
-        outputs.append(result.stdout)
-    return outputs
+    assert all("-m" not in c.split() for c in data["commands"]) and len(run_printed(data["commands"])) == 2
