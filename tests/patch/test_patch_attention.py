@@ -90,6 +90,10 @@ def test_a_lowered_context_is_loud(tmp_path: Path) -> None:
     keep = json.loads(runner.invoke(app, ["patch", str(src), "-m", "llama3", "-t", "10485760", "--dry-run",
                                           "--json"]).stdout)
     assert not any(w.startswith("LOWERED") for w in keep["warnings"])
+    # none is the unscaled base: no -t keeps the shipped length, so the advice names as-is instead
+    base = json.loads(runner.invoke(app, ["patch", str(src), "-m", "none", "--dry-run", "--json"]).stdout)
+    (line,) = [w for w in base["warnings"] if w.startswith("LOWERED")]
+    assert "-t " not in line and "-m as-is" in line and "unscaled base" in line
 
 
 def test_a_high_band_below_the_low_one_is_refused(tmp_path: Path) -> None:
