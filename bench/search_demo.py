@@ -47,7 +47,7 @@ def main() -> None:
 
     target = parse_length(args.target)
     prune = tuple(parse_length(x) for x in args.prune_at.split(",") if x)
-    req = SearchRequest(args.model, target, args.space, args.out, trials=args.trials, minutes=args.minutes,
+    req = SearchRequest(model=args.model, target=target, space=args.space, out=args.out, trials=args.trials, minutes=args.minutes,
                         docs=args.docs, held_out=args.held_out, samples=args.samples, seed=args.seed,
                         lengths=(*prune, target), grid=(1.0,), population=args.population, iterations=args.iterations)
     start = time.perf_counter()

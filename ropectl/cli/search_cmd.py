@@ -9,7 +9,7 @@ import typer
 
 from ropectl.cli.errors import echo_interrupt, handle_errors
 from ropectl.cli.eval_flags import DeviceOpt, DtypeOpt, ModelOpt, out_option, resume_command
-from ropectl.cli.flags import LENGTH_SYNTAX, ForceOpt, JsonOpt, opt
+from ropectl.cli.flags import HELD_OUT_SYNTAX, LENGTH_SYNTAX, ForceOpt, JsonOpt, opt, parse_held_out
 from ropectl.rope.methods import search_spaces
 
 SPACE, BUDGET, FIT, OUT = "Space", "Budget", "Fitness", "Output"
@@ -37,8 +37,9 @@ StorageOpt = Annotated[Optional[str], opt("--storage", panel=BUDGET, help=(
     "Where the Optuna study lives: a database URL or a journal file (FILE.log), for workers sharing one study "
     "[default: sqlite in OUT]."))]
 DocsOpt = Annotated[int, opt("--docs", panel=FIT, help="Search documents, at least the target long [default: 3].")]
-HeldOpt = Annotated[int, opt("--held-out", panel=FIT, help=(
-    "Held-out documents for the final comparison, disjoint from the search's (6 or more can separate) [default: 6]."))]
+HeldOpt = Annotated[str, opt("--held-out", panel=FIT, help=(
+    f"Held-out documents for the final comparison, disjoint from the search's: {HELD_OUT_SYNTAX} (6 or more can "
+    "separate) [default: 6]."))]
 SamplesOpt = Annotated[int, opt("--samples", panel=FIT, help="niah_single_1 trials at the target [default: 2].")]
 NoAnswerOpt = Annotated[bool, opt("--no-answer-loss", panel=FIT, help="Fitness: PPL only, no needle answer-token loss.")]
 RegressionOpt = Annotated[Optional[float], opt("--max-regression", panel=FIT, help=(
@@ -63,7 +64,7 @@ def search_cmd(
     model: ModelOpt = None, target_length: TargetOpt = "", space: SpaceOpt = None, trials: TrialsOpt = None,
     budget: BudgetOpt = None, time_min: TimeOpt = None, sampler: SamplerOpt = "tpe", storage: StorageOpt = None,
     docs: DocsOpt = 3,
-    held_out: HeldOpt = 6, samples: SamplesOpt = 2, no_answer_loss: NoAnswerOpt = False,
+    held_out: HeldOpt = "6", samples: SamplesOpt = 2, no_answer_loss: NoAnswerOpt = False,
     max_regression: RegressionOpt = None, prune_at: PruneOpt = None, grid: GridOpt = None,
     dataset: DatasetOpt = None, seed: SeedOpt = 0,
     dtype: DtypeOpt = None, device: DeviceOpt = None, out: out_option("search") = None, emit: EmitOpt = None,
@@ -93,12 +94,15 @@ def search_cmd(
         raise UsageError("search's --time is now --budget: minutes, as in recommend (the trial count is --trials)",
                          f"pass --budget {time_min}")
     folder = output_dir(out, resume, "search", "search")
-    req = SearchRequest(model, parse_length(target_length), space or default_space(), Path(folder), trials, budget, sampler,
-                        storage,
-                        docs, held_out, samples, not no_answer_loss,
-                        DEFAULT_MAX_REGRESSION if max_regression is None else max_regression, seed, dataset,
-                        dtype or "auto", device or "auto", parse_lengths(prune_at) if prune_at else (), resume=resume,
-                        grid=_grid(grid), force=force, emit=emit, population=population, iterations=iterations)
+    count, named = parse_held_out(held_out)
+    req = SearchRequest(
+        model=model, target=parse_length(target_length), space=space or default_space(), out=Path(folder),
+        trials=trials, minutes=budget, sampler=sampler, storage=storage, docs=docs, held_out=count,
+        held_out_docs=named, samples=samples, answer_loss=not no_answer_loss,
+        max_regression=DEFAULT_MAX_REGRESSION if max_regression is None else max_regression, seed=seed,
+        dataset=dataset, dtype=dtype or "auto", device=device or "auto",
+        lengths=parse_lengths(prune_at) if prune_at else (), resume=resume, grid=_grid(grid), force=force, emit=emit,
+        population=population, iterations=iterations)
     try:
         result = run_search(req, lambda line: typer.echo(line, err=True))
     except KeyboardInterrupt as exc:

@@ -193,10 +193,10 @@ def measure(ev: Evaluator, spec: MethodSpec | None, docs: Sequence[Any], trials:
     return Measured(label(spec), True, nll, tokens, answer, accuracy)
 
 
-def split_documents(ev: Evaluator, dataset: str | None, search: int, held_out: int, target: int, seed: int
-                    ) -> tuple[list[Any], list[Any]]:
+def split_documents(ev: Evaluator, dataset: str | None, search: int, held_out: int, target: int, seed: int,
+                    held_ids: tuple[str, ...] = ()) -> tuple[list[Any], list[Any]]:
     """Search and held-out documents, disjoint, drawn with ``seed`` from the corpus documents at least ``target``
-    tokens long."""
+    tokens long; the held-out ones are ``held_ids`` where given (the search's are drawn from the rest)."""
     from ropectl.eval.corpus import load_corpus, make_source
 
     source = make_source(dataset)
@@ -207,6 +207,17 @@ def split_documents(ev: Evaluator, dataset: str | None, search: int, held_out: i
         raise DataError(f"'{corpus.name}' has {len(usable)} documents of at least {target} tokens (the target), and "
                         f"the search needs {search} + {held_out} held out (the longest has {longest} tokens)",
                         "pass fewer --docs / --held-out, a lower --target-length, or --dataset with longer documents")
+    if held_ids:
+        named = {d.doc_id: d for d in usable}
+        missing = [i for i in held_ids if i not in named]
+        if missing:
+            raise DataError(f"held-out document(s) not among '{corpus.name}''s documents of at least {target} tokens: "
+                            f"{', '.join(missing)}", "name them as the corpus does (search.json lists held_out_docs), "
+                            "or pass a count")
+        usable = [*(named[i] for i in held_ids), *(d for d in usable if d.doc_id not in held_ids)]
+        rest = usable[held_out:]
+        random.Random(f"ropectl-search:{seed}").shuffle(rest)
+        return rest[:search], usable[:held_out]
     random.Random(f"ropectl-search:{seed}").shuffle(usable)
     return usable[:search], usable[search:search + held_out]
 

@@ -38,7 +38,7 @@ DEFAULT_BUDGET = 20
 GRID = (1.0, 1.5, 2.0)  # recommend's grid: target / trained x 1, 1.5, 2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SearchRequest:
     model: str | None
     target: int
@@ -50,6 +50,7 @@ class SearchRequest:
     storage: str | None = None
     docs: int = 3
     held_out: int = 6
+    held_out_docs: tuple[str, ...] = ()  # the held-out documents by name (then held_out is their count)
     samples: int = 2  # needle trials at the target (search and held-out alike)
     answer_loss: bool = True
     max_regression: float = 0.05
@@ -119,7 +120,7 @@ def prepare(req: SearchRequest, say: Callable[[str], None]) -> Setup:
     for point in (space.start(),) if space.bounds else ():
         ev.check(space.spec(point))
     plan = Plan(trained, req.target, pruning_lengths(req.lengths, trained, req.target), req.answer_loss)
-    docs, held = split_documents(ev, req.dataset, req.docs, req.held_out, req.target, req.seed)
+    docs, held = split_documents(ev, req.dataset, req.docs, req.held_out, req.target, req.seed, req.held_out_docs)
     needles = needle_trials(ev, req.dataset, req.target, req.samples, req.seed)
     held_needles = needle_trials(ev, req.dataset, req.target, max(req.samples, 1), req.seed + 1)
     identity = {"model": model_identity(ev.source.resolved), "space": space.name, "bounds": space.describe(),

@@ -36,8 +36,8 @@ def shrunk(smollm2: Path, folder: Path, s: float) -> Path:
 
 
 def search(model: Path, out: Path) -> dict:
-    req = SearchRequest(str(model), TARGET, "ntk", out, trials=4, docs=2, held_out=2, samples=0, answer_loss=False,
-                        grid=(), lengths=(TARGET,), emit="llama.cpp")
+    req = SearchRequest(model=str(model), target=TARGET, space="ntk", out=out, trials=4, docs=2, held_out=2, samples=0,
+                        answer_loss=False, grid=(), lengths=(TARGET,), emit="llama.cpp")
     return run_search(req).summary
 
 

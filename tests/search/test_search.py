@@ -25,8 +25,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def request(model: Path, corpus: Path, out: Path, **kw: object) -> SearchRequest:
-    base = SearchRequest(str(model), 512, "yarn", out, trials=3, docs=2, held_out=2, samples=1, dataset=str(corpus),
-                         dtype="fp32", device="cpu", grid=(1.0,))
+    base = SearchRequest(model=str(model), target=512, space="yarn", out=out, trials=3, docs=2, held_out=2, samples=1,
+                         dataset=str(corpus), dtype="fp32", device="cpu", grid=(1.0,))
     return replace(base, **kw)
 
 
@@ -105,6 +105,18 @@ def test_force_takes_its_own_folder_and_refuses_files_it_did_not_write(tiny_mode
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before and len(params(out)) == 2
 
 
+def test_held_out_documents_by_name(tiny_model: Path, corpus: Path, isolated: Path) -> None:
+    """--held-out takes a count or the documents by name, as finetune's does: the named ones are held out, and the
+    search's documents are drawn from the rest."""
+    named = ("doc05.txt", "doc02.txt")
+    result = run_search(request(tiny_model, corpus, isolated / "out", trials=1, held_out=2, held_out_docs=named))
+    data = json.loads((result.out / "search.json").read_text())
+    assert data["held_out_docs"] == list(named) and not set(named) & set(data["search_docs"])
+    one_line(["search", str(tiny_model), "-t", "512", "-o", str(isolated / "bad"), "--dataset", str(corpus), "--docs",
+              "2", "--held-out", "doc05.txt,nope.txt", "--dtype", "fp32"], "nope.txt")
+    assert not (isolated / "bad").exists()
+
+
 def test_a_space_the_gguf_engines_cannot_read_is_refused(smollm2: Path, isolated: Path) -> None:
     one_line(["search", str(smollm2), "-t", "16k", "--space", "llama3", "-o", str(isolated / "out")], "llama3",
              "rope_freqs")
@@ -127,7 +139,7 @@ def test_the_written_searched_yarn_config_is_what_transformers_builds(single: Pa
 
     space = build_space("yarn", 2.0)
     spec = space.spec({"beta_fast": 12.5, "beta_slow": 1.85, "attention_factor": 1.105})
-    req = SearchRequest(str(single), 512, "yarn", isolated)
+    req = SearchRequest(model=str(single), target=512, space="yarn", out=isolated)
     write_winner(req, spec.label, {"model": str(single)})
     config = AutoConfig.from_pretrained(isolated / "model")
     built = LlamaRotaryEmbedding(config)
