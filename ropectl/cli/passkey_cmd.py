@@ -14,8 +14,9 @@ OutOpt = eo.out_option("eval-passkey")
 
 DepthsOpt = Annotated[Optional[str], eo.opt("--depths", panel=eo.RUN, help=(
     "Comma-separated depths of the key in the filler, 0 (start) to 1 (end) [default: 0.1,0.5,0.9]."))]
-TrialsOpt = Annotated[Optional[int], eo.opt("--trials", "-n", panel=eo.RUN,
-                                          help="Trials (random keys) per method x length x depth [default: 1].")]
+SamplesOpt = Annotated[Optional[int], eo.opt("--samples", "-n", panel=eo.RUN, help=(
+    "Trials (random keys) per method x length x depth, as eval-tasks' --samples [default: 1]."))]
+OldTrialsOpt = Annotated[Optional[str], eo.opt("--trials", panel=eo.RUN, hidden=True)]  # the old spelling
 SeedOpt = Annotated[Optional[int], eo.opt("--seed", panel=eo.RUN, help="Seed of the keys [default: 0].")]
 DigitsOpt = Annotated[Optional[int], eo.opt("--key-digits", panel=eo.RUN, help="Digits of the key [default: 5].")]
 BatchOpt = Annotated[Optional[str], eo.opt("--batch-tokens", panel=eo.RUN, help=(
@@ -25,7 +26,8 @@ BatchOpt = Annotated[Optional[str], eo.opt("--batch-tokens", panel=eo.RUN, help=
 @handle_errors
 def eval_passkey(
     model: eo.ModelOpt = None, method: eo.MethodOpt = None, lengths: eo.LengthsOpt = None, depths: DepthsOpt = None,
-    trials: TrialsOpt = None, seed: SeedOpt = None, key_digits: DigitsOpt = None, dtype: eo.DtypeOpt = None,
+    samples: SamplesOpt = None, old_trials: OldTrialsOpt = None, seed: SeedOpt = None, key_digits: DigitsOpt = None,
+    dtype: eo.DtypeOpt = None,
     device: eo.DeviceOpt = None, out: OutOpt = None, resume: eo.ResumeOpt = False, force: ForceOpt = False,
     json_out: JsonOpt = False, batch_tokens: BatchOpt = None, replace_existing: eo.ReplaceOpt = False,
     engine: eo.EngineOpt = None, tensor_parallel_size: eo.TensorParallelOpt = None,
@@ -36,9 +38,13 @@ def eval_passkey(
     Scored by teacher forcing in one forward per batch: a trial succeeds when greedy decoding would
     produce the key. With no arguments: SmolLM2-135M, none vs dynamic:2 at 2k/8k/12k (trained at 8k).
     """
+    from ropectl.errors import UsageError
     from ropectl.eval.tasks.passkey import build_passkey_spec, run_passkey
 
-    spec = build_passkey_spec(model=model, methods=method or None, lengths=lengths, depths=depths, trials=trials,
+    if old_trials is not None:  # --trials is search's count of Optuna trials: one name, one meaning
+        raise UsageError("eval-passkey's --trials is now --samples (-n), as in eval-tasks", f"pass --samples {old_trials}")
+
+    spec = build_passkey_spec(model=model, methods=method or None, lengths=lengths, depths=depths, trials=samples,
                               seed=seed, key_digits=key_digits, dtype=dtype, device=device, out=out,
                               resume=resume or None, force=force or None, batch_tokens=batch_tokens,
                               replace_existing=replace_existing or None, engine=engine,

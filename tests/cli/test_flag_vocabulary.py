@@ -53,6 +53,8 @@ def test_the_walk_sees_two_kinds() -> None:
 @pytest.mark.parametrize(("name", "words"), [
     ("--budget", "minutes"),  # recommend's and search's time budget; search's trial count is --trials
     ("--dataset", "documents|corpus|plays|dataset"),
+    ("--samples", "trials"),  # trials per cell in eval-tasks and eval-passkey, needle trials in search
+    ("-n", "documents|trials"),  # each eval cell's sample size: documents for PPL, trials for tasks
 ])
 def test_one_meaning(name: str, words: str) -> None:
     """Every command that takes the name says the same thing about it, and no command spells it otherwise."""
@@ -60,6 +62,8 @@ def test_one_meaning(name: str, words: str) -> None:
 
     seen = {cmd: p for cmd, c in _commands().items() for p in c.params
             if isinstance(p, click.Option) and name in p.opts and not p.hidden}
+    if name == "-n":  # the short name is the cell's sample size, spelled out by its long name
+        assert {p.opts[0] for p in seen.values()} <= {"--docs", "--samples"}, seen
     assert len(seen) >= 2, seen
     for cmd, param in seen.items():
         assert re.search(words, param.help or "", re.I), (cmd, param.help)
@@ -68,6 +72,7 @@ def test_one_meaning(name: str, words: str) -> None:
 @pytest.mark.parametrize(("args", "new"), [
     (["search", "-t", "1k", "--time", "5"], "--budget"),
     (["finetune", "MODEL", "--data", "corpus/"], "--dataset"),
+    (["eval-passkey", "--trials", "2"], "--samples"),  # --trials is search's count of Optuna trials
 ])
 def test_old_spellings_name_the_new_one(args: list[str], new: str) -> None:
     from tests.helpers.cli import one_line

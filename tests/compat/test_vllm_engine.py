@@ -169,7 +169,7 @@ def test_refusals_one_line_before_loading() -> None:
 def _passkey_rows(python: str, out: Path, *extra: str) -> dict[tuple, dict[str, Any]]:
     work = _work()
     proc = ropectl(python, "eval-passkey", str(work["model"]), "-m", "none", "-m", "yarn:2", "-m", "dynamic:2",
-                   "-l", "300,512", "--depths", "0.1,0.9", "--trials", "2", "--dtype", "fp32", "-o", str(out),
+                   "-l", "300,512", "--depths", "0.1,0.9", "--samples", "2", "--dtype", "fp32", "-o", str(out),
                    "--json", *extra)
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(out / "passkey.jsonl") as fh:

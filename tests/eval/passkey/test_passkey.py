@@ -153,7 +153,8 @@ def test_resume_runs_nothing_new(sweep) -> None:
 @pytest.mark.parametrize(("args", "words"), [
     (["--depths", "0.5,1.5"], "depth 1.5 is outside [0, 1]"),
     (["--depths", "-0.1"], "outside [0, 1]"),
-    (["--trials", "0"], "--trials must be at least 1"),
+    (["--samples", "0"], "--samples must be at least 1"),
+    (["--trials", "2"], "--trials is now --samples"),  # the old spelling
     (["-l", "64"], "length 64 is too short for a passkey prompt"),
     (["-l", "300", "--key-digits", "30"], "too short for a passkey prompt with a 30-digit key"),
 ])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ARGS = ["-m", "none", "-m", "yarn:2", "-l", "280,320", "--depths", "0,0.5,1", "--trials", "2", "--dtype", "fp32"]
+ARGS = ["-m", "none", "-m", "yarn:2", "-l", "280,320", "--depths", "0,0.5,1", "--samples", "2", "--dtype", "fp32"]
 
 
 def passkey(launcher: list[str], model: Path, out: Path) -> dict:

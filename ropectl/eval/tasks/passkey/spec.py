@@ -58,7 +58,7 @@ def validate(spec: PasskeySpec) -> None:
     check_engine_options(spec.engine, spec.tensor_parallel_size, spec.pipeline_parallel_size,
                          spec.distributed_executor_backend)
     if spec.trials < 1:
-        raise UsageError(f"--trials must be at least 1, got {spec.trials}", "pass --trials 1 or more")
+        raise UsageError(f"--samples must be at least 1, got {spec.trials}", "pass --samples 1 or more")
     if not spec.depths:
         raise UsageError("no depths given", "pass --depths, e.g. 0.1,0.5,0.9 (fractions of the filler)")
     bad = [d for d in spec.depths if not (math.isfinite(d) and 0.0 <= d <= 1.0)]
