@@ -81,6 +81,7 @@ def finetune(
     if output is None and not dry_run:
         raise UsageError("nowhere to write the fine-tuned model", "pass --output DIR (or --dry-run)")
     target = None if target_length is None else parse_length(target_length)
+    count, named = parse_held_out(held_out)
     # patch's own layering: preset, --config, -m spec, -f / -t, --set
     choice = build_choice(preset, config, MethodChoice(None, factor, target, {}), set_ or (), spec=method)
     from ropectl.finetune.spec import FinetuneSpec
@@ -91,7 +92,7 @@ def finetune(
         lr=lr, warmup=warmup, batch_tokens=None if batch_tokens is None else parse_length(batch_tokens),
         batch_size=batch_size, grad_accum=grad_accum, lora=lora, lora_alpha=lora_alpha,
         train_embeddings_norms=train_embeddings_norms, merge=merge, seed=seed, eval_every=eval_every,
-        held_out=_count(held_out), held_out_docs=parse_held_out(held_out)[1], max_docs=max_docs,
+        held_out=0 if named else count, held_out_docs=named, max_docs=max_docs,  # named: the spec counts them
         dtype=dtype or "auto", device=device or "auto", dry_run=dry_run, resume=resume, force=force,
         context_parallel=context_parallel, fsdp=fsdp)
     if dry_run:
@@ -104,12 +105,6 @@ def finetune(
     result = _train(spec, json_out)
     if result is not None:
         _show(result.to_dict(), json_out)
-
-
-def _count(held_out: str) -> int:
-    """--held-out's count (0 where documents are named: the spec counts them itself)."""
-    count, ids = parse_held_out(held_out)
-    return 0 if ids else count
 
 
 def _dry_run(spec: Any) -> dict[str, Any]:

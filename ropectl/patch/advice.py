@@ -17,13 +17,13 @@ def lowered(plan: ConfigPlan) -> list[str]:
     shipped, target, trained = plan.before.rope.max_position_embeddings, plan.target_context, plan.trained_context
     if not shipped or not target or target >= shipped:
         return []
-    keep = f" (a factor of at least {shipped / trained:,.4g} from the trained {trained:,})" if trained else ""
     from ropectl.rope.methods import as_is_name, get_method
 
     if plan.method is not None and get_method(plan.method.name).unscaled:  # no factor to stretch: -t cannot keep it
         how = (f"{plan.method.name} is the unscaled base, which serves the trained length; to keep the shipped "
                f"length, ship the checkpoint as it is (-m {as_is_name()}, or --emit without -m)")
     else:
+        keep = f" (a factor of at least {shipped / trained:,.4g} from the trained {trained:,})" if trained else ""
         how = f"pass -t {shipped} to keep the shipped length{keep}"
     return [f"LOWERED: the patched config serves {target:,} tokens where the shipped one serves {shipped:,} "
             f"(max_position_embeddings {shipped:,} -> {plan.rope.max_position_embeddings or target:,}); servers then "

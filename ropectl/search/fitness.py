@@ -207,19 +207,16 @@ def split_documents(ev: Evaluator, dataset: str | None, search: int, held_out: i
         raise DataError(f"'{corpus.name}' has {len(usable)} documents of at least {target} tokens (the target), and "
                         f"the search needs {search} + {held_out} held out (the longest has {longest} tokens)",
                         "pass fewer --docs / --held-out, a lower --target-length, or --dataset with longer documents")
-    if held_ids:
-        named = {d.doc_id: d for d in usable}
-        missing = [i for i in held_ids if i not in named]
-        if missing:
-            raise DataError(f"held-out document(s) not among '{corpus.name}''s documents of at least {target} tokens: "
-                            f"{', '.join(missing)}", "name them as the corpus does (search.json lists held_out_docs), "
-                            "or pass a count")
-        usable = [*(named[i] for i in held_ids), *(d for d in usable if d.doc_id not in held_ids)]
-        rest = usable[held_out:]
-        random.Random(f"ropectl-search:{seed}").shuffle(rest)
-        return rest[:search], usable[:held_out]
-    random.Random(f"ropectl-search:{seed}").shuffle(usable)
-    return usable[:search], usable[search:search + held_out]
+    named = {d.doc_id: d for d in usable}
+    missing = [i for i in held_ids if i not in named]
+    if missing:
+        raise DataError(f"held-out document(s) not among '{corpus.name}''s documents of at least {target} tokens: "
+                        f"{', '.join(missing)}", "name them as the corpus does (search.json lists held_out_docs), "
+                        "or pass a count")
+    held = [named[i] for i in held_ids]  # named ones held out; the rest drawn as a count would draw them all
+    rest = [d for d in usable if d.doc_id not in held_ids]
+    random.Random(f"ropectl-search:{seed}").shuffle(rest)
+    return rest[:search], held or rest[search:search + held_out]
 
 
 def needle_trials(ev: Evaluator, dataset: str | None, target: int, samples: int, seed: int) -> list[Any]:

@@ -151,15 +151,15 @@ def test_fsdp_memory_estimate_divides_the_states() -> None:
     assert one - two == 16_000 - (8_000 + 4_000)
 
 
-@pytest.mark.parametrize(("env", "expected"), [
-    ({"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": "0", "ACCELERATE_USE_FSDP": "true"},
+@pytest.mark.parametrize(("env", "asked", "expected"), [
+    ({"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": "0", "ACCELERATE_USE_FSDP": "true"}, [],
      "torchrun --nproc_per_node 2 -m ropectl finetune M -o OUT --fsdp --resume"),
-    ({"WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "LOCAL_RANK": "0"},  # one launched process: still torchrun
+    ({"WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "LOCAL_RANK": "0"}, [],  # one launched process: still torchrun
      "torchrun --nproc_per_node 1 -m ropectl finetune M -o OUT --resume"),
-    ({}, "ropectl finetune M -o OUT --resume"),  # control: one process, no launcher
-    ({"WORLD_SIZE": "1"}, "ropectl finetune M -o OUT --resume"),  # an earlier --resume is not repeated
+    ({}, [], "ropectl finetune M -o OUT --resume"),  # control: one process, no launcher
+    ({}, ["--resume"], "ropectl finetune M -o OUT --resume"),  # a resumed run's own --resume is not repeated
 ])
-def test_resume_command_names_the_launcher_and_what_it_asked(env: dict[str, str], expected: str,
+def test_resume_command_names_the_launcher_and_what_it_asked(env: dict[str, str], asked: list[str], expected: str,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """`accelerate launch --use_fsdp` asked for FSDP through the environment; the printed torchrun command must ask
     with --fsdp, else the resumed run would not shard and its identity would differ."""
@@ -169,6 +169,5 @@ def test_resume_command_names_the_launcher_and_what_it_asked(env: dict[str, str]
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    argv = ["ropectl", "finetune", "M", "-o", "OUT", *(["--resume"] if env == {"WORLD_SIZE": "1"} else [])]
-    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.setattr(sys, "argv", ["ropectl", "finetune", "M", "-o", "OUT", *asked])
     assert resume_command() == expected
