@@ -1,4 +1,4 @@
-from ropectl.cli.app import main
+from ropectl.cli.entry import main
 
 if __name__ == "__main__":
     main()

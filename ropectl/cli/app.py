@@ -1,46 +1,19 @@
-"""The Typer app. Each command's module is imported only when that command runs (or shows its own help), so
-``ropectl --help`` imports typer and this file alone; the core is imported lazily inside each command."""
+"""The Typer app. Each command's module is imported only when that command runs (or shows its own help); the core
+is imported lazily inside each command. ``ropectl``, ``--help`` and ``--version`` alone never get here: the entry
+point (cli/entry.py) answers them without click or typer."""
 
 from __future__ import annotations
 
 import importlib
 from difflib import get_close_matches
-from typing import Any, NamedTuple
+from typing import Any
 
 import click
 import typer
 from typer.core import TyperGroup
 
 from ropectl import __version__
-
-
-class Entry(NamedTuple):
-    module: str  # ropectl.cli.<module>, whose register(app) adds the command
-    summary: str  # the first sentence of the command's docstring (tests/cli/test_startup.py checks it)
-
-
-# The commands in the order ``--help`` lists them.
-COMMANDS: dict[str, Entry] = {
-    "inspect": Entry("inspect_cmd", "Explain a checkpoint's RoPE: frequencies, wavelengths against the trained "
-                                    "context, layout."),
-    "patch": Entry("patch_cmd", "Rewrite a checkpoint's RoPE scaling (config.json or GGUF metadata), verified "
-                                "against transformers."),
-    "convert-layout": Entry("layout_cmd", "Permute q/k projection rows between the interleaved (2i, 2i+1) and "
-                                          "half-split (i, i+d/2) RoPE layouts."),
-    "eval-ppl": Entry("ppl_cmd", "Perplexity of a model over lengths x RoPE scaling methods, in one run (weights "
-                                 "loaded once)."),
-    "eval-passkey": Entry("passkey_cmd", "Passkey retrieval (YaRN / LongLoRA prompt) over lengths x depths x RoPE "
-                                         "methods, in one run."),
-    "eval-tasks": Entry("tasks_cmd", "RULER-style tasks (needle retrieval, variable tracking, common/frequent words, "
-                                     "passkey) over lengths x RoPE methods, with 95 % intervals, paired differences "
-                                     "against none and each method's effective length."),
-    "recommend": Entry("recommend_cmd", "Rank RoPE methods and factors for --target-length, and say how sure: paired "
-                                        "task scores and PPL."),
-    "finetune": Entry("finetune_cmd", "Patch MODEL's RoPE exactly as `ropectl patch` does, fine-tune it (PoSE by "
-                                      "default) and write a checkpoint."),
-    "search": Entry("search_cmd", "Search a method's parameters on the model itself (Optuna; LongRoPE's evolution for "
-                                  "--space longrope)."),
-}
+from ropectl.cli.commands import COMMANDS, HELP, VERSION_HELP
 
 
 def load_command(name: str) -> click.Command:
@@ -90,7 +63,7 @@ SETTINGS: dict[str, Any] = dict(
 )
 
 app = typer.Typer(name="ropectl", cls=LazyGroup,
-                  help="Inspect, patch, convert and evaluate RoPE scaling of Hugging Face checkpoints.", **SETTINGS)
+                  help=HELP, **SETTINGS)
 
 
 def _version(value: bool) -> None:
@@ -101,7 +74,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help=VERSION_HELP),
 ) -> None:
     """ropectl: make RoPE models read longer contexts, the same way in every engine."""
 

@@ -64,3 +64,42 @@ def test_help_lists_every_command_and_an_unknown_one_is_refused_with_a_suggestio
     assert all(f"  {name} " in out for name in COMMANDS)
     typo = CliRunner().invoke(app, ["inspct"])
     assert typo.exit_code == 2 and "Did you mean 'inspect'" in typo.output
+
+
+@pytest.mark.parametrize("args", [["--help"], ["-h"], [], ["--version"]])
+def test_the_entry_points_quick_answers_are_clicks_own(args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The entry point answers these without click. The oracle is the Typer app itself answering the same command
+    line in a process of its own, as a user's terminal gets it (CliRunner forces another width)."""
+    from ropectl.cli.entry import quick_answer
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    code = f"import sys\nsys.argv = ['ropectl', *{args!r}]\nfrom ropectl.cli.app import main\nmain()"
+    click_run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    answer = quick_answer("/some/bin/ropectl", args)
+    assert answer is not None
+    text, to_stderr, exit_code = answer
+    assert (text, exit_code) == ((click_run.stderr if to_stderr else click_run.stdout), click_run.returncode)
+    assert "Commands:" in text or text.startswith("ropectl ")
+
+
+@pytest.mark.parametrize(("prog", "args", "columns"), [
+    ("ropectl", ["inspect", "--help"], None),  # a command's help is the command's own
+    ("ropectl", ["--help", "--version"], None),
+    ("/x/ropectl/__main__.py", ["--help"], None),  # python -m ropectl: click names the program its own way
+    ("ropectl", ["--help"], "60"),  # a narrow terminal: click wraps the text
+])
+def test_the_rest_goes_to_click(prog: str, args: list[str], columns: str | None,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from ropectl.cli.entry import quick_answer
+
+    if columns:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert quick_answer(prog, args) is None
+
+
+def test_top_level_help_through_the_entry_point_loads_neither_click_nor_typer() -> None:
+    code = ("import sys, io, contextlib\nsys.argv = ['ropectl', '--help']\nfrom ropectl.cli.entry import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n    try:\n        main()\n    except SystemExit:\n"
+            "        pass\nprint(sorted(m for m in ('click', 'typer') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
