@@ -29,7 +29,7 @@ demo: $(STAMP)
 
 # One pytest worker per core (pytest-xdist), each file on one worker, each worker with its share of the cores'
 # threads (tests/conftest.py). XDIST= runs one process. The budget and its measurements: docs/reference/tests.md.
-XDIST ?= -n auto --dist loadfile
+XDIST ?= -n auto --dist loadfile --no-loadscope-reorder
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not heavy and not dist" $(XDIST)
 

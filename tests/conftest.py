@@ -75,3 +75,17 @@ def sharded(tmp_path: Path, tiny_checkpoints: tuple[Path, Path]) -> Path:
 
 def pytest_report_header(config: pytest.Config) -> str:
     return f"ropectl: {THREADS} torch thread(s) per test process (ROPECTL_TEST_THREADS)"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files with the most slow-marked tests first, then the files with the most tests. pytest-xdist
+    (`--dist loadfile`) hands whole files to workers in collection order, so a long file collected last keeps one
+    worker busy alone while the other waits: the longest jobs first is the classic fix. xdist's own reordering
+    counts tests alone, which put a file of one 45-second test last (the Makefile turns it off)."""
+    slow: dict[Path, int] = {}
+    count: dict[Path, int] = {}
+    for item in items:
+        count[item.path] = count.get(item.path, 0) + 1
+        if item.get_closest_marker("slow"):
+            slow[item.path] = slow.get(item.path, 0) + 1
+    items.sort(key=lambda item: (-slow.get(item.path, 0), -count[item.path]))

@@ -112,6 +112,7 @@ def test_signal_during_patch_output_leaves_nothing(tmp_path: Path, sig: str) -> 
     shutil.rmtree(model)
 
 
+@pytest.mark.slow
 def test_spec_options_reach_a_written_gguf(smollm2: Path, tmp_path: Path) -> None:
     """The spec string's options reach the GGUF path too (the survey's beta_fast drop, issue 9 defect 1)."""
     from ropectl.io.gguf_meta import read_gguf_metadata

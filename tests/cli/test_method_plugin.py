@@ -55,6 +55,7 @@ def model(tmp_path: Path) -> Path:
     return add_char_tokenizer(tiny_llama(tmp_path / "m", max_position_embeddings=256))
 
 
+@pytest.mark.slow
 def test_help_and_patch_take_the_new_method(tmp_path: Path, model: Path) -> None:
     assert "stretch" in _cli(tmp_path, "patch", "--help").stdout
     assert "stretch" in _cli(tmp_path, "eval-ppl", "--help").stdout
@@ -72,6 +73,7 @@ def test_help_and_patch_take_the_new_method(tmp_path: Path, model: Path) -> None
     assert report["max_position_embeddings"] == 1024
 
 
+@pytest.mark.slow
 def test_eval_ppl_installs_the_new_method(tmp_path: Path, model: Path) -> None:
     """transformers cannot build 'stretch': eval-ppl installs its frequencies (and checks them) in the loaded model."""
     result = _cli(tmp_path, "eval-ppl", str(model), "-m", "none", "-m", "stretch:4", "-l", "128", "--docs", "1",

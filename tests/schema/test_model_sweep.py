@@ -113,6 +113,7 @@ def _sweep_one(entry, tmp: Path, seen: set) -> list[str]:
     return mismatches + _patch_failures(entry.model_type, folder, pairs, seen, prope)
 
 
+@pytest.mark.slow
 def test_every_rope_model_type(tmp_path: Path) -> None:
     types = rope_types()
     assert len(types) > 150, "the sweep found too few RoPE model types: the discovery is broken"
