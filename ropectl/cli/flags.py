@@ -24,6 +24,10 @@ ForceOpt = Annotated[bool, typer.Option("--force", help=(
     "Files ropectl did not write are never deleted."))]
 # Every length flag of every command takes this syntax, through ropectl.eval.settings.parse_length.
 LENGTH_SYNTAX = "8192, 8k or 8K (k = 1024), 1e5, 48.5k (= 49664): a whole number of tokens"
+# --max-regression in every command that judges in-window quality: one reference (the model unchanged) everywhere.
+MaxRegressionOpt = Annotated[Optional[float], opt("--max-regression", panel="Decision", help=(
+    "Largest PPL increase over the unpatched model (`none`) allowed inside the trained context, as a fraction "
+    "(0.05 = 5 %) [default: 0.05]."))]
 SeqLenOpt = Annotated[
     Optional[str],
     typer.Option("--seq-len", help=f"Sequence length at which to evaluate length-dependent RoPE (dynamic, longrope): "

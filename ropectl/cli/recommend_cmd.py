@@ -19,7 +19,7 @@ from ropectl.cli.eval_flags import (
     opt,
     progress_bar,
 )
-from ropectl.cli.flags import LENGTH_SYNTAX, JsonOpt
+from ropectl.cli.flags import LENGTH_SYNTAX, JsonOpt, MaxRegressionOpt
 from ropectl.cli.ppl_cmd import print_table
 from ropectl.eval.engines import engine_names
 from ropectl.output import dumps
@@ -42,8 +42,6 @@ BudgetOpt = Annotated[Optional[float], opt("--budget", panel=RULE, help=(
     "Minutes the sweeps may take: fewer documents and task samples (at least 6 and 6) until the estimate from "
     "timed forwards fits; the plan printed first says the sizes and the differences they can separate. "
     "Sizes that already fit (a GPU) are kept."))]
-RegressionOpt = Annotated[Optional[float], opt("--max-regression", panel=RULE, help=(
-    "Largest PPL increase over `none` allowed at lengths up to the trained context [default: 0.05]."))]
 
 
 def serving_names() -> list[str]:
@@ -85,7 +83,7 @@ def _serve_with(value: str | None, model: str) -> tuple[str, ...]:
 @handle_errors
 def recommend_cmd(
     model: ModelOpt = None, target_length: TargetOpt = "", ppl: PplOpt = None, tasks: TasksOpt = None,
-    factor: FactorOpt = None, max_regression: RegressionOpt = None, dtype: DtypeOpt = None, device: DeviceOpt = None,
+    factor: FactorOpt = None, max_regression: MaxRegressionOpt = None, dtype: DtypeOpt = None, device: DeviceOpt = None,
     out: OutOpt = None, serve_with: ServeOpt = None, json_out: JsonOpt = False, engine: EngineOpt = None,
     tensor_parallel_size: TensorParallelOpt = None, pipeline_parallel_size: PipelineParallelOpt = None,
     distributed_executor_backend: ExecutorOpt = None, resume: ResumeOpt = False, budget: BudgetOpt = None,

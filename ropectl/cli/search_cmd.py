@@ -9,7 +9,7 @@ import typer
 
 from ropectl.cli.errors import echo_interrupt, handle_errors
 from ropectl.cli.eval_flags import DeviceOpt, DtypeOpt, ModelOpt, out_option, resume_command
-from ropectl.cli.flags import HELD_OUT_SYNTAX, LENGTH_SYNTAX, ForceOpt, JsonOpt, opt, parse_held_out
+from ropectl.cli.flags import HELD_OUT_SYNTAX, LENGTH_SYNTAX, ForceOpt, JsonOpt, MaxRegressionOpt, opt, parse_held_out
 from ropectl.rope.methods import search_spaces
 
 SPACE, BUDGET, FIT, OUT = "Space", "Budget", "Fitness", "Output"
@@ -42,8 +42,6 @@ HeldOpt = Annotated[str, opt("--held-out", panel=FIT, help=(
     "separate) [default: 6]."))]
 SamplesOpt = Annotated[int, opt("--samples", panel=FIT, help="niah_single_1 trials at the target [default: 2].")]
 NoAnswerOpt = Annotated[bool, opt("--no-answer-loss", panel=FIT, help="Fitness: PPL only, no needle answer-token loss.")]
-RegressionOpt = Annotated[Optional[float], opt("--max-regression", panel=FIT, help=(
-    "In-window PPL allowed above the best closed-form method at target / trained [default: 0.05]."))]
 PruneOpt = Annotated[Optional[str], opt("--prune-at", panel=FIT, help=(
     "Lengths above the trained context, below the target, where trials are pruned [default: halfway, where the "
     "target is at least twice the trained context]."))]
@@ -65,7 +63,7 @@ def search_cmd(
     budget: BudgetOpt = None, time_min: TimeOpt = None, sampler: SamplerOpt = "tpe", storage: StorageOpt = None,
     docs: DocsOpt = 3,
     held_out: HeldOpt = "6", samples: SamplesOpt = 2, no_answer_loss: NoAnswerOpt = False,
-    max_regression: RegressionOpt = None, prune_at: PruneOpt = None, grid: GridOpt = None,
+    max_regression: MaxRegressionOpt = None, prune_at: PruneOpt = None, grid: GridOpt = None,
     dataset: DatasetOpt = None, seed: SeedOpt = 0,
     dtype: DtypeOpt = None, device: DeviceOpt = None, out: out_option("search") = None, emit: EmitOpt = None,
     resume: ResumeOpt = False, force: ForceOpt = False, json_out: JsonOpt = False, population: PopulationOpt = 8,

@@ -4,8 +4,9 @@ held-out documents and write the winner through ``patch``.
 Order (what a user meets): bad flags, a target inside the trained context, a space the model's engines cannot read,
 the output folder, documents too short for the target and a study from another search are all refused before the
 weights load and before anything is written. The closed-form grid (``recommend``'s candidates) is measured on the
-search documents first: it sets the in-window limit (the best closed-form method at target / trained, plus
-``--max-regression``) and the method the search has to beat.
+search documents first: ``none`` in it sets the in-window limit (the unpatched model's in-window PPL, plus
+``--max-regression``, the reference that flag has in every command), and the best feasible one is the method the
+search has to beat.
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ def prepare(req: SearchRequest, say: Callable[[str], None]) -> Setup:
     claim(req.out, "search", outputs())
     ev.load()
     reference, seconds = _reference(req, ev, plan, docs, needles, identity, say)
-    limit = _limit(reference, plan, space.factor, req.max_regression)
+    limit = _limit(reference, plan, req.max_regression)
     best = _best_closed(reference, plan, limit)
     return Setup(ev, space, replace(plan, limit=limit), trained, docs, held, needles, held_needles, identity,
                  reference, best, seconds, study)
@@ -209,15 +210,11 @@ def _reference(req: SearchRequest, ev: Evaluator, plan: Plan, docs: list[Any], n
     return out, seconds
 
 
-def _limit(reference: dict[str, Measured], plan: Plan, factor: float, max_regression: float) -> float:
-    """The in-window limit: the best in-window log PPL of the closed-form methods at target / trained, plus
-    ``max_regression`` (a PPL ratio)."""
-    from ropectl.rope.methods import parse_spec
-
-    same = [m.log_ppl(plan.trained) for k, m in reference.items()
-            if parse_spec(k).factor is not None and math.isclose(parse_spec(k).factor or 0, round(factor, 3), rel_tol=1e-3)]
-    values = [v for v in same if v is not None] or [m.log_ppl(plan.trained) or math.inf for m in reference.values()]
-    return min(values) + math.log1p(max_regression)
+def _limit(reference: dict[str, Measured], plan: Plan, max_regression: float) -> float:
+    """The in-window limit: the unpatched model's (``none``'s) in-window log PPL plus ``max_regression`` (a PPL
+    ratio), the reference --max-regression has in every command."""
+    none = reference["none"].log_ppl(plan.trained)
+    return (math.inf if none is None else none) + math.log1p(max_regression)
 
 
 def _best_closed(reference: dict[str, Measured], plan: Plan, limit: float) -> str:

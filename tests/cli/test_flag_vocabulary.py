@@ -55,6 +55,7 @@ def test_the_walk_sees_two_kinds() -> None:
     ("--dataset", "documents|corpus|plays|dataset"),
     ("--samples", "trials"),  # trials per cell in eval-tasks and eval-passkey, needle trials in search
     ("-n", "documents|trials"),  # each eval cell's sample size: documents for PPL, trials for tasks
+    ("--max-regression", "over the unpatched model"),  # recommend's and search's in-window rule: against none
 ])
 def test_one_meaning(name: str, words: str) -> None:
     """Every command that takes the name says the same thing about it, and no command spells it otherwise."""
