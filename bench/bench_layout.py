@@ -145,7 +145,7 @@ import time
 from pathlib import Path
 start = time.perf_counter()
 from ropectl.layout.convert import ConvertSpec, convert_layout
-r = convert_layout(ConvertSpec({src!r}, "interleaved", Path({out!r}), verify={verify}, durable={durable}))
+r = convert_layout(ConvertSpec(model={src!r}, to="interleaved", output=Path({out!r}), verify={verify}, durable={durable}))
 print(len(r.tensors_permuted), time.perf_counter() - start)
 """
 

@@ -101,47 +101,27 @@ def recommend_cmd(
     """
     from ropectl.errors import UsageError
     from ropectl.eval.settings import parse_length
-    from ropectl.recommend import DEFAULT_MAX_REGRESSION, load_ppl_runs, load_tasks, recommend
-    from ropectl.recommend.data import with_ships
+    from ropectl.recommend import DEFAULT_MAX_REGRESSION
 
     if not target_length:
         raise UsageError("--target-length is required", "pass the context you want to ship, e.g. --target-length 16k")
-    target = parse_length(target_length)
-    limit = DEFAULT_MAX_REGRESSION if max_regression is None else max_regression
-    if limit < 0:
-        raise UsageError(f"--max-regression must be 0 or more, got {limit}", "pass e.g. --max-regression 0.05")
-    ppl = ppl or None  # typer gives an empty list for no --ppl
-    if tasks is not None and ppl is None:
-        raise UsageError("--tasks needs --ppl", "pass both results folders, or neither to run the sweeps")
-    if tasks is not None and ppl is not None and len(ppl) > 1:
-        raise UsageError("--tasks holds one model's trials, but several --ppl runs were given",
-                         "compare the models on PPL alone (drop --tasks), or pass one --ppl with --tasks")
-    engine_options = {k: v for k, v in {"engine": engine, "tensor_parallel_size": tensor_parallel_size,
-                                        "pipeline_parallel_size": pipeline_parallel_size,
-                                        "distributed_executor_backend": distributed_executor_backend}.items() if v}
-    if ppl is not None and (resume or budget is not None):
-        raise UsageError("--resume and --budget apply when recommend runs the sweeps",
-                         "drop them with --ppl, or drop --ppl / --tasks to run the sweeps")
-    if budget is not None and not budget > 0:
-        raise UsageError(f"--budget must be a positive number of minutes, got {budget}", "pass e.g. --budget 30")
-    if ppl is not None and engine_options:
-        raise UsageError("--engine and the vLLM parallel options apply when recommend runs the sweeps",
-                         "drop them with --ppl, or drop --ppl / --tasks to run the sweeps")
+    target, limit = parse_length(target_length), DEFAULT_MAX_REGRESSION if max_regression is None else max_regression
+    engine_options = {k: v for k, v in dict(engine=engine, tensor_parallel_size=tensor_parallel_size,
+                                            pipeline_parallel_size=pipeline_parallel_size,
+                                            distributed_executor_backend=distributed_executor_backend).items() if v}
     runs: dict[str, list[str]] = {}
-    if ppl is not None:
-        ppl_data = load_ppl_runs(ppl)
-        runs = ppl_data["meta"].get("runs", {})
-        model_name = model or ppl_data["meta"]["model"]
-        ppl_data = with_ships(ppl_data, _model_arg(model_name))
-        engines = _serve_with(serve_with, _model_arg(model_name))
-        result = recommend(ppl_data, load_tasks(tasks) if tasks else None, target, limit, engines)
-        skipped: dict[str, str] = {}
+    if ppl:  # typer gives an empty list for no --ppl
+        _refuse_with_results(ppl, tasks, resume, budget, engine_options)
+        result, model_name, skipped, runs = _from_results(model, ppl, tasks, target, limit, serve_with)
     else:
         from ropectl.recommend.run import Request
 
+        if tasks is not None:
+            raise UsageError("--tasks needs --ppl", "pass both results folders, or neither to run the sweeps")
         engines = _serve_with(serve_with, model or _default_path())
-        sweeps = _run_sweeps(Request(model, target, factor, out, dtype or "auto", device or "auto", limit, engines,
-                                     engine_options, resume, budget), json_out)
+        sweeps = _run_sweeps(Request(model=model, target=target, factor=factor, out=out, dtype=dtype or "auto",
+                                     device=device or "auto", max_regression=limit, serve_with=engines,
+                                     engine_options=engine_options, resume=resume, budget_min=budget), json_out)
         result, model_name, skipped = sweeps.recommendation, model or _default_path(), sweeps.skipped
         if not json_out:
             from ropectl.cli.tasks_cmd import print_tasks_table
@@ -152,6 +132,37 @@ def recommend_cmd(
                           "commands": _commands(model_name, result, runs)}))
         return
     print_recommendation(result, model_name, skipped, runs)
+
+
+def _refuse_with_results(ppl: list[Path], tasks: Path | None, resume: bool, budget: float | None,
+                         engine_options: dict[str, Any]) -> None:
+    """The flags that have no meaning when recommend reads results instead of running the sweeps."""
+    from ropectl.errors import UsageError
+
+    if tasks is not None and len(ppl) > 1:
+        raise UsageError("--tasks holds one model's trials, but several --ppl runs were given",
+                         "compare the models on PPL alone (drop --tasks), or pass one --ppl with --tasks")
+    if resume or budget is not None:
+        raise UsageError("--resume and --budget apply when recommend runs the sweeps",
+                         "drop them with --ppl, or drop --ppl / --tasks to run the sweeps")
+    if engine_options:
+        raise UsageError("--engine and the vLLM parallel options apply when recommend runs the sweeps",
+                         "drop them with --ppl, or drop --ppl / --tasks to run the sweeps")
+
+
+def _from_results(model: str | None, ppl: list[Path], tasks: Path | None, target: int, limit: float,
+                  serve_with: str | None) -> tuple[Any, str, dict[str, str], dict[str, list[str]]]:
+    """The recommendation from eval-ppl / eval-tasks folders: (result, model, not measured, runs)."""
+    from ropectl.recommend import check_max_regression, load_ppl_runs, load_tasks, recommend
+    from ropectl.recommend.data import with_ships
+
+    check_max_regression(limit)
+    ppl_data = load_ppl_runs(ppl)
+    runs = ppl_data["meta"].get("runs", {})
+    model_name = model or ppl_data["meta"]["model"]
+    ppl_data = with_ships(ppl_data, _model_arg(model_name))
+    engines = _serve_with(serve_with, _model_arg(model_name))
+    return recommend(ppl_data, load_tasks(tasks) if tasks else None, target, limit, engines), model_name, {}, runs
 
 
 def _run_sweeps(request: Any, json_out: bool) -> Any:

@@ -112,7 +112,7 @@ def check_run(dtype: str, batch_tokens: int, methods: Sequence[Any]) -> None:
         raise UsageError(f"method {dupes[0]} is given twice", "pass each --method once")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrialRunFields:
     """How and where a trial task (passkey, the RULER-style tasks) runs: the fields their specs share."""
 

@@ -30,7 +30,7 @@ DEFAULT_HELD_OUT = 2
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FinetuneSpec:
     """One ``ropectl finetune`` invocation, fully resolved except what needs the model's config (``plan``)."""
 

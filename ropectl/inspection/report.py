@@ -25,7 +25,7 @@ from ropectl.schema.record import Record
 ERNIE_MROPE_SECTION = (22, 22, 20)  # transformers' default when the config names none
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class InspectSpec:
     model: str
     seq_len: int | None = None

@@ -33,7 +33,7 @@ INTERLEAVED_RUNTIMES = ("Meta's reference Llama code (consolidated.*.pth), mistr
 HALF_SPLIT_RUNTIMES = "rotate_half attention: HF Llama/Qwen/Mistral/GPT-NeoX code and llama.cpp's NEOX rope type"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ConvertSpec:
     model: str
     to: str

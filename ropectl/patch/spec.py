@@ -25,7 +25,7 @@ __all__ = ["WRITE", "MethodChoice", "emits", "PatchSpec", "build_choice", "load_
            "method_spec"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PatchSpec:
     """One ``ropectl patch`` invocation, fully resolved."""
 

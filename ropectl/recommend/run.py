@@ -86,14 +86,14 @@ def applicable(config: Any, methods: list[str]) -> tuple[list[str], dict[str, st
     return kept, refused
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Request:
     """What ``recommend`` asked the sweeps for (the CLI's flags)."""
 
-    model: str | None
     target: int
-    factor: float | None
-    out: Path | None
+    model: str | None = None
+    factor: float | None = None
+    out: Path | None = None
     dtype: str = "auto"
     device: str = "auto"
     max_regression: float = DEFAULT_MAX_REGRESSION
@@ -101,6 +101,15 @@ class Request:
     engine_options: dict[str, Any] = field(default_factory=dict)
     resume: bool = False
     budget_min: float | None = None  # minutes the sweeps may take: documents and samples are sized to it
+
+    def __post_init__(self) -> None:
+        from ropectl.errors import UsageError
+        from ropectl.recommend.decide import check_max_regression
+
+        check_max_regression(self.max_regression)
+        if self.budget_min is not None and not self.budget_min > 0:
+            raise UsageError(f"--budget must be a positive number of minutes, got {self.budget_min}",
+                             "pass e.g. --budget 30")
 
 
 def recommend_root(out: Path | None, resume: bool) -> Path:
@@ -116,8 +125,9 @@ def run_sweeps(model: str | None, target: int, factor: float | None, out: Path |
                serve_with: tuple[str, ...] = (), engine_options: dict[str, Any] | None = None, resume: bool = False,
                budget_min: float | None = None, say: Callable[[str], None] | None = None) -> Sweeps:
     """Plan, screen, PPL sweep, task sweep, recommendation; ``say`` gets the plan's lines (the CLI: stderr)."""
-    request = Request(model, target, factor, out, dtype, device, max_regression, serve_with, engine_options or {},
-                      resume, budget_min)
+    request = Request(model=model, target=target, factor=factor, out=out, dtype=dtype, device=device,
+                      max_regression=max_regression, serve_with=serve_with, engine_options=engine_options or {},
+                      resume=resume, budget_min=budget_min)
     return run(request, progress, on_ppl, say)
 
 

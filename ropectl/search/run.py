@@ -136,7 +136,7 @@ def prepare(req: SearchRequest, say: Callable[[str], None]) -> Setup:
     claim(req.out, "search", outputs())
     ev.load()
     reference, seconds = _reference(req, ev, plan, docs, needles, identity, say)
-    limit = _limit(reference, plan, req.max_regression)
+    limit = in_window_limit(reference, plan, req.max_regression)
     best = _best_closed(reference, plan, limit)
     return Setup(ev, space, replace(plan, limit=limit), trained, docs, held, needles, held_needles, identity,
                  reference, best, seconds, study)
@@ -210,7 +210,7 @@ def _reference(req: SearchRequest, ev: Evaluator, plan: Plan, docs: list[Any], n
     return out, seconds
 
 
-def _limit(reference: dict[str, Measured], plan: Plan, max_regression: float) -> float:
+def in_window_limit(reference: dict[str, Measured], plan: Plan, max_regression: float) -> float:
     """The in-window limit: the unpatched model's (``none``'s) in-window log PPL plus ``max_regression`` (a PPL
     ratio), the reference --max-regression has in every command."""
     none = reference["none"].log_ppl(plan.trained)

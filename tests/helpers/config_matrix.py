@@ -206,7 +206,7 @@ def recommend_plan(folder: Path) -> Seen:
 
         source = model_source(str(folder))
         target = 2 * (trained_context(source.config) or 0)
-        grid, _, _ = plan_grid(Request(str(folder), target, None, None, serve_with=serving_engines_for(str(folder))))
+        grid, _, _ = plan_grid(Request(model=str(folder), target=target, serve_with=serving_engines_for(str(folder))))
         method_states(source.config, tuple(parse_spec(m) for m in grid.methods))
         lines.extend(plan_lines(grid, None))
 

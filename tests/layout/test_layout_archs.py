@@ -55,7 +55,7 @@ def test_arch_table_entry_converts_and_verifies(model_type: str, tmp_path: Path)
     AutoModelForCausalLM.from_config(_config(model_type)).save_pretrained(src)
     cfg = json.loads((src / "config.json").read_text())
     to = HALF_SPLIT if known_layout(cfg)[0] == INTERLEAVED else INTERLEAVED
-    result = convert_layout(ConvertSpec(str(src), to, tmp_path / "out", verify=True))
+    result = convert_layout(ConvertSpec(model=str(src), to=to, output=tmp_path / "out", verify=True))
     per_layer = {}
     for name in result.tensors_permuted:
         key = name.rsplit(".", 2)[-2]

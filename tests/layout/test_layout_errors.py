@@ -23,7 +23,7 @@ def _fails(src: Path, error: type[RopectlError], match: str, to: str = "interlea
            **kw: object) -> None:
     out = src.parent / "out"
     with pytest.raises(error, match=match) as info:
-        convert_layout(ConvertSpec(str(src), to, out, **kw))  # type: ignore[arg-type]
+        convert_layout(ConvertSpec(model=str(src), to=to, output=out, **kw))  # type: ignore[arg-type]
     assert "\n" not in str(info.value) and "Fix:" in str(info.value)
     assert not out.exists()
     assert not [p for p in src.parent.iterdir() if "ropectl-tmp" in p.name]
@@ -124,7 +124,7 @@ def test_already_in_target_layout(single: Path) -> None:
 
 def test_second_conversion_same_direction_refused(single: Path) -> None:
     first = single.parent / "first"
-    convert_layout(ConvertSpec(str(single), "interleaved", first))
+    convert_layout(ConvertSpec(model=str(single), to="interleaved", output=first))
     # The reason given is the config's record; the metadata-only case below must give another one.
     _fails(first, LayoutError, r"already interleaved \(converted from half-split by ropectl convert-layout\)")
 
@@ -132,24 +132,24 @@ def test_second_conversion_same_direction_refused(single: Path) -> None:
 def test_layout_recorded_only_in_safetensors_metadata(single: Path) -> None:
     """config.json replaced by the original one: the shard metadata still tells the layout."""
     first = single.parent / "first"
-    convert_layout(ConvertSpec(str(single), "interleaved", first))
+    convert_layout(ConvertSpec(model=str(single), to="interleaved", output=first))
     shutil.copy(single / "config.json", first / "config.json")
     _fails(first, LayoutError, "already interleaved .*safetensors metadata")
     with pytest.raises(LayoutError) as info:  # negative control: the config no longer records the layout
-        convert_layout(ConvertSpec(str(first), "interleaved", single.parent / "out2"))
+        convert_layout(ConvertSpec(model=str(first), to="interleaved", output=single.parent / "out2"))
     assert "converted from half-split by ropectl convert-layout" not in str(info.value)
 
 
 def test_from_contradicting_recorded_layout(single: Path) -> None:
     first = single.parent / "first"
-    convert_layout(ConvertSpec(str(single), "interleaved", first))
+    convert_layout(ConvertSpec(model=str(single), to="interleaved", output=first))
     _fails(first, LayoutError, "contradicts config.json", to="interleaved", from_layout="half-split")
 
 
 def test_output_inside_source(single: Path) -> None:
     inside = single / "converted"
     with pytest.raises(OutputError, match="inside the source"):
-        convert_layout(ConvertSpec(str(single), "interleaved", inside))
+        convert_layout(ConvertSpec(model=str(single), to="interleaved", output=inside))
     assert not inside.exists()
     result = CliRunner().invoke(app, ["convert-layout", str(single), "--to", "interleaved", "-o", str(inside)])
     assert result.exit_code == 1 and result.output.count("\n") == 1
@@ -219,9 +219,9 @@ def test_code_pickle_refusal_is_one_line_naming_the_call(tmp_path: Path, tiny_ch
 
 def test_bad_option_values_are_usage_errors(single: Path) -> None:
     with pytest.raises(UsageError, match="--to 'sideways'"):
-        ConvertSpec(str(single), "sideways", single.parent / "out")
+        ConvertSpec(model=str(single), to="sideways", output=single.parent / "out")
     with pytest.raises(UsageError, match="needs --output"):
-        ConvertSpec(str(single), "interleaved", None)
+        ConvertSpec(model=str(single), to="interleaved", output=None)
     args = ["convert-layout", str(single), "--to", "sideways", "-o", str(single.parent / "o")]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and result.output.startswith("error: ")
@@ -229,5 +229,5 @@ def test_bad_option_values_are_usage_errors(single: Path) -> None:
 
 def test_gguf_input_is_refused(smollm2: Path, tmp_path: Path) -> None:
     with pytest.raises(LayoutError, match="not GGUF"):
-        convert_layout(ConvertSpec(str(smollm2), "half-split", tmp_path / "out"))
+        convert_layout(ConvertSpec(model=str(smollm2), to="half-split", output=tmp_path / "out"))
     assert not (tmp_path / "out").exists()

@@ -38,7 +38,7 @@ def smol_hf(smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def smol_interleaved(smol_hf: Path) -> Path:
     out = smol_hf.parent / "interleaved"
-    result = convert_layout(ConvertSpec(str(smol_hf), INTERLEAVED, out, verify=True))
+    result = convert_layout(ConvertSpec(model=str(smol_hf), to=INTERLEAVED, output=out, verify=True))
     assert result.verify is not None and result.verify.max_rel_error < 1e-9
     assert result.geometry.n_kv_heads < result.geometry.n_heads  # GQA
     return out
@@ -46,7 +46,7 @@ def smol_interleaved(smol_hf: Path) -> Path:
 
 def test_round_trip_bit_exact(smol_hf: Path, smol_interleaved: Path) -> None:
     back = smol_hf.parent / "back"
-    convert_layout(ConvertSpec(str(smol_interleaved), HALF_SPLIT, back, verify=True))
+    convert_layout(ConvertSpec(model=str(smol_interleaved), to=HALF_SPLIT, output=back, verify=True))
     src, out = open_weights(smol_hf), open_weights(back)
     assert src.where.keys() == out.where.keys()
     for name in src.where:

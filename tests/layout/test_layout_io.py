@@ -51,8 +51,8 @@ def test_round_trip_is_bit_identical(tmp_path: Path, dtype: torch.dtype) -> None
     src = _cast(tiny_llama(tmp_path / "src"), dtype)
     mid = tmp_path / "mid"
     back = tmp_path / "back"
-    convert_layout(ConvertSpec(str(src), INTERLEAVED, mid))
-    convert_layout(ConvertSpec(str(mid), HALF_SPLIT, back))
+    convert_layout(ConvertSpec(model=str(src), to=INTERLEAVED, output=mid))
+    convert_layout(ConvertSpec(model=str(mid), to=HALF_SPLIT, output=back))
     before, middle, after = _raw(src), _raw(mid), _raw(back)
     assert before == after
     moved = {n for n in before if before[n] != middle[n]}
@@ -64,7 +64,7 @@ def test_round_trip_is_bit_identical(tmp_path: Path, dtype: torch.dtype) -> None
 
 def test_output_records_layout_and_copies_side_files(tmp_path: Path, llama_src: Path) -> None:
     out = tmp_path / "out"
-    result = convert_layout(ConvertSpec(str(llama_src), INTERLEAVED, out))
+    result = convert_layout(ConvertSpec(model=str(llama_src), to=INTERLEAVED, output=out))
     cfg = json.loads((out / "config.json").read_text())
     src_cfg = json.loads((llama_src / "config.json").read_text())
     assert cfg["ropectl"]["layout"] == INTERLEAVED
@@ -91,7 +91,7 @@ def test_second_conversion_keeps_other_record_keys(tmp_path: Path, llama_src: Pa
         (staged / f).write_bytes((llama_src / f).read_bytes())
     cfg["ropectl"] = {"method": "yarn:4", "base": {"rope_theta": 10000.0}}
     (staged / "config.json").write_text(json.dumps(cfg))
-    convert_layout(ConvertSpec(str(staged), INTERLEAVED, out))
+    convert_layout(ConvertSpec(model=str(staged), to=INTERLEAVED, output=out))
     record = json.loads((out / "config.json").read_text())["ropectl"]
     assert record["method"] == "yarn:4" and record["base"] == {"rope_theta": 10000.0}
     assert record["layout"] == INTERLEAVED
@@ -102,8 +102,8 @@ def test_neox_round_trip_and_gemma3_norms(tmp_path: Path) -> None:
     for factory, name in ((tiny_neox, "neox"), (tiny_gemma3, "gemma3")):
         src = factory(tmp_path / name)
         mid, back = tmp_path / f"{name}-i", tmp_path / f"{name}-h"
-        result = convert_layout(ConvertSpec(str(src), INTERLEAVED, mid, verify=True))
-        convert_layout(ConvertSpec(str(mid), HALF_SPLIT, back, verify=True))
+        result = convert_layout(ConvertSpec(model=str(src), to=INTERLEAVED, output=mid, verify=True))
+        convert_layout(ConvertSpec(model=str(mid), to=HALF_SPLIT, output=back, verify=True))
         assert _raw(src) == _raw(back)
         if name == "gemma3":
             assert any(n.endswith("q_norm.weight") for n in result.tensors_permuted)
@@ -120,7 +120,7 @@ def test_interrupt_leaves_nothing(tmp_path: Path, llama_src: Path) -> None:
         "from ropectl.layout.convert import ConvertSpec, convert_layout\n"
         "def hit(done, total):\n"
         "    if done: os.kill(os.getpid(), signal.SIGTERM)\n"
-        f"convert_layout(ConvertSpec({str(llama_src)!r}, 'interleaved', Path({str(out)!r})), progress=hit)\n"
+        f"convert_layout(ConvertSpec(model={str(llama_src)!r}, to='interleaved', output=Path({str(out)!r})), progress=hit)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "KeyboardInterrupt" in proc.stderr
@@ -135,20 +135,20 @@ def test_keyboard_interrupt_in_process(tmp_path: Path, llama_src: Path) -> None:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        convert_layout(ConvertSpec(str(llama_src), INTERLEAVED, tmp_path / "out"), progress=stop)
+        convert_layout(ConvertSpec(model=str(llama_src), to=INTERLEAVED, output=tmp_path / "out"), progress=stop)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_progress_reports_all_bytes(tmp_path: Path, llama_src: Path) -> None:
     seen: list[tuple[int, int]] = []
-    spec = ConvertSpec(str(llama_src), INTERLEAVED, tmp_path / "out")
+    spec = ConvertSpec(model=str(llama_src), to=INTERLEAVED, output=tmp_path / "out")
     convert_layout(spec, progress=lambda d, t: seen.append((d, t)))
     assert seen[0][0] == 0 and seen[-1][0] == seen[-1][1] > 0
 
 
 def test_signal_module_is_restored(tmp_path: Path, llama_src: Path) -> None:
     previous = signal.getsignal(signal.SIGTERM)
-    convert_layout(ConvertSpec(str(llama_src), INTERLEAVED, tmp_path / "out"))
+    convert_layout(ConvertSpec(model=str(llama_src), to=INTERLEAVED, output=tmp_path / "out"))
     assert signal.getsignal(signal.SIGTERM) == previous
 
 
@@ -166,12 +166,12 @@ def test_sharded_pytorch_bin_becomes_sharded_safetensors(tmp_path: Path) -> None
     (binary / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     (binary / "config.json").write_text((src / "config.json").read_text())
     mid, back = tmp_path / "mid", tmp_path / "back"
-    convert_layout(ConvertSpec(str(binary), INTERLEAVED, mid, verify=True))
+    convert_layout(ConvertSpec(model=str(binary), to=INTERLEAVED, output=mid, verify=True))
     index = json.loads((mid / "model.safetensors.index.json").read_text())
     assert set(index["weight_map"].values()) == {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}
     assert index["metadata"]["total_size"] == sum(t.numel() * t.element_size() for t in state.values())
     assert not list(mid.glob("*.bin"))
-    convert_layout(ConvertSpec(str(mid), HALF_SPLIT, back))
+    convert_layout(ConvertSpec(model=str(mid), to=HALF_SPLIT, output=back))
     for shard in set(index["weight_map"].values()):
         for name, tensor in load_file(back / shard).items():
             assert torch.equal(tensor, state[name]), name

@@ -33,7 +33,7 @@ def mla(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("mla")
     src = tiny_deepseek_v3(root / "src", initializer_range=0.2)
     out = root / "half"
-    convert_layout(ConvertSpec(str(src), HALF_SPLIT, out, verify=True))
+    convert_layout(ConvertSpec(model=str(src), to=HALF_SPLIT, output=out, verify=True))
     return src, out
 
 
@@ -72,6 +72,6 @@ def test_control_flag_not_flipped_changes_logits(mla: tuple[Path, Path], tmp_pat
 def test_mla_round_trip_is_bit_exact(mla: tuple[Path, Path], tmp_path: Path) -> None:
     src, out = mla
     back = tmp_path / "back"
-    convert_layout(ConvertSpec(str(out), INTERLEAVED, back))
+    convert_layout(ConvertSpec(model=str(out), to=INTERLEAVED, output=back))
     a, b = load_file(src / "model.safetensors"), load_file(back / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)

@@ -80,7 +80,7 @@ def logits(model: Any, state: dict[str, torch.Tensor] | None = None) -> torch.Te
 
 
 def convert(src: Path, out: Path, to: str, **kw: Any) -> Path:
-    convert_layout(ConvertSpec(str(src), to, out, verify=True, **kw))
+    convert_layout(ConvertSpec(model=str(src), to=to, output=out, verify=True, **kw))
     return out
 
 

@@ -29,8 +29,8 @@ def _model(name: str, tmp_path: Path, **changes) -> Path:
 
 def _patch(folder: Path, spec: str, out: Path | None = None, **kw):
     if out is None:
-        return patch_checkpoint(PatchSpec(str(folder), parse_spec(spec), dry_run=True, **kw))
-    return patch_checkpoint(PatchSpec(str(folder), parse_spec(spec), output=out, **kw))
+        return patch_checkpoint(PatchSpec(model=str(folder), method=parse_spec(spec), dry_run=True, **kw))
+    return patch_checkpoint(PatchSpec(model=str(folder), method=parse_spec(spec), output=out, **kw))
 
 
 def test_gpt_oss_yarn_64_from_its_original_4096(tmp_path: Path) -> None:

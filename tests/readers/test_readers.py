@@ -158,7 +158,7 @@ def test_inspect_says_when_transformers_builds_something_else(tmp_path: Path) ->
            "head_dim": 16, "max_position_embeddings": 512, "layer_types": ["sliding_attention", "full_attention"],
            "rope_parameters": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6}}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    report = inspect_model(InspectSpec(str(tmp_path), engines=True)).to_dict()
+    report = inspect_model(InspectSpec(model=str(tmp_path), engines=True)).to_dict()
     views = {v["reader"]: v for v in report["engines"]}
     assert report["rope_type"] == "linear" and not views["transformers 5.9+"]["agrees"]
     assert views["transformers 5.9+"]["layers"]["full_attention"]["rope_type"] == "default"
@@ -173,6 +173,6 @@ def test_inspect_never_reports_a_null_theta_silently(tmp_path: Path) -> None:
     cfg = {**LLAMA, "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": None}}
     del cfg["rope_theta"]
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    report = inspect_model(InspectSpec(str(tmp_path))).to_dict()
+    report = inspect_model(InspectSpec(model=str(tmp_path))).to_dict()
     assert report["rope_theta"] == 10000.0 and any("rope_theta is null" in w for w in report["warnings"])
     assert report["engines"] == []  # the full per-reader section only with --engines

@@ -127,14 +127,14 @@ def test_the_plan_measures_as_is_beside_none_on_a_scaled_checkpoint(yarn2: Path,
     from ropectl.recommend.plan import plan_lines
     from ropectl.recommend.run import Request, plan_grid
 
-    plan, _, trained = plan_grid(Request(str(yarn2), 1024, 4.0, None, serve_with=("transformers",)))
+    plan, _, trained = plan_grid(Request(model=str(yarn2), target=1024, factor=4.0, serve_with=("transformers",)))
     assert trained == 256 and plan.methods[:2] == ("none", "as-is")
     assert any("as-is (the checkpoint unchanged: it ships yarn x2), each measured" in ln for ln in plan_lines(plan, None))
     # a target within the trained context (Llama 3.1 at 4k of 8k): nothing to scale, the two references alone
     # (the grid's factors x 1, 1.5, 2 of 128 / 256 are all <= 1, which no method takes)
-    within, _, _ = plan_grid(Request(str(yarn2), 128, None, None, serve_with=("transformers",)))
+    within, _, _ = plan_grid(Request(model=str(yarn2), target=128, serve_with=("transformers",)))
     assert within.methods == ("none", "as-is")
-    plain, _, _ = plan_grid(Request(str(tiny_model), 1024, 4.0, None, serve_with=("transformers",)))
+    plain, _, _ = plan_grid(Request(model=str(tiny_model), target=1024, factor=4.0, serve_with=("transformers",)))
     assert "as-is" not in plain.methods  # ships no scaling: as-is is none, measured once
     assert any("so as-is is none (measured once, as none)" in ln for ln in plan_lines(plain, None))
 

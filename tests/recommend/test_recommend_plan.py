@@ -20,18 +20,18 @@ T80_5, T975_5 = 0.9195438, 2.5705818  # Student t, 5 degrees of freedom (publish
 def test_plan_counts_by_hand(tiny_model: Path) -> None:
     """Trained 256, target 1k: factors 4 x (1, 1.5, 2) = 4, 6, 8 for 4 candidates, plus none = 13 methods;
     lengths 64 (the screen: trained / 4), 256, 1k; 8 documents; 5 tasks x 25 samples at 1k."""
-    plan, skipped, trained = plan_grid(Request(str(tiny_model), 1024, None, None, serve_with=("transformers",)))
+    plan, skipped, trained = plan_grid(Request(model=str(tiny_model), target=1024, serve_with=("transformers",)))
     assert trained == 256 and not skipped
     lines = plan_lines(plan, None)
     assert "a screen of 104 cells (13 methods x 8 documents at 64)" in lines[0]  # 13 x 8
     assert "up to 312 PPL cells (13 x 8 documents x 64, 256, 1k)" in lines[0]  # 13 x 3 x 8
     assert "up to 1625 task trials (13 x 5 tasks x 25 samples at 1k)" in lines[0]  # 13 x 5 x 25
     # served by vLLM / llama.cpp: dynamic is not measured (3 factors), 10 methods
-    plan, skipped, _ = plan_grid(Request(str(tiny_model), 1024, None, None, serve_with=("vllm", "llama.cpp")))
+    plan, skipped, _ = plan_grid(Request(model=str(tiny_model), target=1024, serve_with=("vllm", "llama.cpp")))
     assert sorted(skipped) == ["dynamic:4", "dynamic:6", "dynamic:8"]
     assert "a screen of 80 cells" in plan_lines(plan, None)[0] and "up to 1250 task trials" in plan_lines(plan, None)[0]
     # one factor (-f 2): none and 4 candidates
-    plan, _, _ = plan_grid(Request(str(tiny_model), 1024, 2.0, None, serve_with=("transformers",)))
+    plan, _, _ = plan_grid(Request(model=str(tiny_model), target=1024, factor=2.0, serve_with=("transformers",)))
     assert plan.methods == ("none", "yarn:2", "ntk:2", "linear:2", "dynamic:2")
 
 

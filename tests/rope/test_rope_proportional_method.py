@@ -50,7 +50,7 @@ def test_patched_gemma4_builds_what_ropectl_computes(tmp_path: Path) -> None:
     source = save_default(entry, tmp_path / "src")
     before = transformers_ropes(source)
     out = tmp_path / "out"
-    patch_checkpoint(PatchSpec(str(source), parse_spec("proportional:8"), output=out))
+    patch_checkpoint(PatchSpec(model=str(source), method=parse_spec("proportional:8"), output=out))
     after = transformers_ropes(out)
     assert after["sliding_attention"] == before["sliding_attention"]
     for old, new in zip(before["full_attention"][0], after["full_attention"][0]):

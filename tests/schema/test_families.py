@@ -28,7 +28,7 @@ def _default(model_type: str, tmp_path: Path, **changes) -> Path:
 
 def _out(folder: Path, spec: str, tmp_path: Path, **kw) -> dict:
     out = tmp_path / "out"
-    patch_checkpoint(PatchSpec(str(folder), parse_spec(spec), output=out, **kw))
+    patch_checkpoint(PatchSpec(model=str(folder), method=parse_spec(spec), output=out, **kw))
     return json.loads((out / "config.json").read_text())
 
 
@@ -92,32 +92,32 @@ def test_trained_context_from_the_familys_own_key(model_type: str, key: str, val
 def test_recurrent_gemma_names_the_option_to_pass(tmp_path: Path) -> None:
     folder = _default("recurrent_gemma", tmp_path)
     with pytest.raises(MethodError, match="original_max_position_embeddings"):
-        patch_checkpoint(PatchSpec(str(folder), parse_spec("yarn:4"), dry_run=True))
-    result = patch_checkpoint(PatchSpec(str(folder), parse_spec("ntk:4,original_max_position_embeddings=8192"),
+        patch_checkpoint(PatchSpec(model=str(folder), method=parse_spec("yarn:4"), dry_run=True))
+    result = patch_checkpoint(PatchSpec(model=str(folder), method=parse_spec("ntk:4,original_max_position_embeddings=8192"),
                                         dry_run=True))
     assert result.target_context == 32768 and result.verification["max_rel_error"] <= 1e-5
     with pytest.raises(MethodError, match="RecurrentGemma"):
-        patch_checkpoint(PatchSpec(str(folder), parse_spec("yarn:4,original_max_position_embeddings=8192"),
+        patch_checkpoint(PatchSpec(model=str(folder), method=parse_spec("yarn:4,original_max_position_embeddings=8192"),
                                    dry_run=True))
 
 
 def test_qwen3_omni_mrope_inspect_and_yarn(tmp_path: Path) -> None:
     folder = _default("qwen3_omni_moe", tmp_path, head_dim=128)
-    report = inspect_model(InspectSpec(str(folder)))
+    report = inspect_model(InspectSpec(model=str(folder)))
     assert report.inv_freq == pytest.approx(transformers_ropes(folder)["main"][0], rel=1e-6)
-    result = patch_checkpoint(PatchSpec(str(folder), parse_spec("yarn:4"), dry_run=True))
+    result = patch_checkpoint(PatchSpec(model=str(folder), method=parse_spec("yarn:4"), dry_run=True))
     assert result.verification["max_rel_error"] <= 1e-5
 
 
 def test_ernie_vl_inspect_reports_the_stored_order_and_patch_refuses_clearly(tmp_path: Path) -> None:
     folder = _default("ernie4_5_vl_moe", tmp_path)
-    report = inspect_model(InspectSpec(str(folder)))
+    report = inspect_model(InspectSpec(model=str(folder)))
     assert report.inv_freq == pytest.approx(transformers_ropes(folder)["main"][0], rel=1e-6)
     assert sorted(report.inv_freq) != list(report.inv_freq)[::-1]  # really permuted, not descending
     with pytest.raises(MethodError, match="ERNIE-4.5-VL"):
-        patch_checkpoint(PatchSpec(str(folder), parse_spec("yarn:2"), dry_run=True))
+        patch_checkpoint(PatchSpec(model=str(folder), method=parse_spec("yarn:2"), dry_run=True))
 
 
 def test_vision_and_axial_configs_are_refused_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(NoRopeError, match="2-D RoPE"):
-        inspect_model(InspectSpec(str(_default("pixtral", tmp_path))))
+        inspect_model(InspectSpec(model=str(_default("pixtral", tmp_path))))

@@ -50,7 +50,7 @@ def test_every_fixture_has_a_source() -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_inspect_matches_transformers(name: str, tmp_path: Path) -> None:
     folder = _folder(name, tmp_path)
-    report = inspect_model(InspectSpec(str(folder)))
+    report = inspect_model(InspectSpec(model=str(folder)))
     oracle = transformers_ropes(folder)
     ours = inspected_ropes(report, set(oracle))
     for label, (inv, attention) in oracle.items():
@@ -61,15 +61,15 @@ def test_inspect_matches_transformers(name: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_patch_is_verified_by_transformers(name: str, tmp_path: Path) -> None:
     folder = _folder(name, tmp_path)
-    report = inspect_model(InspectSpec(str(folder)))
+    report = inspect_model(InspectSpec(model=str(folder)))
     rope = report.model.rope
     method = PATCH.get(name) or (f"{rope.rope_type}:{2 * (rope.factor or 1):g}" if rope.rope_type in ("yarn", "llama3")
                                   else "yarn:4")
     if name in REFUSED:
         with pytest.raises(RopectlError, match=REFUSED[name]):
-            patch_checkpoint(PatchSpec(str(folder), parse_spec(method), dry_run=True))
+            patch_checkpoint(PatchSpec(model=str(folder), method=parse_spec(method), dry_run=True))
         return
-    result = patch_checkpoint(PatchSpec(str(folder), parse_spec(method), dry_run=True,
+    result = patch_checkpoint(PatchSpec(model=str(folder), method=parse_spec(method), dry_run=True,
                                         replace_existing=name in REPLACES))
     assert result.verification is not None and result.verification["max_rel_error"] <= REL_TOL
     assert json.loads((folder / "config.json").read_text()) == json.loads((FIXTURES / f"{name}.json").read_text())

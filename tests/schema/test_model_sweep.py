@@ -29,7 +29,7 @@ def _rel_error(ours, theirs) -> float:
 
 
 def _inspect_mismatches(folder: Path) -> list[str]:
-    report = inspect_model(InspectSpec(str(folder)))
+    report = inspect_model(InspectSpec(model=str(folder)))
     oracle = transformers_ropes(folder)
     ours = inspected_ropes(report, set(oracle))
     bad = []
@@ -75,7 +75,7 @@ def _patch_failures(model_type: str, folder: Path, pairs: int, seen: set, prope:
     bad = []
     for method in METHODS:
         try:
-            patch_checkpoint(PatchSpec(str(folder), _spec(method, pairs), dry_run=True, replace_existing=True,
+            patch_checkpoint(PatchSpec(model=str(folder), method=_spec(method, pairs), dry_run=True, replace_existing=True,
                                        forward=method == FORWARD_METHOD))
         except RopectlError as exc:
             if "no modeling code" in str(exc) and _no_modeling_code(model_type):
@@ -107,7 +107,7 @@ def _sweep_one(entry, tmp: Path, seen: set) -> list[str]:
         return [f"inspect: unexpected {type(exc).__name__}: {exc}"]
     if (entry.model_type, "inspect") in ALLOWED:
         mismatches.append("inspect: listed as refused but it works now: drop it from the table")
-    model = inspect_model(InspectSpec(str(folder))).model
+    model = inspect_model(InspectSpec(model=str(folder))).model
     pairs = (model.rotary_dim + 1) // 2
     prope = model.rope.rope_type == "proportional"
     return mismatches + _patch_failures(entry.model_type, folder, pairs, seen, prope)
@@ -137,7 +137,7 @@ def test_negative_control_detects_a_wrong_head_dim(tmp_path: Path) -> None:
     oracle = transformers_ropes(folder)
     config["head_dim"] = config["hidden_size"] // config["num_attention_heads"] // 2
     (folder / "config.json").write_text(json.dumps(config))
-    report = inspect_model(InspectSpec(str(folder)))
+    report = inspect_model(InspectSpec(model=str(folder)))
     assert _rel_error(report.inv_freq, oracle["main"][0]) > REL_TOL
 
 

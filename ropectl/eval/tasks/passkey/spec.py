@@ -33,7 +33,7 @@ PASSKEY_DEFAULTS: dict[str, Any] = {
 GENERIC: dict[str, Any] = {"lengths": ["2k", "4k", "8k", "16k"], "depths": [0.0, 0.25, 0.5, 0.75, 1.0], "trials": 5}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PasskeySpec(TrialRunFields):
     """Passkey retrieval: methods x lengths x depths x trials."""
 

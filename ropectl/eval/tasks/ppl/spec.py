@@ -34,7 +34,7 @@ DEFAULTS: dict[str, Any] = {
 GENERIC: dict[str, Any] = {"lengths": ["2k", "4k", "8k", "16k"], "docs": 10}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EvalSpec(TrialRunFields):
     """One perplexity sweep: methods x lengths x documents. How and where it runs (dtype, device, output, resume,
     batch, engine and its parallel sizes) are the fields every sweep shares (``TrialRunFields``)."""

@@ -26,7 +26,7 @@ TASKS_DEFAULTS: dict[str, Any] = {"tasks": "niah_single_1,niah_multikey_2,vt", "
 GENERIC: dict[str, Any] = {"tasks": "ruler", "lengths": ["4k", "8k", "16k"], "samples": 25}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TasksSpec(TrialRunFields):
     """Long-context tasks: tasks x methods x lengths x samples, paired across methods."""
 
