@@ -39,7 +39,8 @@ class FactorSpace:
     proposes = "LongRoPE's evolution proposes its candidates, sized by --population and --iterations"
     labels_trials = False  # a candidate's spec would spell its factor lists out again: the params are they
     gguf_refusal = ("a longrope search writes per-dimension factors, which a GGUF cannot carry (ropectl's GGUF patch "
-                    "copies tensors unchanged and llama.cpp has no longrope metadata)")
+                    "copies tensors unchanged and llama.cpp has no longrope metadata)",
+                    "search the Hugging Face checkpoint, or use --space yarn or ntk on the GGUF")  # (problem, fix)
 
     @property
     def bounds(self) -> tuple[()]:
@@ -187,9 +188,12 @@ def _sampler_class() -> type:
 
 def _fitness(trial: Any) -> float | None:
     """What the evolution ranks by: the value of a finished trial, None for an infeasible one, inf for a pruned
-    one (both rank below every finished candidate)."""
+    one (both rank below every finished candidate). By the state, not the value: Optuna keeps a pruned trial's
+    last intermediate value (a log PPL at a shorter length) as its value."""
     import math
 
-    if trial.value is not None:
+    from optuna.trial import TrialState
+
+    if trial.state == TrialState.COMPLETE:
         return float(trial.value)
     return None if trial.user_attrs.get("feasible") is False else math.inf
