@@ -44,12 +44,16 @@ def main() -> None:
     from ropectl.eval.settings import parse_length
     from ropectl.search.output import run_search
     from ropectl.search.run import SearchRequest
+    from ropectl.search.spaces import build_space
 
     target = parse_length(args.target)
     prune = tuple(parse_length(x) for x in args.prune_at.split(",") if x)
-    req = SearchRequest(model=args.model, target=target, space=args.space, out=args.out, trials=args.trials, minutes=args.minutes,
+    # the loop options this space takes (a box: --trials; longrope: --population, --iterations); search refuses others
+    takes = build_space(args.space, 2.0).takes
+    loop = {k: getattr(args, k) for k in ("trials", "population", "iterations") if f"--{k}" in takes}
+    req = SearchRequest(model=args.model, target=target, space=args.space, out=args.out, minutes=args.minutes,
                         docs=args.docs, held_out=args.held_out, samples=args.samples, seed=args.seed,
-                        lengths=(*prune, target), grid=(1.0,), population=args.population, iterations=args.iterations)
+                        lengths=(*prune, target), grid=(1.0,), **loop)
     start = time.perf_counter()
     result = run_search(req, lambda line: print(line, file=sys.stderr, flush=True))
     wall = time.perf_counter() - start

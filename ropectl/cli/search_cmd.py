@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -32,7 +32,8 @@ TrialsOpt = Annotated[Optional[int], opt("--trials", panel=BUDGET, help=(
 BudgetOpt = Annotated[Optional[float], opt("--budget", panel=BUDGET, help=(
     "Minutes the trials may take: stops after the trial running then."))]
 TimeOpt = Annotated[Optional[str], opt("--time", panel=BUDGET, hidden=True)]  # the old spelling of --budget
-SamplerOpt = Annotated[str, opt("--sampler", panel=BUDGET, help="tpe or cmaes (Optuna's samplers) [default: tpe].")]
+SamplerOpt = Annotated[Optional[str], opt("--sampler", panel=BUDGET, help=(
+    "tpe or cmaes (Optuna's samplers; not for longrope, whose evolution proposes) [default: tpe]."))]
 StorageOpt = Annotated[Optional[str], opt("--storage", panel=BUDGET, help=(
     "Where the Optuna study lives: a database URL or a journal file (FILE.log), for workers sharing one study "
     "[default: sqlite in OUT]."))]
@@ -53,23 +54,23 @@ SeedOpt = Annotated[int, opt("--seed", panel=FIT, help="Sampler, document split 
 EmitOpt = Annotated[Optional[str], opt("--emit", panel=OUT, help=(
     "Print the winner's serving flags for this engine (vllm, llama.cpp, ...) instead of writing OUT/model."))]
 ResumeOpt = Annotated[bool, opt("--resume", panel=OUT, help="Continue the study in --out after Ctrl-C.")]
-PopulationOpt = Annotated[int, opt("--population", panel=BUDGET, help="longrope: population [default: 8].")]
-IterationsOpt = Annotated[int, opt("--iterations", panel=BUDGET, help="longrope: generations [default: 4].")]
+PopulationOpt = Annotated[Optional[int], opt("--population", panel=BUDGET, help="longrope: population [default: 8].")]
+IterationsOpt = Annotated[Optional[int], opt("--iterations", panel=BUDGET, help="longrope: generations [default: 4].")]
 
 
 @handle_errors
 def search_cmd(
     model: ModelOpt = None, target_length: TargetOpt = "", space: SpaceOpt = None, trials: TrialsOpt = None,
-    budget: BudgetOpt = None, time_min: TimeOpt = None, sampler: SamplerOpt = "tpe", storage: StorageOpt = None,
-    docs: DocsOpt = 3,
-    held_out: HeldOpt = "6", samples: SamplesOpt = 2, no_answer_loss: NoAnswerOpt = False,
+    budget: BudgetOpt = None, time_min: TimeOpt = None, sampler: SamplerOpt = None, storage: StorageOpt = None,
+    docs: DocsOpt = 3, held_out: HeldOpt = "6", samples: SamplesOpt = 2, no_answer_loss: NoAnswerOpt = False,
     max_regression: MaxRegressionOpt = None, prune_at: PruneOpt = None, grid: GridOpt = None,
     dataset: DatasetOpt = None, seed: SeedOpt = 0,
     dtype: DtypeOpt = None, device: DeviceOpt = None, out: out_option("search") = None, emit: EmitOpt = None,
-    resume: ResumeOpt = False, force: ForceOpt = False, json_out: JsonOpt = False, population: PopulationOpt = 8,
-    iterations: IterationsOpt = 4,
+    resume: ResumeOpt = False, force: ForceOpt = False, json_out: JsonOpt = False, population: PopulationOpt = None,
+    iterations: IterationsOpt = None,
 ) -> None:
-    """Search a method's parameters on the model itself (Optuna; LongRoPE's evolution for --space longrope).
+    """Search a method's parameters on the model itself, in one Optuna study (LongRoPE's evolution proposes for
+    --space longrope).
 
     Measures the closed-form grid (recommend's) first, then trials: PPL above the trained context shortest first
     (pruned there) plus the needle's answer-token loss at the target, each under an in-window PPL limit. Held-out
@@ -77,20 +78,14 @@ def search_cmd(
     closed form's and they retrieve no fewer needles; else the closed form ships. Prints the estimated cost first,
     the spec to pass to every command (-m), and writes OUT/model through `ropectl patch` (or --emit flags).
     """
-    from ropectl.errors import UsageError
     from ropectl.eval.output import output_dir
     from ropectl.eval.settings import parse_length, parse_lengths
-    from ropectl.output import dumps
     from ropectl.recommend import DEFAULT_MAX_REGRESSION
     from ropectl.search.output import run_search
     from ropectl.search.run import SearchRequest
     from ropectl.search.spaces import default_space
 
-    if not target_length:
-        raise UsageError("--target-length is required", "pass the context to search for, e.g. -t 16k")
-    if time_min is not None:
-        raise UsageError("search's --time is now --budget: minutes, as in recommend (the trial count is --trials)",
-                         f"pass --budget {time_min}")
+    _refuse_early(target_length, time_min)
     folder = output_dir(out, resume, "search", "search")
     count, named = parse_held_out(held_out)
     req = SearchRequest(
@@ -109,6 +104,24 @@ def search_cmd(
         echo_interrupt(f"search stopped: finished trials are kept in {folder}; resume with: "
                        f"{resume_command(folder)}")
         raise typer.Exit(143 if isinstance(exc, Terminated) else 130) from None
+    _show(result, json_out)
+
+
+def _refuse_early(target_length: str, time_min: str | None) -> None:
+    """What the CLI alone can refuse, before the output folder is named."""
+    from ropectl.errors import UsageError
+
+    if not target_length:
+        raise UsageError("--target-length is required", "pass the context to search for, e.g. -t 16k")
+    if time_min is not None:
+        raise UsageError("search's --time is now --budget: minutes, as in recommend (the trial count is --trials)",
+                         f"pass --budget {time_min}")
+
+
+def _show(result: Any, json_out: bool) -> None:
+    """The report and best.spec on stdout (or the summary as JSON), the written model's warnings on stderr."""
+    from ropectl.output import dumps
+
     if json_out:
         typer.echo(dumps(result.summary))
         return

@@ -4,8 +4,9 @@ documents and the report says whether it agrees with transformers, which measure
 
 What is scored: the written folder as configured (what a user serves), or with ``--emit`` (or nothing to write) the
 model with the shipped spec, which the vLLM engine runs with the overrides ``--emit vllm`` prints. It goes through
-the evaluation engine protocol only (``Evaluator`` on the engine named in ``CHECK_ENGINES``): an engine that is not
-importable here, or that refuses the model (vLLM takes no GGUF), leaves a "not checked" line with its reason.
+the evaluation engine protocol only: the engines checked are chosen by capability, never by name (those whose
+method switch is not cheap, :func:`check_engines`), and an engine that is not importable here, or that refuses
+the model (vLLM takes no GGUF), leaves a "not checked" line with its reason.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import Any
 
 from ropectl.search.fitness import Evaluator, Measured, measure
 
-CHECK_ENGINES = ("vllm",)
 # |mean NLL per token| between the engines, per held-out document and length. fp32: the vLLM engine tiers measure at
 # most 1.6e-7 (tests/compat/test_vllm_engine.py, test_search_vllm.py: 8.2e-8), so 1e-4 leaves room for longer
 # documents and deeper models. Half precision rounds every activation to 8 (bf16) or 11 (fp16) bits in kernels that
@@ -54,16 +54,23 @@ class EngineCheck:
 def check_winner(setup: Any, report: Any, output: dict[str, Any] | None,
                  say: Callable[[str], None]) -> list[EngineCheck]:
     """Each check engine's verdict on what ships, against transformers' held-out measurement of it."""
-    from ropectl.rope.methods import parse_spec
-
     reference = report.found_held if report.found_held is not None and report.ships == report.found else \
         report.closed_held
     path = (output or {}).get("path")
     if path and Path(path).is_dir():
         model, spec, scored = str(path), None, "the written folder"
     else:
-        model, spec, scored = str(setup.ev.source.resolved.path), parse_spec(report.ships), f"the model with {report.ships}"
-    return [check_on(name, model, spec, scored, setup, reference, say) for name in CHECK_ENGINES]
+        model, spec, scored = str(setup.ev.source.resolved.path), report.ships, f"the model with {report.ships.label}"
+    return [check_on(name, model, spec, scored, setup, reference, say) for name in check_engines()]
+
+
+def check_engines() -> list[str]:
+    """The engines that check the winner: every registered engine whose method switch is not cheap (it restarts
+    for each RoPE, so trials never run on it and it has not measured what ships). The trials' engine switches
+    cheaply, so it is never among them."""
+    from ropectl.eval.engines import engine_names, get_engine
+
+    return [name for name in engine_names() if not get_engine(name).cheap_method_switch]
 
 
 def check_on(name: str, model: str, spec: Any, scored: str, setup: Any, reference: Measured,

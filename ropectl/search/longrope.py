@@ -1,4 +1,5 @@
-"""LongRoPE's evolutionary search over per-dimension rescale factors, as a pure function of a fitness callable.
+"""LongRoPE's evolutionary search over per-dimension rescale factors, as ask and tell (:class:`Evolution`): no loop
+and no model of its own.
 
 After LongRoPE (Ding et al., arXiv 2402.13753, §3.2 and Algorithm 1) and its code, microsoft/LongRoPE
 ``evolution/algorithms/genetic_base.py`` (``run_genetic_algorithm``) and ``evolution/algorithms/dim_mono.py``
@@ -11,8 +12,11 @@ are population 64, parents 32, 16 mutations + 16 crossovers per iteration, 40 it
 - each iteration keeps the ``parents`` best, then refills the population half by mutation, half by crossover;
 - a candidate already evaluated is never evaluated again (LongRoPE's ``history`` check).
 
-No torch and no model here: the caller's fitness builds the rotary module and measures (lower is better; None is
-infeasible, e.g. an in-window regression; ``inf`` is a pruned trial). Deterministic for a seed.
+No torch and no model here: the caller measures each candidate it is asked for (lower is better; None is
+infeasible, e.g. an in-window regression; ``inf`` is a pruned trial). Deterministic for a seed and the fitnesses
+told, so a caller that records them can rebuild the search. ``ropectl search`` drives it from its Optuna study
+(``ropectl.search.evolution``); :func:`evolve` drives it from a plain loop. Mutation and crossover are pure
+functions of their parents, the random stream and the history.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,48 +64,75 @@ class _Grid:
         return tuple(out)
 
 
-class _Stop(Exception):
-    """should_stop() said so before the next evaluation."""
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate the evolution asks to be measured, and how it was made (seed, mutation, crossover)."""
+
+    factors: Factors
+    origin: str
 
 
-class _Run:
-    """The evaluated candidates (LongRoPE's history) and the trial records."""
+Steps = Generator[tuple[_Index, str], "float | None", None]
 
-    def __init__(self, fitness: Callable[[Factors], float | None], grid: _Grid,
-                 on_trial: Callable[[dict], None] | None, should_stop: Callable[[], bool] | None) -> None:
-        self.fitness, self.grid, self.on_trial, self.should_stop = fitness, grid, on_trial, should_stop
-        self.seen: dict[_Index, float | None] = {}
-        self.trials: list[dict[str, Any]] = []
 
-    def evaluate(self, idx: _Index, origin: str) -> None:
-        if idx in self.seen:
-            return
-        if self.should_stop is not None and self.should_stop():
-            raise _Stop
-        factors = tuple(self.grid.value(k) for k in idx)
-        start = time.perf_counter()
-        raw = self.fitness(factors)
-        value = None if raw is None else float(raw)
-        self.seen[idx] = value
-        state = "infeasible" if value is None else ("complete" if math.isfinite(value) else "pruned")
-        trial = {"number": len(self.trials), "params": {"long_factor": list(factors)},
-                 "fitness": value if state == "complete" else None, "state": state, "origin": origin,
-                 "lengths": None, "seconds": time.perf_counter() - start}
-        self.trials.append(trial)
-        if self.on_trial is not None:
-            self.on_trial(dict(trial))
+class Evolution:
+    """LongRoPE's search as ask and tell: :meth:`ask` gives the candidate to measure next (None once the search is
+    over), :meth:`tell` its fitness (lower is better; None infeasible, ``inf`` pruned: both rank below every
+    finished candidate). A caller that tells the same fitnesses gets the same candidates, which is how a stopped
+    search is rebuilt: replay the recorded outcomes, then measure what comes next."""
 
-    def rank_key(self, idx: _Index) -> tuple[bool, float]:
-        value = self.seen.get(idx)
-        ok = value is not None and math.isfinite(value)
-        return (not ok, value if ok else math.inf)  # type: ignore[return-value]
+    def __init__(self, seeds: Sequence[Sequence[float]], factor: float, *, population: int, iterations: int,
+                 seed: int, step: float = 0.01, parents: int | None = None) -> None:
+        parents = population // 2 if parents is None else parents
+        _check(seeds, factor, population, iterations, step, parents)
+        self.grid = _Grid(step, int(math.floor((factor - 1.0) / step + 1e-9)))
+        self.seen: dict[_Index, float | None] = {}  # LongRoPE's history: every candidate told, with its fitness
+        snapped = [self.grid.snap(s) for s in seeds]
+        self._steps = _generations(snapped, population, iterations, parents, self.grid.top, random.Random(seed),
+                                   self.seen)
+        self._pending = next(self._steps, None)
 
-    def result(self) -> EvolveResult:
-        done = [t for t in self.trials if t["state"] == "complete"]
-        if not done:
-            return EvolveResult(None, None, self.trials)
-        best = min(done, key=lambda t: (t["fitness"], t["number"]))
-        return EvolveResult(tuple(best["params"]["long_factor"]), best["fitness"], self.trials)
+    def ask(self) -> Candidate | None:
+        """The next candidate to measure, the same one until it is told."""
+        if self._pending is None:
+            return None
+        idx, origin = self._pending
+        return Candidate(tuple(self.grid.value(k) for k in idx), origin)
+
+    def tell(self, fitness: float | None) -> None:
+        if self._pending is None:
+            raise ValueError("the evolution is over: nothing was asked")
+        try:
+            self._pending = self._steps.send(fitness)
+        except StopIteration:
+            self._pending = None
+
+
+def _generations(seeds: list[_Index], population: int, iterations: int, parents: int, top: int, rng: random.Random,
+                 seen: dict[_Index, float | None]) -> Steps:
+    """Algorithm 1: the first population, then per iteration the ``parents`` best and their children. Yields each
+    new candidate and receives its fitness."""
+    pool = yield from _first_population(seeds, population, top, rng, seen)
+    for _ in range(iterations):
+        kept = sorted(pool, key=lambda idx: _rank_key(seen, idx))[:parents]
+        pool = kept + (yield from _children(kept, population - parents, top, rng, seen))
+
+
+def _measure(idx: _Index, origin: str, seen: dict[_Index, float | None]) -> Steps:
+    """Ask for ``idx`` once (a candidate already told is never measured again) and record its fitness."""
+    if idx not in seen:
+        seen[idx] = yield idx, origin
+
+
+def _rank_key(seen: dict[_Index, float | None], idx: _Index) -> tuple[bool, float]:
+    value = seen.get(idx)
+    ok = value is not None and math.isfinite(value)
+    return (not ok, value if ok else math.inf)  # type: ignore[return-value]
+
+
+def state_of(fitness: float | None) -> str:
+    """A trial's state from its fitness: infeasible (None), pruned (not finite) or complete."""
+    return "infeasible" if fitness is None else ("complete" if math.isfinite(fitness) else "pruned")
 
 
 def _mutate(parent: _Index, top: int, rng: random.Random, seen: dict[_Index, Any]) -> _Index | None:
@@ -158,39 +189,51 @@ def evolve(fitness: Callable[[Factors], float | None], seeds: Sequence[Sequence[
            on_trial: Callable[[dict], None] | None = None,
            should_stop: Callable[[], bool] | None = None) -> EvolveResult:
     """Minimise ``fitness`` over monotone factor lists in [1, factor]; at most population + iterations x
-    (population - parents) evaluations (fewer when mutants repeat, or ``should_stop`` ends it early)."""
-    parents = population // 2 if parents is None else parents
-    _check(seeds, factor, population, iterations, step, parents)
-    grid = _Grid(step, int(math.floor((factor - 1.0) / step + 1e-9)))
-    rng = random.Random(seed)
-    run = _Run(fitness, grid, on_trial, should_stop)
-    try:
-        pool = _first_population([grid.snap(s) for s in seeds], population, grid.top, rng, run)
-        for _ in range(iterations):
-            kept = sorted(pool, key=run.rank_key)[:parents]
-            pool = kept + _children(kept, population - parents, grid.top, rng, run)
-    except _Stop:
-        pass
-    return run.result()
+    (population - parents) evaluations (fewer when mutants repeat, or ``should_stop`` ends it early). The
+    :class:`Evolution` driven by a plain loop; ``ropectl search`` drives it through its Optuna study instead."""
+    evolution = Evolution(seeds, factor, population=population, iterations=iterations, seed=seed, step=step,
+                          parents=parents)
+    trials: list[dict[str, Any]] = []
+    while (candidate := evolution.ask()) is not None:
+        if should_stop is not None and should_stop():
+            break
+        start = time.perf_counter()
+        raw = fitness(candidate.factors)
+        value = None if raw is None else float(raw)
+        evolution.tell(value)
+        state = state_of(value)
+        trial = {"number": len(trials), "params": {"long_factor": list(candidate.factors)},
+                 "fitness": value if state == "complete" else None, "state": state, "origin": candidate.origin,
+                 "lengths": None, "seconds": time.perf_counter() - start}
+        trials.append(trial)
+        if on_trial is not None:
+            on_trial(dict(trial))
+    done = [t for t in trials if t["state"] == "complete"]
+    if not done:
+        return EvolveResult(None, None, trials)
+    best = min(done, key=lambda t: (t["fitness"], t["number"]))
+    return EvolveResult(tuple(best["params"]["long_factor"]), best["fitness"], trials)
 
 
-def _first_population(seeds: list[_Index], size: int, top: int, rng: random.Random, run: _Run) -> list[_Index]:
+def _first_population(seeds: list[_Index], size: int, top: int, rng: random.Random,
+                      seen: dict[_Index, float | None]) -> Generator[tuple[_Index, str], float | None, list[_Index]]:
     """The seeds (each once), then mutants of them in turn (genetic_base: the initial factors and their mutants)."""
     pool: list[_Index] = []
     for s in dict.fromkeys(seeds):
-        run.evaluate(s, "seed")
+        yield from _measure(s, "seed", seen)
         pool.append(s)
     for i in range(size * _MAX_TRIES):
         if len(pool) >= size:
             break
-        child = _mutate(pool[i % len(seeds)], top, rng, run.seen)
+        child = _mutate(pool[i % len(seeds)], top, rng, seen)
         if child is not None:
-            run.evaluate(child, "mutation")
+            yield from _measure(child, "mutation", seen)
             pool.append(child)
     return pool
 
 
-def _children(kept: list[_Index], count: int, top: int, rng: random.Random, run: _Run) -> list[_Index]:
+def _children(kept: list[_Index], count: int, top: int, rng: random.Random,
+              seen: dict[_Index, float | None]) -> Generator[tuple[_Index, str], float | None, list[_Index]]:
     """Half mutants of random parents, half crossovers of random parent pairs (a failed crossover mutates the
     better parent, as genetic_base does)."""
     out: list[_Index] = []
@@ -198,13 +241,13 @@ def _children(kept: list[_Index], count: int, top: int, rng: random.Random, run:
         child, origin = None, "mutation"
         if j >= count // 2 and len(kept) > 1:
             a, b = sorted(rng.sample(range(len(kept)), 2))
-            child, origin = _crossover(kept[a], kept[b], rng, run.seen), "crossover"
+            child, origin = _crossover(kept[a], kept[b], rng, seen), "crossover"
             if child is None:
-                child, origin = _mutate(kept[a], top, rng, run.seen), "mutation"
+                child, origin = _mutate(kept[a], top, rng, seen), "mutation"
         else:
-            child = _mutate(kept[rng.randrange(len(kept))], top, rng, run.seen)
+            child = _mutate(kept[rng.randrange(len(kept))], top, rng, seen)
         if child is not None:
-            run.evaluate(child, origin)
+            yield from _measure(child, origin, seen)
             out.append(child)
     return out
 

@@ -1,40 +1,39 @@
-"""The trials: stage 1 through Optuna (one trial = one point of the space, measured shortest length first and
-pruned there), stage 2 (``--space longrope``) through the evolutionary search of ``ropectl.search.longrope``.
+"""The trials: one Optuna study, one loop, one objective for every space. The space's sampler proposes (TPE or
+CMA-ES over a box; LongRoPE's evolution for ``--space longrope``), each trial is measured shortest length first and
+Optuna's median pruner stops it there, and the study's storage keeps every trial for ``--resume`` and workers.
 
 A trial is counted once it is measured at least at its first length: pruned and infeasible trials count against
 ``--trials``. An infeasible trial (in-window PPL above the limit) is recorded as pruned with ``feasible = False``:
-it never reaches the target forward, TPE ranks it below every finished trial, CMA-ES leaves it out.
+it never reaches the target forward, TPE ranks it below every finished trial, CMA-ES leaves it out, the evolution
+ranks it last.
 """
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Callable
 from typing import Any
 
 from ropectl.search.fitness import Measured, measure
-from ropectl.search.run import DEFAULT_BUDGET, SearchRequest, Setup
-from ropectl.search.study import counted, suggest
+from ropectl.search.run import SearchRequest, Setup
+from ropectl.search.study import counted
 
 
-def run_stage1(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> Any:
-    """The study after this run's trials."""
-    study = setup.study
-    budget = req.trials if req.trials is not None else (None if req.minutes else DEFAULT_BUDGET)
-    if not study.trials:
-        study.enqueue_trial(setup.space.start())  # the closed form itself is the first point
+def run_trials(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> Any:
+    """The study after this run's trials: until the space's budget is spent (box: --trials), the space says it is
+    finished (the evolution's last candidate), or --budget minutes have passed (after the trial running then)."""
+    from optuna.study import MaxTrialsCallback
+    from optuna.trial import TrialState
+
+    study, space = setup.study, setup.space
+    space.begin(study)
+    budget = space.budget(req.loop)
     done = counted(study)
     left = None if budget is None else max(0, budget - done)
     if done:
         say(f"resuming: {done} trials already in the study" + (f", {left} left" if left is not None else ""))
-    callbacks = []
-    if budget is not None:
-        from optuna.study import MaxTrialsCallback
-        from optuna.trial import TrialState
-
-        callbacks.append(MaxTrialsCallback(budget, states=(TrialState.COMPLETE, TrialState.PRUNED)))
-    if left != 0:
+    callbacks = [] if budget is None else [MaxTrialsCallback(budget, states=(TrialState.COMPLETE, TrialState.PRUNED))]
+    callbacks.append(lambda study, trial: study.stop() if space.finished(study) else None)
+    if left != 0 and not space.finished(study):
         study.optimize(lambda trial: objective(trial, setup), n_trials=left,
                        timeout=req.minutes * 60 if req.minutes else None, callbacks=callbacks, catch=())
     return study
@@ -44,8 +43,9 @@ def objective(trial: Any, setup: Setup) -> float:
     """One trial: the point's fitness; pruned (Optuna's pruner, or infeasible in-window) raises TrialPruned."""
     import optuna
 
-    spec = setup.space.spec(suggest(trial, setup.space))
-    trial.set_user_attr("spec", spec.label)
+    spec = setup.space.suggest(trial)
+    if setup.space.labels_trials:  # a spec a user can type; longrope's is its factor lists, already the params
+        trial.set_user_attr("spec", spec.label)
     seen = _seen(setup.study, trial)
     if seen is not None:  # a point already measured (a small discrete space repeats): its outcome, no forward
         trial.set_user_attr("repeat_of", seen.number)
@@ -98,67 +98,3 @@ def best_trial(study: Any) -> Any | None:
 
     done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value is not None]
     return min(done, key=lambda t: (t.value, t.number)) if done else None
-
-
-def run_stage2(req: SearchRequest, setup: Setup, seeds: list[tuple[float, ...]], say: Callable[[str], None]
-               ) -> tuple[list[dict[str, Any]], tuple[float, ...] | None]:
-    """LongRoPE's evolutionary search over per-dimension long factors (arXiv 2402.13753, Alg. 1), seeded from
-    ``seeds``; fitness as stage 1 (None for an infeasible candidate)."""
-    from ropectl.search.longrope import evolve
-
-    started = time.monotonic()
-    factor = setup.space.factor
-    finished: list[dict[int, float]] = []  # log PPL per length step of each candidate measured to the end
-
-    def fitness(factors: tuple[float, ...]) -> float | None:
-        values: dict[int, float] = {}
-        prune = median_pruner(finished, len(setup.plan.lengths) - 1)
-
-        def on_length(step: int, value: float) -> None:
-            values[step] = value
-            prune(step, value)
-
-        try:
-            m = measure(setup.ev, longrope_spec(factors, factor, setup), setup.docs,
-                        setup.needles if setup.plan.answer_loss else [], setup.plan, on_length)
-        except CandidatePruned:
-            return math.inf  # evolve records a non-finite fitness as pruned
-        if m.feasible:
-            finished.append(values)
-        return m.fitness(setup.plan.target, setup.plan.answer_loss)
-
-    def should_stop() -> bool:
-        return req.minutes is not None and time.monotonic() - started > req.minutes * 60
-
-    result = evolve(fitness, seeds, factor, population=req.population, iterations=req.iterations, seed=req.seed,
-                    should_stop=should_stop)
-    say(f"stage 2: {len(result.trials)} candidates, best fitness {result.best_fitness:.4f}")
-    best = result.best if result.best and math.isfinite(result.best_fitness) else None
-    return list(result.trials), best
-
-
-class CandidatePruned(Exception):
-    """A stage-2 candidate stopped at a pruning length."""
-
-
-def median_pruner(finished: list[dict[int, float]], last: int, startup: int = 3) -> Callable[[int, float], None]:
-    """Stage 1's pruner (Optuna's MedianPruner, 3 start-up trials) for stage 2: at a length before the target (step
-    < ``last``), a candidate whose log PPL is above the median of the finished candidates' at that step stops there,
-    once ``startup`` candidates have finished. LongRoPE scores every candidate in full; this is the CPU's shortcut."""
-    import statistics
-
-    def on_length(step: int, value: float) -> None:
-        seen = [f[step] for f in finished if step in f]
-        if step < last and len(seen) >= startup and value > statistics.median(seen):
-            raise CandidatePruned(step)
-
-    return on_length
-
-
-def longrope_spec(long_factor: tuple[float, ...], factor: float, setup: Setup) -> Any:
-    """A longrope spec: the searched long factors, the model's own short factors (ones)."""
-    from ropectl.rope.methods import MethodSpec
-
-    ones = [1.0] * len(long_factor)
-    long = [round(x, 4) for x in long_factor]
-    return MethodSpec(setup.space.method, round(factor, 6), (("short_factor", ones), ("long_factor", long)))

@@ -8,13 +8,15 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ropectl.io.files import atomic_write_text
 from ropectl.output import dumps
-from ropectl.search.run import FACTORS, MODEL_DIR, PLOTS, SUMMARY, SearchRequest, Setup, prepare
+from ropectl.rope.methods import MethodSpec
+from ropectl.search.evolution import FACTORS
+from ropectl.search.run import MODEL_DIR, PLOTS, SUMMARY, SearchRequest, Setup, prepare
 
 
 @dataclass(frozen=True)
@@ -72,34 +74,20 @@ def stopped_lines(req: SearchRequest, stopped: dict[str, Any]) -> list[str]:
             f"holds {stopped['trials']} trials (--resume continues it)"]
 
 
-def _search(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> tuple[str | None, list[dict[str, Any]]]:
-    """(the best feasible spec or None, every trial as a row)."""
-    from ropectl.search.optimize import best_trial, run_stage1
+def _search(req: SearchRequest, setup: Setup, say: Callable[[str], None]
+            ) -> tuple[MethodSpec | None, list[dict[str, Any]]]:
+    """(the best feasible spec or None, every trial as a row), from the one loop whatever the space; the space
+    writes what its spec needs beside it (longrope: the factors file its ``file=`` names)."""
+    from ropectl.search.optimize import best_trial, run_trials
     from ropectl.search.study import trial_rows, write_trials
 
-    if setup.space.stage == 2:
-        return _stage2(req, setup, say)
-    study = run_stage1(req, setup, say)
-    rows = trial_rows(study)
+    study = run_trials(req, setup, say)
+    rows = trial_rows(study, setup.space.row_params)
     write_trials(req.out, rows)
     best = best_trial(study)
-    return (str(best.user_attrs["spec"]) if best is not None else None), rows
-
-
-def _stage2(req: SearchRequest, setup: Setup, say: Callable[[str], None]) -> tuple[str | None, list[dict[str, Any]]]:
-    """Seeded from the closed forms' per-pair factors at the target (LongRoPE's seeds); the best written as a
-    factors file the spec names (``longrope:F,file=OUT/longrope-factors.json``, which every command reads)."""
-    from ropectl.search.optimize import longrope_spec, run_stage2
-    from ropectl.search.study import write_trials
-
-    rows, best = run_stage2(req, setup, list(_closed_form_factors(setup).values()), say)
-    write_trials(req.out, rows)
     if best is None:
         return None, rows
-    spec = longrope_spec(best, setup.space.factor, setup)
-    factors = req.out / FACTORS
-    atomic_write_text(factors, dumps(dict(spec.options), indent=2) + "\n")
-    return replace(spec, file=str(factors)).label, rows
+    return setup.space.ship(setup.space.spec_of(best.params), req.out), rows
 
 
 def _summary(req: SearchRequest, setup: Setup, report: Any, trials: list[dict[str, Any]]) -> dict[str, Any]:
@@ -107,23 +95,23 @@ def _summary(req: SearchRequest, setup: Setup, report: Any, trials: list[dict[st
     return {
         "model": str(setup.ev.source.resolved.path), "space": setup.space.name, "bounds": setup.space.describe(),
         "target": req.target, "trained": setup.trained, "lengths": list(plan.lengths), "seed": req.seed,
-        "sampler": req.sampler, "answer_loss": req.answer_loss, "max_regression": req.max_regression,
+        "sampler": setup.space.sampler_name(req.loop), "answer_loss": req.answer_loss, "max_regression": req.max_regression,
         "in_window_limit_ppl": None if plan.limit is None else math.exp(plan.limit),
         "search_docs": [d.doc_id for d in setup.docs], "held_out_docs": [d.doc_id for d in setup.held],
         "trials": len(trials), "feasible_trials": sum(1 for t in trials if t.get("state") == "complete"),
         "reference": {k: m.to_dict(setup.trained, req.target) | {"nll": None, "tokens": None}
                       for k, m in setup.reference.items()},
-        "best": {"spec": report.ships, "found": report.found, "closed_form": report.closed, "beats": report.beats},
+        "best": {"spec": report.ships.label, "found": report.found.label if report.found else None,
+                 "closed_form": report.closed.label, "beats": report.beats},
         "report": report.to_dict(setup.trained, req.target),
     }
 
 
-def write_winner(req: SearchRequest, spec_text: str, summary: dict[str, Any]) -> dict[str, Any] | None:
+def write_winner(req: SearchRequest, spec: MethodSpec, summary: dict[str, Any]) -> dict[str, Any] | None:
     """The shipped spec through ``patch``: a folder (a GGUF: a .gguf file) in OUT, or ``--emit`` flags."""
     from ropectl.patch import PatchSpec, patch_checkpoint
-    from ropectl.rope.methods import get_method, parse_spec
+    from ropectl.rope.methods import get_method
 
-    spec = parse_spec(spec_text)
     if get_method(spec.name).unscaled:
         return {"note": "the model as trained ships: nothing to write"}
     model = summary["model"]
@@ -151,24 +139,15 @@ def _plots(out: Path, trials: list[dict[str, Any]], setup: Setup) -> list[str]:
     from ropectl.search import plot
 
     paths = [out / PLOTS[0]]
-    best = setup.reference.get(setup.best_closed)
+    closed = setup.best_closed.label
+    best = setup.reference.get(closed)
     level = None if best is None else best.fitness(setup.plan.target, setup.plan.answer_loss)
-    plot.plot_trials(trials, paths[0], references={setup.best_closed: level} if level is not None else None)
+    plot.plot_trials(trials, paths[0], references={closed: level} if level is not None else None)
     factors = out / FACTORS
-    if setup.space.stage == 2 and factors.is_file():  # the found factors (shipped or not) against the closed forms'
+    if setup.space.seeds and factors.is_file():  # the found factors (shipped or not) against the closed forms'
         from ropectl.rope.factors_file import read_factors_file
 
         found = read_factors_file(factors, ("long_factor",))["long_factor"]
         paths.append(out / PLOTS[1])
-        plot.plot_factors(found, _closed_form_factors(setup), paths[1])
+        plot.plot_factors(found, dict(setup.space.seeds), paths[1])
     return [str(p) for p in paths]
-
-
-def _closed_form_factors(setup: Setup) -> dict[str, tuple[float, ...]]:
-    """YaRN's, NTK's and linear's per-pair factors at the target (LongRoPE's seeds), from ropectl's frequencies."""
-    from ropectl.rope.methods import MethodSpec, unscaled_name
-    from ropectl.search.longrope import seed_factors
-    from ropectl.search.spaces import seed_methods
-
-    base = setup.ev.state(MethodSpec(unscaled_name())).rope
-    return {f"{m} (target {setup.plan.target})": seed_factors(m, base, setup.plan.target) for m in seed_methods()}

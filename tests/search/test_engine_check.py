@@ -46,3 +46,18 @@ def test_other_token_counts_fail() -> None:
     got = measured({TRAINED: [2.0, 2.5], TARGET: [3.0, 3.5]}, {TRAINED: [255, 255], TARGET: [511, 510]})
     check = compare("vllm", got, REFERENCE, "the written folder", "fp32", TARGET, 1.0)
     assert check.status == "failed" and "tokens" in check.why
+
+
+def test_the_check_engines_are_chosen_by_capability(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every registered engine whose method switch is not cheap checks the winner (it never runs trials); one that
+    switches cheaply, as the trials' engine does, does not: two stand-ins that differ only in that capability."""
+    from ropectl.eval.engines import ENGINES, Engine
+    from ropectl.search.engine_check import check_engines
+
+    restarting = type("Restarting", (Engine,), {"cheap_method_switch": False})
+    switching = type("Switching", (Engine,), {"cheap_method_switch": True})
+    monkeypatch.setitem(ENGINES, "restarting-stand-in", restarting)
+    monkeypatch.setitem(ENGINES, "switching-stand-in", switching)
+    chosen = check_engines()
+    assert "restarting-stand-in" in chosen and "switching-stand-in" not in chosen
+    assert "vllm" in chosen and "transformers" not in chosen  # vLLM starts a new engine per RoPE; transformers not

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ropectl.errors import RopectlError
-from ropectl.search.longrope import EvolveResult, evolve, seed_factors
+from ropectl.search.longrope import Evolution, EvolveResult, evolve, seed_factors
 
 # A fixed monotone optimum in [1, 4], on the 0.01 grid, written out by hand (not produced by the code under test).
 OPTIMUM = (1.0, 1.06, 1.24, 1.55, 1.98, 2.53, 3.2, 4.0)
@@ -118,15 +118,26 @@ def test_seed_factors_match_closed_forms() -> None:
     assert all(a <= b + 1e-12 for a, b in zip(yarn, yarn[1:]))
 
 
-def test_stage2_median_pruner_stops_above_the_median_before_the_target() -> None:
-    """Hand-computed: finished candidates' log PPL at step 0 are 1, 2, 3 (median 2)."""
-    from ropectl.search.optimize import CandidatePruned, median_pruner
+def test_told_the_same_outcomes_a_new_evolution_goes_on_as_the_first() -> None:
+    """Ask and tell: an evolution rebuilt by telling it the recorded outcomes of a stopped one (what a resumed
+    study does) asks next for what the uninterrupted evolution asked; the uninterrupted run is the plain loop."""
+    seeds = [(1.0,) * 8, (4.0,) * 8]
+    whole = evolve(distance, seeds, 4.0, population=8, iterations=3, seed=5)
+    recorded = {tuple(t["params"]["long_factor"]): t["fitness"] for t in whole.trials[:11]}  # into generation 2
 
-    finished = [{0: 1.0, 1: 5.0}, {0: 2.0, 1: 6.0}, {0: 3.0, 1: 7.0}]
-    prune = median_pruner(finished, last=1)
-    prune(0, 1.5)  # below the median: goes on
-    prune(0, 2.0)  # at the median: goes on
-    with pytest.raises(CandidatePruned):
-        prune(0, 2.5)
-    prune(1, 99.0)  # the target (the last step) is never pruned
-    median_pruner(finished[:2], last=1)(0, 99.0)  # fewer than 3 finished: no pruning yet
+    rebuilt = Evolution(seeds, 4.0, population=8, iterations=3, seed=5)
+    asked = []
+    while (candidate := rebuilt.ask()) is not None:
+        asked.append(candidate.factors)
+        fitness = recorded.get(candidate.factors)
+        rebuilt.tell(distance(candidate.factors) if fitness is None else fitness)
+    assert asked == [tuple(t["params"]["long_factor"]) for t in whole.trials]
+    assert rebuilt.ask() is None and len(asked) > 11
+
+
+def test_ask_repeats_until_told() -> None:
+    evolution = Evolution([(1.0, 2.0)], 2.0, population=4, iterations=1, seed=0)
+    first = evolution.ask()
+    assert first is not None and evolution.ask() == first and first.origin == "seed"
+    evolution.tell(1.0)
+    assert evolution.ask() != first

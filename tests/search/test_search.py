@@ -74,6 +74,10 @@ def test_same_seed_same_trials_and_resume_continues_the_study(tiny_model: Path, 
     (["--space", "longrope2"], "unknown search space"),
     (["--prune-at", "128"], "--prune-at 128"),
     (["--grid", "0.5"], "--grid"),
+    (["--space", "longrope", "--sampler", "cmaes"], "--sampler has no meaning for --space longrope"),
+    (["--space", "longrope", "--trials", "3"], "--trials has no meaning for --space longrope"),
+    (["--space", "ntk", "--population", "4"], "--population has no meaning for --space ntk"),
+    (["--space", "yarn", "--iterations", "2"], "--iterations has no meaning for --space yarn"),
 ])
 def test_bad_input_one_line_nothing_written(tiny_model: Path, corpus: Path, isolated: Path, args: list[str],
                                             needle: str) -> None:
@@ -140,7 +144,7 @@ def test_the_written_searched_yarn_config_is_what_transformers_builds(single: Pa
     space = build_space("yarn", 2.0)
     spec = space.spec({"beta_fast": 12.5, "beta_slow": 1.85, "attention_factor": 1.105})
     req = SearchRequest(model=str(single), target=512, space="yarn", out=isolated)
-    write_winner(req, spec.label, {"model": str(single)})
+    write_winner(req, spec, {"model": str(single)})
     config = AutoConfig.from_pretrained(isolated / "model")
     built = LlamaRotaryEmbedding(config)
     base = read_model_rope(json.loads((single / "config.json").read_text())).rope
@@ -161,32 +165,69 @@ def test_cli_prints_the_spec_and_json(tiny_model: Path, corpus: Path, isolated: 
     assert "estimate: one trial is about" in result.stderr
 
 
-def test_stage2_glue_seeds_fitness_and_written_longrope(tiny_model: Path, corpus: Path, isolated: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """--space longrope through the evolutionary stage's interface (a stand-in that scores its seeds): seeds are
-    per-pair factors in [1, s], non-decreasing; the best is written as longrope with short_factor all ones."""
-    import types
+def longrope(model: Path, corpus: Path, out: Path, **kw: object) -> SearchRequest:
+    """A longrope search small enough for seconds: 4 candidates, then 2 generations of 2 children."""
+    return request(model, corpus, out, space="longrope", trials=None, population=4, iterations=2, **kw)
 
-    seen: list[tuple[tuple[float, ...], float | None]] = []
 
-    def evolve(fitness, seeds, factor, *, population, iterations, seed, should_stop=None, **kw):  # noqa: ANN001, ANN003, ANN202
-        for s in seeds:
-            seen.append((tuple(s), fitness(tuple(s))))
-        scored = [(f, s) for s, f in seen if f is not None]
-        best_f, best = min(scored)
-        return types.SimpleNamespace(best=best, best_fitness=best_f,
-                                     trials=[{"factors": list(s), "fitness": f} for s, f in seen])
+def candidates(out: Path) -> list[tuple[str, list[float], float | None]]:
+    """The measured candidates in order (a trial stopped by Ctrl-C, state fail, measured nothing)."""
+    return [(t["state"], t["params"]["long_factor"], t["fitness"])
+            for t in json.loads((out / "trials.json").read_text()) if t["state"] != "fail"]
 
-    monkeypatch.setattr("ropectl.search.longrope.evolve", evolve)
-    result = run_search(request(tiny_model, corpus, isolated / "out", space="longrope", samples=0, answer_loss=False))
-    assert seen and all(len(s) == 8 for s, _ in seen)  # head_dim 16: 8 rotary pairs
-    for s, _ in seen:
-        assert all(1.0 - 1e-9 <= x <= 2.0 + 1e-9 for x in s) and list(s) == sorted(s)
+
+def test_longrope_candidates_seeds_and_written_factors(tiny_model: Path, corpus: Path, isolated: Path) -> None:
+    """--space longrope in the study: every candidate is per-pair factors in [1, s] on the 0.01 grid,
+    non-decreasing; the first are the closed forms' (seeds); the best is written as longrope with short_factor all
+    ones, in a file the spec names."""
+    result = run_search(longrope(tiny_model, corpus, isolated / "out"))
+    rows = json.loads((result.out / "trials.json").read_text())
+    assert 4 < len(rows) <= 4 + 2 * 2 and (result.out / "study.db").is_file()  # the study holds them
+    for row in rows:
+        factors = row["params"]["long_factor"]
+        assert len(factors) == 8 and factors == sorted(factors)  # head_dim 16: 8 rotary pairs
+        assert all(1.0 <= x <= 2.0 and abs(x * 100 - round(x * 100)) < 1e-6 for x in factors)
+    assert [r["origin"] for r in rows[:3]] == ["seed"] * 3  # yarn, ntk, linear at the target
+    assert rows[0]["params"]["long_factor"] == [2.0] * 8  # linear 2x interpolates every pair by s
     found = parse_spec(result.summary["best"]["found"])  # longrope:2,file=OUT/longrope-factors.json
     assert found.name == "longrope" and Path(found.file) == result.out / "longrope-factors.json"
     written = json.loads(Path(found.file).read_text())
-    assert written["short_factor"] == [1.0] * 8 and len(written["long_factor"]) == 8
-    assert (result.out / "trials.json").is_file()
+    best = min((r for r in rows if r["state"] == "complete"), key=lambda r: (r["fitness"], r["number"]))
+    assert written == {"short_factor": [1.0] * 8, "long_factor": best["params"]["long_factor"]}
+    assert result.summary["sampler"] == "evolution" and result.summary["trials"] == len(rows)
+
+
+def test_longrope_stopped_in_its_second_generation_resumes_from_storage(tiny_model: Path, corpus: Path,
+                                                                        isolated: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C during the 6th candidate (the first population is 4), then --resume from the --storage journal: the
+    same candidates, outcomes and best as an uninterrupted search with the same seed, and only the candidates not
+    yet finished are measured again."""
+    import ropectl.search.optimize as optimize
+
+    whole = run_search(longrope(tiny_model, corpus, isolated / "whole", storage=str(isolated / "whole.log")))
+    real, calls = optimize.measure, []
+
+    def measure(*args, **kw):  # noqa: ANN002, ANN003, ANN202
+        calls.append(args[1])
+        if len(calls) == 6:
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(optimize, "measure", measure)
+    stopped = longrope(tiny_model, corpus, isolated / "part", storage=str(isolated / "part.log"))
+    with pytest.raises(KeyboardInterrupt):
+        run_search(stopped)
+    calls.clear()
+    resumed = run_search(replace(stopped, resume=True))
+    assert candidates(resumed.out) == candidates(whole.out)
+    assert len(calls) == len(candidates(whole.out)) - 5  # the 5 finished before Ctrl-C are read from the study
+    states = [t["state"] for t in json.loads((resumed.out / "trials.json").read_text())]
+    assert states.count("fail") == 1 and states.index("fail") == 5  # the stopped one, kept as failed
+    factors = [json.loads((r.out / "longrope-factors.json").read_text()) for r in (whole, resumed)]
+    assert factors[0] == factors[1]
+    for key in ("beats", "closed_form"):
+        assert resumed.summary["best"][key] == whole.summary["best"][key]
 
 
 def test_workers_share_one_study_through_storage(tiny_model: Path, corpus: Path, isolated: Path) -> None:
