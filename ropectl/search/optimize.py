@@ -52,9 +52,7 @@ def objective(trial: Any, setup: Setup) -> float:
         for key, value in seen.user_attrs.items():
             if key not in ("spec", "repeat_of"):
                 trial.set_user_attr(key, value)
-        if seen.value is None:
-            raise optuna.TrialPruned()
-        return float(seen.value)
+        return repeat_outcome(seen)
 
     def on_length(step: int, value: float) -> None:
         trial.set_user_attr("lengths", list(setup.plan.lengths[:step + 1]))
@@ -70,6 +68,18 @@ def objective(trial: Any, setup: Setup) -> float:
     value = m.fitness(setup.plan.target, setup.plan.answer_loss)
     assert value is not None
     return value
+
+
+def repeat_outcome(seen: Any) -> float:
+    """A repeated point's outcome: the first trial's fitness where it completed, pruned where it was pruned. Optuna
+    stores a pruned trial's last intermediate value as its value (a log PPL at a shorter length, not a fitness), so
+    the state decides, never the value."""
+    import optuna
+    from optuna.trial import TrialState
+
+    if seen.state != TrialState.COMPLETE or seen.value is None:
+        raise optuna.TrialPruned()
+    return float(seen.value)
 
 
 def _seen(study: Any, trial: Any) -> Any | None:
