@@ -32,11 +32,11 @@ def verdict(*, target: int, effective: Effective | None, rows: Sequence[LengthRo
             ) -> Verdict:
     limit = 1.0 + max_regression
     fails, failed = [], []
-    if effective is not None and effective.determined and effective.length != target:
-        row = next(r for r in rows if r.length == effective.stopped_at)
-        got = label(effective.length) if effective.length else "none"
-        fails.append(f"effective length {got} < target {label(target)}: at {label(row.length)} the score ratio's upper "
-                     f"bound {row.hi:.3f} is {THRESHOLD - row.hi:.3f} below {THRESHOLD:.2f}")
+    failing = next((n for n, state in effective.statuses if state == FAILS), None) if effective else None
+    if failing is not None:  # one length decided below the threshold: the target is not reached, whatever before it
+        row = next(r for r in rows if r.length == failing)
+        fails.append(f"effective length < {label(failing)} (target {label(target)}): at {label(failing)} the score "
+                     f"ratio's upper bound {row.hi:.3f} is {THRESHOLD - row.hi:.3f} below {THRESHOLD:.2f}")
         failed.append("effective length")
     if retained is False:
         worst = max(ppl, key=lambda r: r.ratio.lo)

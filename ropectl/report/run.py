@@ -85,8 +85,11 @@ def measure(spec: ReportSpec, inputs: Inputs, plan: Plan, out: Path, progress: C
     base_rows, ext_rows = list(screen), []
     if kept:
         base_rows += tasks(spec.base, "base", tuple(kept), inputs.lengths, plan.samples).rows
-        ext_rows += tasks(spec.extended, "extended", tuple(kept), ref, plan.reference_samples).rows
-        ext_rows += tasks(spec.extended, "extended", tuple(kept), inputs.lengths, plan.samples).rows
+        if plan.reference_samples == plan.samples:  # one sweep (and one set of its plots) where the sizes agree
+            ext_rows += tasks(spec.extended, "extended", tuple(kept), ref + inputs.lengths, plan.samples).rows
+        else:
+            ext_rows += tasks(spec.extended, "extended", tuple(kept), ref, plan.reference_samples).rows
+            ext_rows += tasks(spec.extended, "extended", tuple(kept), inputs.lengths, plan.samples).rows
     base_ppl = _ppl(spec, spec.base, out / "base" / "ppl", inputs, plan, progress)
     ext_ppl = _ppl(spec, spec.extended, out / "extended" / "ppl", inputs, plan, progress)
     return Measured(screen=tuple(screen), base_rows=tuple(_unique(base_rows)), ext_rows=tuple(_unique(ext_rows)),

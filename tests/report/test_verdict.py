@@ -34,7 +34,7 @@ def test_reached_needs_both_criteria_decided() -> None:
 def test_not_reached_names_the_criterion_and_margin() -> None:
     v = decide(rows((0.9, 1.1), (0.2, 0.6)), ppl(0.99, 1.005), True)
     assert v.status == NOT_REACHED and v.failed == ("effective length",)
-    assert "0.600 is 0.250 below 0.85" in v.line
+    assert "effective length < 3k (target 3k): at 3k the score ratio's upper bound 0.600 is 0.250 below 0.85" in v.line
     v = decide(rows((0.9, 1.1), (0.88, 1.0)), ppl(1.2, 1.3), False)
     assert v.failed == ("retention",) and "exceeds 1.0100 by 0.1900" in v.line
 
@@ -44,3 +44,8 @@ def test_not_determined_says_what_would_decide() -> None:
     assert v.status == NOT_DETERMINED and "about 22 samples per length" in v.line
     v = decide(rows((0.9, 1.1), (0.88, 1.0)), ppl(0.95, 1.2), None)
     assert v.status == NOT_DETERMINED and "about 12 documents" in v.line
+
+
+def test_a_failing_length_decides_not_reached_past_an_undecided_one() -> None:
+    v = decide(rows((0.5, 1.2), (0.1, 0.4)), ppl(0.99, 1.005), True)
+    assert v.status == NOT_REACHED and v.failed == ("effective length",)
