@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ropectl.eval.effective import FAILS, UNDECIDED, Effective
+from ropectl.eval.effective import FAILS, Effective
 from ropectl.eval.settings import length_label as label
 from ropectl.report.analysis import LengthRow, PplRow
 from ropectl.report.spec import THRESHOLD
@@ -71,9 +71,3 @@ def _open(effective: Effective | None, samples: int | None, retained: bool | Non
         parts.append(f"retention (the PPL ratio's interval holds the limit; {need})")
     return parts
 
-
-def decides(effective: Effective) -> str:
-    """The status of the first length that stops the rule, in words."""
-    if effective.stopped_at is None:
-        return "every length counts"
-    return {FAILS: "fails", UNDECIDED: "undecided"}.get(effective.status(effective.stopped_at) or "", "")
