@@ -7,7 +7,9 @@ its planted model: SmolLM2 (trained at 8k, theta 100000) rewritten to claim a 2k
 - undecidable: the restored model with 2 samples per length: not determined (22 would be the least to count).
 
 Sizes: one task (niah_single_1, which SmolLM2 does in window), 30 samples per length for the restored model, 6
-retention documents. Time measured once: see docs/how-to/report.md.
+retention documents. Not yet run to the end: on the shared 2-core AVX2 machine, one thread, fp32, a trial cost about
+4 s at 512 tokens and about 23 s at 4k, so the restored case alone (about 150 trials at 4k-6k) takes near an hour,
+beyond test-heavy's budget; its sizes must shrink before CI runs it.
 """
 
 from __future__ import annotations
