@@ -31,8 +31,10 @@ COMMANDS: dict[str, Entry] = {
                                      "against none and each method's effective length."),
     "recommend": Entry("recommend_cmd", "Rank RoPE methods and factors for --target-length, and say how sure: paired "
                                         "task scores and PPL."),
+    "report": Entry("report_cmd", "Judge EXTENDED against BASE at --target-length: effective length, retention, one "
+                                  "verdict."),
     "finetune": Entry("finetune_cmd", "Patch MODEL's RoPE exactly as `ropectl patch` does, fine-tune it (PoSE by "
                                       "default) and write a checkpoint."),
-    "search": Entry("search_cmd", "Search a method's parameters on the model itself (Optuna; LongRoPE's evolution for "
-                                  "--space longrope)."),
+    "search": Entry("search_cmd", "Search a method's parameters on the model itself, in one Optuna study (LongRoPE's "
+                                  "evolution proposes for --space longrope)."),
 }

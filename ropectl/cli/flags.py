@@ -24,10 +24,15 @@ ForceOpt = Annotated[bool, typer.Option("--force", help=(
     "Files ropectl did not write are never deleted."))]
 # Every length flag of every command takes this syntax, through ropectl.eval.settings.parse_length.
 LENGTH_SYNTAX = "8192, 8k or 8K (k = 1024), 1e5, 48.5k (= 49664): a whole number of tokens"
-# --max-regression in every command that judges in-window quality: one reference (the model unchanged) everywhere.
-MaxRegressionOpt = Annotated[Optional[float], opt("--max-regression", panel="Decision", help=(
-    "Largest PPL increase over the unpatched model (`none`) allowed inside the trained context, as a fraction "
-    "(0.05 = 5 %) [default: 0.05]."))]
+# --max-regression in every command that judges in-window quality: one reference (the model unchanged) everywhere;
+# each command states its own default.
+def max_regression_opt(default: float, detail: str = "") -> Any:
+    return opt("--max-regression", panel="Decision", help=(
+        "Largest PPL increase over the unpatched model (`none`; report's BASE) allowed inside the trained context, "
+        f"as a fraction (0.05 = 5 %){detail} [default: {default:g}]."))
+
+
+MaxRegressionOpt = Annotated[Optional[float], max_regression_opt(0.05)]  # recommend's and search's default
 SeqLenOpt = Annotated[
     Optional[str],
     typer.Option("--seq-len", help=f"Sequence length at which to evaluate length-dependent RoPE (dynamic, longrope): "

@@ -63,7 +63,6 @@ def print_tasks_table(result: Any) -> None:
     """Mean score [95 % interval] per task x method (rows) and length (columns); then effective lengths."""
     from rich.console import Console
 
-    from ropectl.eval.settings import length_label
 
     meta = result.meta
     trained = meta.get("trained_context")
@@ -80,10 +79,22 @@ def print_tasks_table(result: Any) -> None:
                          "[95 % Wilson interval over trials].",
                          f"results: {result.out}/tasks.json, tasks.csv, tasks-summary.json, tasks.png "
                          f"({meta['wall_s']:.0f} s, dtype {meta['dtype']}: {meta['dtype_choice']})")
-    eff = ", ".join(f"{m} {length_label(n) if n else '< ' + length_label(min(meta['lengths']))}"
-                    for m, n in result.effective.items())
-    Console().print(f"effective length (mean score ≥ {meta['threshold']:.1%} at every length up to it): {eff}",
-                    soft_wrap=True)
+    parts = [f"{m} {_effective(n, result.decided.get(m, {}), min(meta['lengths']))}"
+             for m, n in result.effective.items()]
+    Console().print(f"effective length (95 % Wilson lower bound ≥ {meta['threshold']:.1%} at every length up to it): "
+                    f"{', '.join(parts)}", soft_wrap=True)
+
+
+def _effective(n: int | None, decided: dict[str, Any], shortest: int) -> str:
+    """A method's effective length in words; where the intervals cannot tell, what would decide it."""
+    from ropectl.eval.settings import length_label
+
+    if decided.get("determined", True):
+        return length_label(n) if n else f"< {length_label(shortest)}"
+    need = decided.get("samples_to_decide")
+    known = f"at least {length_label(n)}; " if n else ""
+    return f"not determined ({known}" + (f"about {need} trials per cell would decide it)" if need else
+                                         "no trial count decides it)")
 
 
 def _cell(s: Any) -> str:

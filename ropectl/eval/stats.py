@@ -266,3 +266,25 @@ def trials_to_separate_binary(p10: float, p01: float, confidence: float = 0.95, 
     # The exact test cannot reject on fewer than min_pairs discordant pairs even if all go one way, so at least
     # min_pairs / pd trials are needed where Connor's normal approximation asks fewer.
     return max(_ceil_count(root * root / (delta * delta)), _ceil_count(min_pairs(confidence) / pd))
+
+
+def ratio_interval(a: MeanInterval, b: MeanInterval) -> tuple[float, float, float]:
+    """The ratio mean_a / mean_b of two independent scores with a MOVER-R interval (Zou & Donner 2008; Newcombe 2013,
+    ch. 10): each end recovered from the two Wilson intervals, as Newcombe's square-and-add recovers a difference's.
+
+    L = (pa pb - sqrt((pa pb)^2 - la ub (2 pa - la)(2 pb - ub))) / (ub (2 pb - ub)),
+    U = (pa pb + sqrt((pa pb)^2 - ua lb (2 pa - ua)(2 pb - lb))) / (lb (2 pb - lb)).
+    Chosen over Katz's log ratio, whose variance 1/x - 1/n is 0 at a perfect score (a zero-width interval from 2/2)
+    and undefined at a zero one; over a bootstrap, which at a few trials resamples one value. Returns (ratio, lo, hi);
+    hi is inf when b's lower end is 0. ValueError when mean_b is 0 (no ratio).
+    """
+    pa, la, ua, pb, lb, ub = a.mean, a.lo, a.hi, b.mean, b.lo, b.hi
+    if pb <= 0:
+        raise ValueError("the ratio's denominator has a mean of 0")
+    both = pa * pb
+    below = ub * (2 * pb - ub)
+    lo = (both - math.sqrt(max(0.0, both * both - la * ub * (2 * pa - la) * (2 * pb - ub)))) / below if below > 0 else 0.0
+    above = lb * (2 * pb - lb)
+    hi = (both + math.sqrt(max(0.0, both * both - ua * lb * (2 * pa - ua) * (2 * pb - lb)))) / above if above > 0 \
+        else math.inf
+    return pa / pb, max(0.0, min(lo, pa / pb)), max(hi, pa / pb)

@@ -20,7 +20,7 @@ LAYERS: dict[str, int] = {
     "families": 2, "schema": 2, "io": 2,
     "readers": 3,
     "patch": 4, "layout": 4, "eval": 4, "inspection": 4,
-    "recommend": 5, "finetune": 5, "search": 5,  # the next commands' homes (docs/contributing/index.md)
+    "recommend": 5, "finetune": 5, "search": 5, "report": 5,  # the next commands' homes (docs/contributing/index.md)
     "cli": 6, "__main__": 7,
 }
 

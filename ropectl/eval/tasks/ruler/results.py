@@ -10,9 +10,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ropectl.eval.effective import Effective, Point, effective_length, samples_to_decide
 from ropectl.eval.model import REFERENCE
 from ropectl.eval.rowlog import append_jsonl, read_jsonl, write_results
-from ropectl.eval.stats import mean_interval, paired_difference
+from ropectl.eval.stats import mean_interval, paired_difference, wilson_interval
 
 LOG, JSON, CSV, SUMMARY, PLOT = "tasks.jsonl", "tasks.json", "tasks.csv", "tasks-summary.json", "tasks.png"
 COLUMNS = ("model", "method", "params", "task", "length", "trial", "score", "found", "references", "answer_nll",
@@ -144,19 +145,24 @@ def _paired(rows: list[Row], tasks: list[str], task: str, m: str, ref: str | Non
 
 
 def effective_lengths(table: list[Score], methods: list[str], lengths: list[int], threshold: float,
-                      task: str) -> dict[str, int | None]:
-    """RULER: the longest length up to which the mean score stays above the threshold at every measured length
-    (None: already below it at the shortest)."""
-    out: dict[str, int | None] = {}
+                      task: str) -> dict[str, Effective]:
+    """RULER's threshold under the interval rule (``ropectl.eval.effective``): a length counts when its Wilson lower
+    bound is at or above the threshold there and at every shorter length; where the first length that does not
+    count straddles the threshold, the effective length is not determined."""
+    out: dict[str, Effective] = {}
     for m in methods:
-        best = None
-        for n in sorted(lengths):
-            cell = next((s for s in table if s.task == task and s.method == m and s.length == n), None)
-            if cell is None or cell.mean < threshold:
-                break
-            best = n
-        out[m] = best
+        cells = [s for s in table if s.task == task and s.method == m and s.length in lengths]
+        out[m] = effective_length([Point(length=s.length, lo=s.lo, hi=s.hi) for s in cells], threshold)
     return out
+
+
+def samples_to_decide_cell(table: list[Score], method: str, task: str, effective: Effective,
+                           threshold: float) -> int | None:
+    """Trials per cell at which the undecided cell's mean would give a Wilson interval clear of the threshold."""
+    cell = next((s for s in table if (s.task, s.method, s.length) == (task, method, effective.stopped_at)), None)
+    if cell is None or effective.determined:
+        return None
+    return samples_to_decide(lambda n: wilson_interval(cell.mean * n, n), threshold, cell.trials)
 
 
 def write_outputs(out: Path, rows: list[Row], summary: Mapping[str, Any]) -> None:

@@ -8,7 +8,7 @@ short for a task fails first), from the eval corpus; the same trials go to every
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from ropectl.eval.tasks.ruler.results import (
     comparisons,
     effective_lengths,
     read_rows,
+    samples_to_decide_cell,
     scores,
     write_outputs,
 )
@@ -47,8 +48,9 @@ class TasksResult:
     rows: tuple[Row, ...]
     table: tuple[Score, ...]
     comparisons: tuple[dict[str, Any], ...]
-    effective: dict[str, int | None]
+    effective: dict[str, int | None]  # the longest counted length (ropectl.eval.effective)
     plot: Path | None
+    decided: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> determined, samples_to_decide
 
     def score(self, task: str, method: str, length: int) -> Score | None:
         return next((s for s in self.table if (s.task, s.method, s.length) == (task, method, length)), None)
@@ -150,17 +152,22 @@ def finish_run(out: Path, spec: TasksSpec, methods: list[str], gathered: list[Ro
     table = scores(rows, tasks, methods, lengths)
     pairs = comparisons(rows, tasks, methods, lengths)
     overall = "average" if len(tasks) > 1 else tasks[0]
-    effective = effective_lengths(table, methods, lengths, spec.threshold, overall)
+    found = effective_lengths(table, methods, lengths, spec.threshold, overall)
+    effective = {m: e.length for m, e in found.items()}
+    decided = {m: {"determined": e.determined, "samples_to_decide":
+                   samples_to_decide_cell(table, m, overall, e, spec.threshold)} for m, e in found.items()}
     plot = out / PLOT if rows else None
     if main:
         write_outputs(out, rows, {"meta": meta, "table": [s.to_dict() for s in table], "comparisons": pairs,
-                                  "effective_length": {"threshold": spec.threshold, "over": overall, **effective}})
+                                  "effective_length": {"threshold": spec.threshold, "over": overall,
+                                                       "rule": "95 % Wilson lower bound", **effective},
+                                  "effective_decided": decided})
         if plot is not None:
             from ropectl.eval.tasks.ruler.plot import plot_tasks
 
             plot_tasks(table, methods, [*tasks, *(["average"] if len(tasks) > 1 else [])], meta["trained_context"],
                        spec.threshold, plot, title=f"{meta['model']} · {meta['dtype']} · {spec.samples} per cell")
-    return TasksResult(out, meta, tuple(rows), tuple(table), tuple(pairs), effective, plot)
+    return TasksResult(out, meta, tuple(rows), tuple(table), tuple(pairs), effective, plot, decided)
 
 
 def _meta(sweep: Sweep, new: int, wall_s: float) -> dict[str, Any]:

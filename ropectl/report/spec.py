@@ -1,0 +1,75 @@
+"""What ``report`` is asked to compare, and the fixed numbers of its rules (each with its source)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ropectl.errors import UsageError
+
+# NoLiMa (Modarressi et al. 2025): a length counts while the model keeps at least 85 % of its short-context score.
+THRESHOLD = 0.85
+# A task enters the relative rule only where the base does it: Wilson lower bound >= 0.5 at the reference length
+# (a ratio to a score near 0 is undefined, docs/reference/report.md).
+KEEP = 0.5
+CONFIDENCE = 0.95
+DEFAULT_MAX_REGRESSION = 0.01  # LongRoPE2 reports > 98.5 % retention; 1 % is the default allowance
+DEFAULT_SAMPLES = 40  # per task and length: 22 is the fewest at which a perfect score can count (K / (K + z^2))
+REFERENCE_MIN_SAMPLES = 10  # the reference cell is every ratio's denominator, and 4 is the fewest that can keep a task
+DEFAULT_DOCS = 8
+CANDIDATES = "ruler,passkey"  # RULER's generated tasks and passkey; the base's reference score keeps some
+RETENTION_DEFAULT = "python-docs"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportSpec:
+    base: str
+    extended: str
+    target: int
+    out: Path | None = None
+    lengths: tuple[int, ...] = ()  # empty: the trained context, 1.5x, 2x, ... up to the target
+    samples: int | None = None  # per task and length; None: DEFAULT_SAMPLES, cut to --budget
+    docs: int = DEFAULT_DOCS
+    tasks: str = CANDIDATES
+    dataset: str | None = None  # the haystack of the task trials (the eval corpus)
+    retention_dataset: str = RETENTION_DEFAULT
+    max_regression: float = DEFAULT_MAX_REGRESSION
+    budget_min: float | None = None
+    dtype: str = "auto"
+    device: str = "auto"
+    engine: str | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.samples is not None and self.samples < 1:
+            raise UsageError(f"--samples must be at least 1, got {self.samples}", "pass e.g. --samples 40")
+        if self.docs < 2:
+            raise UsageError(f"--docs must be at least 2 for a paired PPL interval, got {self.docs}",
+                             "pass e.g. --docs 8")
+        if not self.max_regression >= 0:
+            raise UsageError(f"--max-regression must be 0 or more, got {self.max_regression}",
+                             "pass e.g. --max-regression 0.01")
+        if self.budget_min is not None and not self.budget_min > 0:
+            raise UsageError(f"--budget must be a positive number of minutes, got {self.budget_min}",
+                             "pass e.g. --budget 30")
+        if self.lengths and min(self.lengths) < 2:
+            raise UsageError("--lengths must be 2 tokens or more", "pass e.g. --lengths 8k,12k")
+
+    @property
+    def max_samples(self) -> int:
+        return self.samples or DEFAULT_SAMPLES
+
+
+def default_lengths(trained: int, target: int) -> tuple[int, ...]:
+    """The trained context, then 1.5x, 2x, ... of it below the target, then the target."""
+    out, k = [], 2
+    while k * trained // 2 < target:
+        out.append(k * trained // 2)
+        k += 1
+    return tuple([*out, target])
+
+
+def reference_length(trained: int) -> int:
+    """A quarter of the trained context: short enough that every extension leaves it alone, long enough for RULER's
+    prompts."""
+    return max(2, trained // 4)
