@@ -63,7 +63,7 @@ def print_tasks_table(result: Any) -> None:
     """Mean score [95 % interval] per task x method (rows) and length (columns); then effective lengths."""
     from rich.console import Console
 
-    from ropectl.eval.settings import length_label
+    from ropectl.runtime.lengths import length_label
 
     meta = result.meta
     trained = meta.get("trained_context")

@@ -26,7 +26,7 @@ import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ropectl.eval.engines.hf.forward import decoder
+from ropectl.runtime import decoder
 
 # positions per lm_head chunk: the chunk's logits in bf16, their fp32 log-probabilities (then gradient) and the
 # bf16 gradient, about 10 bytes each (500 MB at 1024 x 49k); 512 takes half that and was 5-10 % slower on a

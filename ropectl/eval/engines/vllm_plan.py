@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ropectl.errors import MethodError, UsageError
-from ropectl.eval.model import MethodState
 from ropectl.output import dumps
+from ropectl.runtime.model import MethodState
 
 EXTRA = "pip install 'ropectl[vllm]'"
 BACKENDS = ("mp", "ray", "uni", "external_launcher")

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from ropectl.eval.dist import World
     from ropectl.eval.engines import Engine
-    from ropectl.eval.lock import OutLock
-    from ropectl.eval.model import MethodState, ModelSource
+    from ropectl.runtime.dist import World
+    from ropectl.runtime.lock import OutLock
+    from ropectl.runtime.model import MethodState, ModelSource
 
 
 @dataclass

@@ -44,8 +44,8 @@ def budget(t) -> int:
 def hf_engine(model, tok, path: Path):
     """The transformers engine around an already loaded model, its as-is RoPE in place."""
     from ropectl.eval.engines.hf import TransformersEngine
-    from ropectl.eval.engines.hf.load import LoadedModel
-    from ropectl.eval.model import method_states, model_source
+    from ropectl.runtime.load import LoadedModel
+    from ropectl.runtime.model import method_states, model_source
 
     source = model_source(str(path))
     engine = TransformersEngine(source, "cpu", "fp32")

@@ -12,7 +12,6 @@ from typing import Any
 
 from ropectl.errors import CheckpointError, pickle_refused
 from ropectl.eval.engines import Engine, register_engine
-from ropectl.eval.engines.hf.load import LoadedModel, load_model
 from ropectl.eval.engines.hf.loss import DEFAULT_CHUNK
 from ropectl.eval.engines.requests import (
     AnswerLogprobs,
@@ -23,7 +22,8 @@ from ropectl.eval.engines.requests import (
     SequenceScore,
     sequence_score,
 )
-from ropectl.eval.model import MethodState, ModelSource, load_tokenizer
+from ropectl.runtime.load import LoadedModel, load_model
+from ropectl.runtime.model import MethodState, ModelSource, load_tokenizer
 
 
 @register_engine("transformers")
