@@ -11,7 +11,7 @@ from typing import Any
 
 from ropectl.errors import DeviceError, ModelNotFoundError
 from ropectl.rope.frequencies import compute_frequencies
-from ropectl.rope.methods import MethodSpec, as_is_name, rope_types_where, unscaled_name
+from ropectl.rope.methods import MethodSpec, as_is_name, effective_factor, rope_types_where, unscaled_name
 from ropectl.rope.params import RopeParams
 from ropectl.runtime.packages import INSTALL_HINT, package_dir
 from ropectl.runtime.reuse import freeze, shared
@@ -103,7 +103,7 @@ def ships(config: Mapping[str, Any]) -> str | None:
     lengths = sorted({int(trained), shipped_context(kept.rope, trained) or int(trained)})
     if all(kept.signature(n) == base.signature(n) for n in lengths):
         return None
-    rope, factor = kept.rope, kept.rope.effective_factor
+    rope, factor = kept.rope, effective_factor(kept.rope)
     return f"{rope.rope_type} x{factor:g}" if factor and factor != 1 else f"{rope.rope_type}, theta {rope.rope_theta:g}"
 
 

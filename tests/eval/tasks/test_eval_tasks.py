@@ -14,8 +14,8 @@ import pytest
 
 from ropectl.eval.engines import ENGINES, Engine, get_engine
 from ropectl.eval.settings import parse_methods
-from ropectl.eval.sweep import run_sweep
 from ropectl.eval.tasks import TASKS, get_task, task_names
+from ropectl.eval.tasks.sweep import run_sweep
 from ropectl.runtime.lengths import parse_lengths
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -14,7 +14,6 @@ from typing import Any
 
 from ropectl.eval.engines import engine_record
 from ropectl.eval.progress import Progress
-from ropectl.eval.sweep import Sweep, run_sweep
 from ropectl.eval.tasks import Batch, register_task
 from ropectl.eval.tasks.ruler import GENERATORS, trial_rng
 from ropectl.eval.tasks.ruler.build import Tokens, Trial, assemble
@@ -31,7 +30,8 @@ from ropectl.eval.tasks.ruler.results import (
     write_outputs,
 )
 from ropectl.eval.tasks.ruler.spec import TasksSpec
-from ropectl.eval.trials import trial_batches, with_engine, write_run_file
+from ropectl.eval.tasks.sweep import Sweep, run_sweep
+from ropectl.eval.tasks.trials import trial_batches, with_engine, write_run_file
 from ropectl.runtime import dist
 from ropectl.runtime.packages import library_versions
 
