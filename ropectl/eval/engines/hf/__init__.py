@@ -1,8 +1,8 @@
 """The transformers engine (``--engine transformers``, alias ``hf``): weights loaded once with from_pretrained
-(``load``), a method switch rebuilds only the rotary embedding module(s) and checks their frequencies (``rotary``),
-and the three scoring calls run on the torch module: the decoder body once per batch of equal-length requests, the
-lm_head in chunks for per-token NLL (``loss``: no [length, vocab] logits) or only at the answer positions
-(``forward.teacher_forced``), greedy decoding with the KV cache (``greedy``)."""
+(``ropectl.runtime.load``), a method switch rebuilds only the rotary embedding module(s) and checks their
+frequencies (``rotary``), and the three scoring calls run on the torch module: the decoder body once per batch of
+equal-length requests, the lm_head in chunks for per-token NLL (``loss``: no [length, vocab] logits) or only at the
+answer positions (``forward.teacher_forced``), greedy decoding with the KV cache (``greedy``)."""
 
 from __future__ import annotations
 
