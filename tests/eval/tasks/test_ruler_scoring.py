@@ -136,9 +136,9 @@ def test_each_trial_starts_from_the_method_s_rope(tiny_model: Path, tmp_path: Pa
     import contextlib
 
     from ropectl.errors import VerificationError
-    from ropectl.eval.engines.hf import rotary
     from ropectl.eval.tasks.ruler.runner import run_tasks
     from ropectl.eval.tasks.ruler.spec import build_tasks_spec
+    from ropectl.runtime import rotary
 
     def spec(out: str):
         return build_tasks_spec(model=str(tiny_model), tasks="niah_single_1", methods=["dynamic:2"], lengths="500",
