@@ -46,7 +46,7 @@ RUNS: dict[str, tuple[str, int, list[str]]] = {
 
 def prepare_data(model: Path, out: Path) -> tuple[Path, list[str]]:
     """A folder of the held-out acts and the tiny model's training plays; returns the acts' document ids."""
-    from ropectl.eval.corpus import embedded_source
+    from ropectl.runtime.corpus import embedded_source
 
     recipe = json.loads((model / "recipe.json").read_text())
     data = out / "data"

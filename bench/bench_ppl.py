@@ -60,8 +60,8 @@ def load(random_init: bool, dtype: str, device: str, config_name: str = "smollm2
             model = LlamaForCausalLM(config).to(torch_dtype)
     else:
         sys.path.insert(0, str(REPO))
-        from ropectl.eval.engines.hf.load import load_model
-        from ropectl.eval.model import default_model_path
+        from ropectl.runtime.load import load_model
+        from ropectl.runtime.model import default_model_path
 
         path = default_model_path()
         model = load_model(str(path.parent), {"gguf_file": path.name}, None, "cpu", dtype).model
@@ -265,7 +265,7 @@ def lengths_arg(text: str) -> tuple[int, ...]:
     """--lengths exactly as eval-ppl reads them: 8192, 8k, 1.5k; comma-separated, sorted, deduplicated."""
     sys.path.insert(0, str(REPO))
     from ropectl.errors import RopectlError
-    from ropectl.eval.settings import parse_lengths
+    from ropectl.runtime.lengths import parse_lengths
 
     try:
         return parse_lengths(text)
@@ -276,7 +276,7 @@ def lengths_arg(text: str) -> tuple[int, ...]:
 def resolve_auto(device: str) -> tuple[str, str]:
     """What eval-ppl's --dtype auto picks on this machine (CPU flags / probe; bf16 on CUDA)."""
     sys.path.insert(0, str(REPO))
-    from ropectl.eval.model import resolve_dtype_choice
+    from ropectl.runtime.model import resolve_dtype_choice
 
     return resolve_dtype_choice("auto", device.split(":")[0])
 

@@ -74,9 +74,9 @@ def main() -> None:
     ap.add_argument("--json-out", type=Path)
     a = ap.parse_args()
     sys.path.insert(0, str(REPO))
-    from ropectl.eval.corpus import package_dir
-    from ropectl.eval.model import default_model_path
-    from ropectl.eval.settings import parse_length
+    from ropectl.runtime.corpus import package_dir
+    from ropectl.runtime.lengths import parse_length
+    from ropectl.runtime.model import default_model_path
 
     model = Path(a.model or default_model_path())
     length = parse_length(a.length)

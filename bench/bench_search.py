@@ -42,7 +42,7 @@ def cpu_flags() -> str:
 
 def document_tokens(engine, length: int) -> list[int]:
     """The first play of the embedded corpus with ``length`` tokens or more (real text, as the search scores)."""
-    from ropectl.eval.corpus import embedded_source
+    from ropectl.runtime.corpus import embedded_source
 
     for _, text in embedded_source().texts():
         ids = engine.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -80,7 +80,7 @@ def forward(engine, state, tokens: list[int]) -> float:
 def trial(engine, config, spec, tokens: list[int]) -> tuple[float, float]:
     """(whole trial seconds, of which the state build + rotary rebuild)."""
     from ropectl.eval.engines import SequenceNLL
-    from ropectl.eval.model import method_states
+    from ropectl.runtime.model import method_states
 
     start = time.perf_counter()
     state = method_states(config, (spec,))[0]
@@ -91,8 +91,8 @@ def trial(engine, config, spec, tokens: list[int]) -> tuple[float, float]:
 
 
 def measure(engine, config, rope, length: int, rounds: int, seed: int) -> dict:
-    from ropectl.eval.model import method_states
     from ropectl.rope.methods import MethodSpec
+    from ropectl.runtime.model import method_states
 
     tokens = document_tokens(engine, length)
     base = method_states(config, (MethodSpec("yarn", scale(rope, length)),))[0]
@@ -126,8 +126,8 @@ def main() -> None:
     import torch
 
     from ropectl.eval.engines import get_engine
-    from ropectl.eval.model import model_source, resolve_device, resolve_dtype_choice
-    from ropectl.eval.settings import length_label, parse_lengths
+    from ropectl.runtime.lengths import length_label, parse_lengths
+    from ropectl.runtime.model import model_source, resolve_device, resolve_dtype_choice
     from ropectl.schema.read import read_model_rope
 
     source = model_source(args.model)

@@ -30,10 +30,10 @@ def timed(run: Any, spec: Any) -> float:
 
 
 def measure(length: int, dtype: str, rounds: int, tasks: tuple[str, ...]) -> dict[str, float]:
-    from ropectl.eval.reuse import reusing
     from ropectl.eval.tasks.ppl import build_spec, run_eval
     from ropectl.eval.tasks.ruler.runner import run_tasks
     from ropectl.eval.tasks.ruler.spec import build_tasks_spec
+    from ropectl.runtime.reuse import reusing
 
     best: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp, reusing():  # one load of the model for every sweep
@@ -51,7 +51,7 @@ def measure(length: int, dtype: str, rounds: int, tasks: tuple[str, ...]) -> dic
 
 
 def main() -> None:
-    from ropectl.eval.settings import parse_length
+    from ropectl.runtime.lengths import parse_length
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--length", default="4k")

@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main() -> None:
     from transformers import AutoTokenizer
 
-    from ropectl.eval.model import default_model_path
     from ropectl.finetune.output_weights import save_dequantized
+    from ropectl.runtime.model import default_model_path
 
     out = Path(sys.argv[1])
     gguf = default_model_path()

@@ -47,7 +47,7 @@ def ropectl(args: list[str], timings: dict[str, float], label: str) -> dict[str,
 
 def write_held_out(ids: list[str], folder: Path) -> None:
     """The held-out plays as text files, so eval-ppl reads exactly them (and nothing the fine-tune saw)."""
-    from ropectl.eval.corpus import embedded_source
+    from ropectl.runtime.corpus import embedded_source
 
     folder.mkdir(parents=True, exist_ok=True)
     texts = dict(embedded_source().texts())
@@ -73,7 +73,7 @@ def parse() -> argparse.Namespace:
 
 
 def main() -> None:
-    from ropectl.eval.model import default_model_path
+    from ropectl.runtime.model import default_model_path
 
     args = parse()
     gguf = str(default_model_path())

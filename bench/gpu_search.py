@@ -39,7 +39,7 @@ def engine_for(shape: str, device: str):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from ropectl.eval.engines import get_engine
-    from ropectl.eval.engines.hf.load import LoadedModel
+    from ropectl.runtime.load import LoadedModel
 
     torch.manual_seed(0)
     config = LlamaConfig(**SHAPES[shape], attn_implementation="sdpa")
@@ -63,8 +63,8 @@ def timed(fn) -> float:
 
 def one_length(engine, config: dict, rope, length: int, rounds: int, rng: random.Random) -> dict:
     from ropectl.eval.engines import SequenceNLL
-    from ropectl.eval.model import method_states
     from ropectl.rope.methods import MethodSpec
+    from ropectl.runtime.model import method_states
     from ropectl.search.longrope import seed_factors
 
     tokens = [rng.randrange(100, 40000) for _ in range(length)]
@@ -92,8 +92,8 @@ def short_evolution(engine, config: dict, rope, length: int, population: int, it
     import math
 
     from ropectl.eval.engines import SequenceNLL
-    from ropectl.eval.model import method_states
     from ropectl.rope.methods import MethodSpec
+    from ropectl.runtime.model import method_states
     from ropectl.search.longrope import evolve, seed_factors
 
     rng = random.Random(1)
@@ -128,7 +128,7 @@ def main() -> None:
         import torch
         import transformers
 
-        from ropectl.eval.settings import parse_length, parse_lengths
+        from ropectl.runtime.lengths import parse_length, parse_lengths
         from ropectl.schema.read import read_model_rope
 
         cuda = args.device.startswith("cuda")

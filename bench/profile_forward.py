@@ -35,10 +35,10 @@ def main() -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from ropectl.eval.engines.hf.load import load_model
     from ropectl.eval.engines.hf.loss import sequence_nll
-    from ropectl.eval.model import default_model_path
-    from ropectl.eval.settings import parse_length
+    from ropectl.runtime.lengths import parse_length
+    from ropectl.runtime.load import load_model
+    from ropectl.runtime.model import default_model_path
 
     length = parse_length(args.length)
     path = default_model_path()

@@ -41,7 +41,7 @@ def main() -> None:
 
     from bench_search import cpu_flags
 
-    from ropectl.eval.settings import parse_length
+    from ropectl.runtime.lengths import parse_length
     from ropectl.search.output import run_search
     from ropectl.search.run import SearchRequest
     from ropectl.search.spaces import build_space

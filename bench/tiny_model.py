@@ -50,13 +50,13 @@ def cache_base() -> Path:
 
 
 def plays() -> list[tuple[str, str]]:
-    from ropectl.eval.corpus import embedded_source
+    from ropectl.runtime.corpus import embedded_source
 
     return list(embedded_source().texts())
 
 
 def recipe_hash() -> str:
-    from ropectl.eval.corpus import embedded_source
+    from ropectl.runtime.corpus import embedded_source
 
     key = json.dumps({"recipe": RECIPE, "corpus": embedded_source().identity}, sort_keys=True)
     return hashlib.sha256(key.encode()).hexdigest()[:16]
@@ -195,7 +195,7 @@ def _cpu_seconds() -> float:
 
 def machine() -> dict[str, Any]:
     """The CPU facts every benchmark record carries: model name, cores, and the flags that decide bf16 speed."""
-    from ropectl.eval.cpu import cpu_flags, read_cpuinfo
+    from ropectl.runtime.cpu import cpu_flags, read_cpuinfo
 
     text = read_cpuinfo() or ""
     flags = cpu_flags(text) or set()

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import typer
 
 from ropectl.errors import OutputError, RopectlError, UsageError
+from ropectl.runtime.interrupt import Interrupted
 
 # What the operating system said, as a problem and a fix: the one place OSError numbers are explained.
 OS_ERRORS: dict[int, tuple[str, str]] = {
@@ -70,6 +71,10 @@ def handle_errors(func: F) -> F:
             return func(*args, **kwargs)
         except typer.Exit:
             raise
+        except Interrupted as exc:  # every command's stop: its one line and the command that resumes (rank 0)
+            if not _other_rank():
+                echo_interrupt(exc.line())
+            raise typer.Exit(exc.exit_code) from None
         except (RopectlError, OSError) as caught:
             if debug():
                 raise

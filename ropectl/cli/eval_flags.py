@@ -4,15 +4,12 @@ progress bar, and one way to end on Ctrl-C (exit 130) or SIGTERM (exit 143) with
 from __future__ import annotations
 
 import contextlib
-import shlex
-import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
-from ropectl.cli.errors import echo_interrupt
 from ropectl.cli.flags import LENGTH_SYNTAX, opt
 from ropectl.eval.engines import engine_names
 from ropectl.rope.methods import method_names
@@ -36,7 +33,7 @@ ReplaceOpt = Annotated[bool, opt("--replace-existing", panel=RUN,
 
 
 def out_option(command: str) -> Any:
-    """--out, naming the command's own default folder (``runs/<command>-<timestamp>``, ropectl.eval.output)."""
+    """--out, naming the command's own default folder (``runs/<command>-<timestamp>``, ropectl.runtime.folder)."""
     return Annotated[Optional[Path], opt("--out", "-o", "--output", panel=OUT,
                                          help=f"Results folder [default: runs/{command}-<timestamp>].")]
 
@@ -93,31 +90,18 @@ def progress_bar(enabled: bool) -> Iterator[Callable[[Any], None] | None]:
                 bar.stop()
 
 
-def resume_command(out: Path) -> str:
-    """This command line again, with --resume and the --out it wrote."""
-    args = list(sys.argv[1:])
-    if "--resume" not in args:
-        args.append("--resume")
-    if not any(a in ("--out", "-o", "--output") or a.startswith(("--out=", "--output=")) for a in args):
-        args += ["--out", str(out)]
-    return shlex.join(["ropectl", *args])
-
-
 def run_sweep_command(run: Callable[[Callable[[Any], None] | None], Any], unit: str) -> Any:
     """Run a sweep under the progress bar (rank 0 only). Ctrl-C or SIGTERM: one line with the kept ``unit``
     and the resume command, exit 130 (Ctrl-C) or 143 (SIGTERM). Returns None on other ranks."""
-    from ropectl.eval.dist import world_from_env
-    from ropectl.eval.interrupt import SweepInterrupted
+    from ropectl.runtime.dist import world_from_env
+    from ropectl.runtime.interrupt import SweepInterrupted
 
     main = world_from_env().is_main
     try:
         with progress_bar(enabled=main) as on_progress:
             result = run(on_progress)
-    except SweepInterrupted as exc:
-        if main:
-            echo_interrupt(f"{exc.what}: {exc.kept} finished {unit} kept in {exc.out}; resume with: "
-                           f"{resume_command(exc.out)}")
-        raise typer.Exit(exc.exit_code) from None
+    except SweepInterrupted as exc:  # printed by the one handler (cli.errors), counted in this command's unit
+        raise exc.retold(f"{exc.what}: {exc.kept} finished {unit} kept in {exc.out}") from None
     return result if main else None
 
 
@@ -147,7 +131,7 @@ def starred(n: int, trained: int | None) -> bool:
 
 def length_header(n: int, trained: int | None) -> str:
     """A length column's label, starred beyond the trained context."""
-    from ropectl.eval.settings import length_label
+    from ropectl.runtime.lengths import length_label
 
     return length_label(n) + (" *" if starred(n, trained) else "")
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ropectl.cli.errors import echo_interrupt, handle_errors
+from ropectl.cli.errors import handle_errors
 from ropectl.cli.eval_flags import DeviceOpt, DtypeOpt
 from ropectl.cli.flags import HELD_OUT_SYNTAX, LENGTH_SYNTAX, ForceOpt, JsonOpt, ModelArg, OutputOpt, opt, parse_held_out
 from ropectl.cli.patch_cmd import ConfigOpt, PresetOpt, SetOpt
@@ -71,8 +71,8 @@ def finetune(
 ) -> None:
     """Patch MODEL's RoPE exactly as `ropectl patch` does, fine-tune it (PoSE by default) and write a checkpoint."""
     from ropectl.errors import UsageError
-    from ropectl.eval.settings import parse_length
     from ropectl.patch import MethodChoice, build_choice, method_spec
+    from ropectl.runtime.lengths import parse_length
 
     if old_data is not None:
         raise UsageError("finetune's --data is now --dataset, as in every other command", f"pass --dataset {old_data}")
@@ -96,7 +96,7 @@ def finetune(
         dtype=dtype or "auto", device=device or "auto", dry_run=dry_run, resume=resume, force=force,
         context_parallel=context_parallel, fsdp=fsdp)
     if dry_run:
-        from ropectl.eval.dist import world_from_env
+        from ropectl.runtime.dist import world_from_env
 
         plan = _dry_run(spec)
         if world_from_env().is_main:  # under a launcher, one copy of the plan
@@ -114,45 +114,15 @@ def _dry_run(spec: Any) -> dict[str, Any]:
 
 
 def _train(spec: Any, json_out: bool) -> Any:
-    """Training under a progress line on stderr (rank 0); Ctrl-C / SIGTERM end with the command that resumes."""
-    from ropectl.eval.dist import world_from_env
-    from ropectl.finetune.train import FinetuneInterrupted, finetune
+    """Training under a progress line on stderr (rank 0); Ctrl-C / SIGTERM end as an ``Interrupted`` with the command
+    that resumes, which the one handler (cli.errors) prints."""
+    from ropectl.finetune.train import finetune
+    from ropectl.runtime.dist import world_from_env
 
     main = world_from_env().is_main
-    try:
-        with _Progress(enabled=main and not json_out) as on_progress:
-            result = finetune(spec, on_progress)
-    except FinetuneInterrupted as exc:
-        if main:
-            echo_interrupt(f"{exc.problem}; resume with: {resume_command()}")
-        raise typer.Exit(exc.exit_code) from None
+    with _Progress(enabled=main and not json_out) as on_progress:
+        result = finetune(spec, on_progress)
     return result if main else None
-
-
-def resume_command() -> str:
-    """This command line again with ``--resume`` (once), under the launcher that started it."""
-    import shlex
-    import sys
-
-    args = [a for a in sys.argv[1:] if a != "--resume"]
-    from ropectl.finetune import sharding
-
-    if sharding.requested(False) and "--fsdp" not in args:  # accelerate launch --use_fsdp asked: torchrun will not
-        args.append("--fsdp")
-    return shlex.join([*_launcher(), *args, "--resume"])
-
-
-def _launcher() -> list[str]:
-    """How this process was started: ``ropectl``, or torchrun with as many processes on one machine (a multi-node
-    launch is the user's own command: it is named, not rebuilt)."""
-    import os
-
-    world, local = (int(os.environ.get(k, "1") or 1) for k in ("WORLD_SIZE", "LOCAL_WORLD_SIZE"))
-    if "LOCAL_RANK" not in os.environ:  # no launcher (one launched process still needs one: --fsdp asks for it)
-        return ["ropectl"]
-    if world == local:
-        return ["torchrun", "--nproc_per_node", str(world), "-m", "ropectl"]
-    return [f"<your {world}-process launcher>", "-m", "ropectl"]
 
 
 class _Progress:

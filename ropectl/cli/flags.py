@@ -22,7 +22,7 @@ OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Outpu
 ForceOpt = Annotated[bool, typer.Option("--force", help=(
     "Use an existing output folder: patch and convert-layout replace one ropectl wrote, eval-ppl adds to it. "
     "Files ropectl did not write are never deleted."))]
-# Every length flag of every command takes this syntax, through ropectl.eval.settings.parse_length.
+# Every length flag of every command takes this syntax, through ropectl.runtime.lengths.parse_length.
 LENGTH_SYNTAX = "8192, 8k or 8K (k = 1024), 1e5, 48.5k (= 49664): a whole number of tokens"
 # --max-regression in every command that judges in-window quality: one reference (the model unchanged) everywhere;
 # each command states its own default.

@@ -22,8 +22,8 @@ EnginesOpt = Annotated[bool, typer.Option(
 def inspect(model: ModelArg, json_out: JsonOpt = False, plot: PlotOpt = None, seq_len: SeqLenOpt = None,
             engines: EnginesOpt = False) -> None:
     """Explain a checkpoint's RoPE: frequencies, wavelengths against the trained context, layout."""
-    from ropectl.eval.settings import parse_length
     from ropectl.inspection import InspectSpec, inspect_model
+    from ropectl.runtime.lengths import parse_length
 
     length = None if seq_len is None else parse_length(seq_len)
     report = inspect_model(InspectSpec(model=model, seq_len=length, plot=plot, engines=engines))

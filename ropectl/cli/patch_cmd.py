@@ -154,7 +154,7 @@ def patch(**kw: Any) -> None:
     from ropectl.patch import MethodChoice, PatchSpec, build_choice, method_spec, patch_checkpoint
 
     options = {k[len(OPT):]: kw.pop(k) for k in list(kw) if k.startswith(OPT)}
-    from ropectl.eval.settings import parse_length  # the one length parser: 32k here is 32k in eval-ppl and recommend
+    from ropectl.runtime.lengths import parse_length  # the one length parser: 32k here is 32k in eval-ppl and recommend
 
     target = None if kw["target_length"] is None else parse_length(kw["target_length"])
     flags = MethodChoice(None, kw["factor"], target, options, kw["longrope_file"], kw["schema"])

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ropectl.cli.errors import echo_interrupt, handle_errors
+from ropectl.cli.errors import handle_errors
 from ropectl.cli.eval_flags import (
     DeviceOpt,
     DtypeOpt,
@@ -100,8 +100,8 @@ def recommend_cmd(
     prints the command that resumes it.
     """
     from ropectl.errors import UsageError
-    from ropectl.eval.settings import parse_length
     from ropectl.recommend import DEFAULT_MAX_REGRESSION
+    from ropectl.runtime.lengths import parse_length
 
     if not target_length:
         raise UsageError("--target-length is required", "pass the context you want to ship, e.g. --target-length 16k")
@@ -170,24 +170,21 @@ def _run_sweeps(request: Any, json_out: bool) -> Any:
     the whole recommendation (this command, --resume, its --out), exit 130 (Ctrl-C) or 143 (SIGTERM)."""
     from dataclasses import replace
 
-    from ropectl.cli.eval_flags import resume_command
-    from ropectl.eval.interrupt import SweepInterrupted
     from ropectl.recommend.run import recommend_root, run
+    from ropectl.runtime.interrupt import SweepInterrupted, resume_line
 
     root = recommend_root(request.out, request.resume)
     try:
         with progress_bar(enabled=not json_out) as on_progress:
             return run(replace(request, out=root), on_progress, None if json_out else print_table,
                        lambda line: typer.echo(line, err=True))
-    except SweepInterrupted as exc:
+    except SweepInterrupted as exc:  # printed by the one handler (cli.errors); the resume line resumes recommend
         unit = "trials" if exc.out == root / "tasks" else "cells"
-        echo_interrupt(f"{exc.what}: {exc.kept} finished {unit} kept in {exc.out}; resume with: "
-                       f"{resume_command(root)}")
-        raise typer.Exit(exc.exit_code) from None
+        raise exc.retold(f"{exc.what}: {exc.kept} finished {unit} kept in {exc.out}", resume_line(root)) from None
 
 
 def _default_path() -> str:
-    from ropectl.eval.model import default_model_path
+    from ropectl.runtime.model import default_model_path
 
     return str(default_model_path())
 
@@ -200,7 +197,7 @@ def _commands(model: str, result: Any, runs: dict[str, list[str]] | None = None)
 
 def _model_arg(model: str) -> str:
     """Results name the embedded default by a label; the patch command needs its path."""
-    from ropectl.eval.model import DEFAULT_MODEL_LABEL
+    from ropectl.runtime.model import DEFAULT_MODEL_LABEL
 
     return _default_path() if model == DEFAULT_MODEL_LABEL else model
 
@@ -210,7 +207,7 @@ def print_recommendation(result: Any, model: str, skipped: dict[str, str] | None
     from rich.console import Console
     from rich.table import Table
 
-    from ropectl.eval.settings import length_label
+    from ropectl.runtime.lengths import length_label
 
     t = length_label(result.target)
     table = Table(title=f"recommendation for {t} tokens (trained context {length_label(result.trained)})")

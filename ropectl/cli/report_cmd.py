@@ -58,9 +58,9 @@ def report_cmd(
     extension.json and plots to --out.
     """
     from ropectl.errors import UsageError
-    from ropectl.eval.settings import parse_length, parse_lengths
     from ropectl.report import spec as rs
     from ropectl.report.run import run_report
+    from ropectl.runtime.lengths import parse_length, parse_lengths
 
     if not target_length:
         raise UsageError("--target-length is required", "pass the context EXTENDED claims, e.g. -t 16k")
@@ -85,7 +85,7 @@ def print_card(card: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ropectl.eval.settings import length_label as label
+    from ropectl.runtime.lengths import length_label as label
 
     d = card.data
     eff = d["effective_length"]

@@ -7,8 +7,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ropectl.cli.errors import echo_interrupt, handle_errors
-from ropectl.cli.eval_flags import DeviceOpt, DtypeOpt, ModelOpt, out_option, resume_command
+from ropectl.cli.errors import handle_errors
+from ropectl.cli.eval_flags import DeviceOpt, DtypeOpt, ModelOpt, out_option
 from ropectl.cli.flags import HELD_OUT_SYNTAX, LENGTH_SYNTAX, ForceOpt, JsonOpt, MaxRegressionOpt, opt, parse_held_out
 from ropectl.rope.methods import search_spaces
 
@@ -78,9 +78,9 @@ def search_cmd(
     closed form's and they retrieve no fewer needles; else the closed form ships. Prints the estimated cost first,
     the spec to pass to every command (-m), and writes OUT/model through `ropectl patch` (or --emit flags).
     """
-    from ropectl.eval.output import output_dir
-    from ropectl.eval.settings import parse_length, parse_lengths
     from ropectl.recommend import DEFAULT_MAX_REGRESSION
+    from ropectl.runtime.folder import output_dir
+    from ropectl.runtime.lengths import parse_length, parse_lengths
     from ropectl.search.output import run_search
     from ropectl.search.run import SearchRequest
     from ropectl.search.spaces import default_space
@@ -98,12 +98,11 @@ def search_cmd(
         population=population, iterations=iterations)
     try:
         result = run_search(req, lambda line: typer.echo(line, err=True))
-    except KeyboardInterrupt as exc:
-        from ropectl.eval.interrupt import Terminated
+    except KeyboardInterrupt as exc:  # printed by the one handler (cli.errors)
+        from ropectl.runtime.interrupt import Interrupted, resume_line, terminated
 
-        echo_interrupt(f"search stopped: finished trials are kept in {folder}; resume with: "
-                       f"{resume_command(folder)}")
-        raise typer.Exit(143 if isinstance(exc, Terminated) else 130) from None
+        raise Interrupted(f"search stopped: finished trials are kept in {folder}", "rerun the same command with "
+                          "--resume", terminated=terminated(exc), resume=resume_line(folder)) from None
     _show(result, json_out)
 
 

@@ -87,7 +87,7 @@ def print_tasks_table(result: Any) -> None:
 
 def _effective(n: int | None, decided: dict[str, Any], shortest: int) -> str:
     """A method's effective length in words; where the intervals cannot tell, what would decide it."""
-    from ropectl.eval.settings import length_label
+    from ropectl.runtime.lengths import length_label
 
     if decided.get("determined", True):
         return length_label(n) if n else f"< {length_label(shortest)}"

@@ -65,7 +65,7 @@ def timed_forward(model: str | None, device: str, dtype: str, tokens: int, engin
 
     from ropectl.eval.engines import get_engine
     from ropectl.eval.engines.requests import SequenceNLL
-    from ropectl.eval.model import method_states, model_source, resolve_device, resolve_dtype_choice
+    from ropectl.runtime.model import method_states, model_source, resolve_device, resolve_dtype_choice
 
     where = resolve_device(device)
     source = model_source(model)

@@ -119,7 +119,7 @@ def _temperature(cfg: Mapping[str, Any], nope: tuple[int, ...]) -> Temperature |
 
 
 def attention_features(cfg: Mapping[str, Any]) -> AttentionFeatures:
-    """What a text config (``schema.read.text_config`` of a wrapper) names beside its RoPE."""
+    """What a text config (``schema.layers.text_config`` of a wrapper) names beside its RoPE."""
     layers = _layers(cfg)
     types = _layer_types(cfg, layers) or []
     nope = _nope(cfg, layers)

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropectl.errors import VerificationError
-from ropectl.eval.model import MethodState, ModelSource, quiet_transformers
 from ropectl.finetune.spec import LORA_TARGETS, FinetuneSpec
+from ropectl.runtime import MethodState, ModelSource, quiet_transformers
 from ropectl.schema.read import read_model_rope
 
 
@@ -21,8 +21,8 @@ def build_model(source: ModelSource, config: Mapping[str, Any], device: str) -> 
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from ropectl.eval.engines.hf.load import from_pretrained_sdpa, no_gguf_bar
     from ropectl.io.gguf_once import parse_once
+    from ropectl.runtime import from_pretrained_sdpa, no_gguf_bar
 
     quiet_transformers()
     with parse_once(), no_gguf_bar():  # a GGUF's config and weights from one parse of its metadata
@@ -74,7 +74,7 @@ def verify_patched_rope(model: Any, config: Mapping[str, Any], *, problem: str |
     buffer's bf16/fp16 precision): a silent ``rope_theta`` fallback or a scaling dropped on the way into the model is
     refused before training, and a model trained with other RoPE is refused before it is written. ``problem``/``fix``:
     the caller's words for a mismatch (``ropectl.eval.engines.hf.rotary.verify_rotary``)."""
-    from ropectl.eval.engines.hf.rotary import rotary_modules, verify_rotary
+    from ropectl.runtime import rotary_modules, verify_rotary
 
     modules = rotary_modules(model)
     if not modules:

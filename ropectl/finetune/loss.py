@@ -12,7 +12,7 @@ scales them. The earlier form checkpointed each chunk and ran its lm_head a thir
 SmolLM2 step at 4k). Peak memory for the loss is one chunk's logits, their fp32 copy and gradient, whatever the length.
 
 The evaluation engine's chunked NLL (``eval/engines/hf/loss.py``) runs under ``inference_mode`` and cannot train, so
-this is its training twin; the head itself is the engine's ``logits_fn``.
+this is its training twin; the head itself is the runtime's ``logits_fn``, which the engine scores with too.
 
 The forward goes through the (possibly DDP- or FSDP-wrapped) model with ``logits_to_keep=1``, so data parallelism sees an
 ordinary forward; a hook on the decoder body keeps its last hidden state for the chunked head. The head runs under
@@ -26,7 +26,7 @@ import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ropectl.eval.engines.hf.forward import decoder
+from ropectl.runtime import decoder
 
 # positions per lm_head chunk: the chunk's logits in bf16, their fp32 log-probabilities (then gradient) and the
 # bf16 gradient, about 10 bytes each (500 MB at 1024 x 49k); 512 takes half that and was 5-10 % slower on a

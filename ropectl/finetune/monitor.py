@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ropectl.eval.rowlog import append_jsonl, read_jsonl
 from ropectl.io.files import atomic_write_text
 from ropectl.output import dumps
+from ropectl.runtime import append_jsonl, read_jsonl
 
 LOG = "train_log.jsonl"
 PLOT = "loss.png"

@@ -33,6 +33,7 @@ from ropectl.io.files import atomic_write_text, check_output_dir, link_tree, rea
 from ropectl.io.weight_files import WEIGHT_SUFFIXES
 from ropectl.output import dumps
 from ropectl.patch.verify import Verification, expected_ropes, verify_folder
+from ropectl.rope.methods import effective_factor
 from ropectl.rope.params import RopeParams
 from ropectl.schema.read import read_model_rope
 from ropectl.schema.record import Record
@@ -232,7 +233,7 @@ def _lines(verified: list[tuple[str, Verification]], final: Mapping[str, Any], e
 
 def _target(config: Mapping[str, Any]) -> int | None:
     rope = read_model_rope(config).rope
-    original, factor = rope.original_max_position_embeddings, rope.effective_factor
+    original, factor = rope.original_max_position_embeddings, effective_factor(rope)
     if original and factor:
         return int(round(original * factor))
     return rope.max_position_embeddings

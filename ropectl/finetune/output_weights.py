@@ -105,7 +105,7 @@ def save_dequantized(gguf: Path, folder: Path, torch_dtype: str) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from ropectl.eval.model import quiet_transformers
+    from ropectl.runtime import quiet_transformers
 
     quiet_transformers()
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,

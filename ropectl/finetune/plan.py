@@ -191,6 +191,6 @@ def matmul_flops(dtype: str) -> float:
     """Best-of-3 FLOP/s of one SmolLM2-sized F.linear in the training dtype (well under a second)."""
     import torch
 
-    from ropectl.eval.cpu import linear_flops
+    from ropectl.runtime import linear_flops
 
     return linear_flops(torch.bfloat16 if dtype == "bf16" else torch.float32, (512, 576, 1536))

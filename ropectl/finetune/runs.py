@@ -7,24 +7,36 @@ import contextlib
 import json
 import shutil
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ropectl.errors import OutputError, RopectlError, UsageError
+from ropectl.errors import OutputError, UsageError
 from ropectl.finetune.spec import FinetuneSpec
 from ropectl.output import dumps
+from ropectl.runtime import Interrupted, launcher, resume_line
 
 RUN_FILE = "run.json"
 
 
-class FinetuneInterrupted(RopectlError):
+class FinetuneInterrupted(Interrupted):
     """Ctrl-C or SIGTERM: a checkpoint is saved in the run folder; exit 130 (143 for SIGTERM)."""
 
     def __init__(self, run_dir: Path, step: int, terminated: bool) -> None:
-        self.run_dir, self.step, self.terminated = run_dir, step, terminated
-        self.exit_code = 143 if terminated else 130
+        self.run_dir, self.step = run_dir, step
         super().__init__(f"{'terminated' if terminated else 'interrupted'} at step {step}; checkpoint saved in "
-                         f"{run_dir}", "rerun the same command with --resume")
+                         f"{run_dir}", "rerun the same command with --resume", terminated=terminated,
+                         resume=resume_command())
+
+
+def resume_command(argv: list[str] | None = None) -> str:
+    """This command line again with ``--resume`` (once), under the launcher that started it; ``--fsdp`` where
+    ``accelerate launch --use_fsdp`` asked for it, since torchrun will not, and the resumed run must shard alike."""
+    from ropectl.finetune import sharding
+
+    args = sys.argv if argv is None else argv
+    extra = ["--fsdp"] if sharding.requested(False) and "--fsdp" not in args else []
+    return resume_line(extra=extra, launcher=launcher(), argv=args)
 
 
 def run_dir_for(output: Path) -> Path:

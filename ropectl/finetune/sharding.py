@@ -106,7 +106,7 @@ def head_for_loss(inner: Any) -> tuple[Callable[[Any], Any], list[Any]]:
     and the head is called without FSDP's hooks (its ``forward``), with the unsharded parameters."""
     from torch.distributed.fsdp import FSDPModule
 
-    from ropectl.eval.engines.hf.forward import logits_fn
+    from ropectl.runtime import logits_fn
 
     out = inner.get_output_embeddings()
     if not isinstance(inner, FSDPModule):

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import OutputError, UsageError
-from ropectl.eval.rowlog import read_jsonl
 from ropectl.finetune import sharding
 from ropectl.finetune.plan import RunPlan
 from ropectl.finetune.runs import (
@@ -34,6 +33,7 @@ from ropectl.finetune.runs import (
 from ropectl.finetune.spec import FinetuneSpec
 from ropectl.finetune.trainer import make_trainer, training_arguments
 from ropectl.output import count
+from ropectl.runtime import read_jsonl
 
 __all__ = ["FinetuneInterrupted", "FinetuneResult", "dry_run_plan", "finetune", "prepare", "run_dir_for"]
 
@@ -59,7 +59,7 @@ class Prepared:
     """Everything before the first weight loads: checked, planned, tokenized."""
 
     spec: FinetuneSpec
-    source: Any  # eval.model.ModelSource
+    source: Any  # runtime.model.ModelSource
     plan: RunPlan
     tokenizer: Any
     split: Any  # data.Split
@@ -71,11 +71,18 @@ class Prepared:
 
 def prepare(spec: FinetuneSpec, world_size: int = 1, local_rank: int = 0) -> Prepared:
     """Model config, plan (the patch path), output checks, tokenizer and data: every refusal before any training."""
-    from ropectl.eval.corpus import load_corpus, make_source
-    from ropectl.eval.model import load_tokenizer, model_source, resolve_device, resolve_dtype_choice, trained_context
     from ropectl.finetune.data import split
     from ropectl.finetune.output import check_output
     from ropectl.finetune.plan import make_plan
+    from ropectl.runtime import (
+        load_corpus,
+        load_tokenizer,
+        make_source,
+        model_source,
+        resolve_device,
+        resolve_dtype_choice,
+        trained_context,
+    )
 
     if spec.lora is not None:
         _require_peft()
@@ -118,8 +125,8 @@ def provenance(p: Prepared, steps_done: int) -> dict[str, Any]:
 
 def finetune(spec: FinetuneSpec, on_progress: Callable[[Any], None] | None = None) -> FinetuneResult:
     """Train and write ``spec.output``; raises FinetuneInterrupted on Ctrl-C / SIGTERM (a checkpoint is saved)."""
-    from ropectl.eval.dist import leave_group, world_from_env
     from ropectl.io.gguf_once import parse_once
+    from ropectl.runtime import leave_group, world_from_env
 
     world = world_from_env()
     with parse_once():  # a GGUF's config and tokenizer from one parse of its metadata
@@ -143,7 +150,7 @@ def _train(spec: FinetuneSpec, p: Prepared, world: Any, run_dir: Path, resume_fr
            on_progress: Callable[[Any], None] | None) -> FinetuneResult:
     from transformers import set_seed
 
-    from ropectl.eval.engines.hf import TransformersEngine
+    from ropectl.eval.engines import get_engine
     from ropectl.finetune import monitor
     from ropectl.finetune.build import add_lora, build_model
     from ropectl.finetune.data import PackedExamples
@@ -162,7 +169,7 @@ def _train(spec: FinetuneSpec, p: Prepared, world: Any, run_dir: Path, resume_fr
                              p.plan.target, spec.pose)
     evaluate_now = None
     if spec.eval_every and world.is_main:
-        engine = TransformersEngine.from_loaded(p.source, model, p.tokenizer, p.device, p.dtype)
+        engine = get_engine("transformers").from_loaded(p.source, model, p.tokenizer, p.device, p.dtype)
         lengths = sorted({p.plan.trained, p.plan.target})
         evaluate_now = _evaluator(model, engine, p.split.held_out, lengths, p.dtype)
     with stop_signals() as stopped, warnings.catch_warnings():
@@ -218,10 +225,10 @@ def _evaluator(model: Any, engine: Any, held_out: Any, lengths: list[int], dtype
 
 def _finish(p: Prepared, trainer: Any, run_dir: Path, log: Path | None) -> FinetuneResult:
     """Rank 0 writes the checkpoint (ft-output's write_checkpoint), then the log and plot beside it."""
-    from ropectl.eval.dist import world_from_env
     from ropectl.finetune import monitor, output
     from ropectl.io.files import atomic_write_text
     from ropectl.io.ownership import note_written
+    from ropectl.runtime import world_from_env
 
     is_main = world_from_env().is_main
     # FSDP: every rank all-gathers (first: nothing rank 0 alone does may stand between the ranks' collectives), rank 0
@@ -253,8 +260,8 @@ def _finish(p: Prepared, trainer: Any, run_dir: Path, log: Path | None) -> Finet
 
 def dry_run_plan(spec: FinetuneSpec) -> dict[str, Any]:
     """The plan, memory estimates of PoSE and full-length training, and an ETA; loads no weights, writes nothing."""
-    from ropectl.eval.dist import world_from_env
     from ropectl.finetune.plan import ASSUMED_MFU, estimates, lora_params, matmul_flops, shape_of
+    from ropectl.runtime import world_from_env
 
     world = world_from_env()
     p = prepare(spec, world.size, world.local_rank)

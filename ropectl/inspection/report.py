@@ -17,7 +17,7 @@ from ropectl.limits import MAX_POSITIONS
 from ropectl.readers.view import engine_section, engine_warnings
 from ropectl.rope.analysis import PairReport, first_non_rotating, pair_reports
 from ropectl.rope.frequencies import base_inv_freq, compute_frequencies, mrope_prerotated, softmax_mscale
-from ropectl.rope.methods import owner_of
+from ropectl.rope.methods import effective_factor, implied_factor, owner_of
 from ropectl.rope.params import Frequencies, RopeParams
 from ropectl.schema import ModelRope, read_model_rope
 from ropectl.schema.record import Record
@@ -76,9 +76,9 @@ class InspectReport:
             "num_key_value_heads": m.num_key_value_heads,
             "rope_theta": rope.rope_theta,
             "rope_type": rope.rope_type,
-            "factor": rope.effective_factor,
+            "factor": effective_factor(rope),
             "factor_source": ("implied: max_position_embeddings / original_max_position_embeddings"
-                              if rope.implied_factor else "config" if rope.factor is not None else None),
+                              if implied_factor(rope) else "config" if rope.factor is not None else None),
             "original_max_position_embeddings": rope.original_max_position_embeddings,
             "max_position_embeddings": rope.max_position_embeddings,
             "trained_context": self.trained_context,
@@ -197,7 +197,7 @@ def _with_commands(views: list[Any], resolved: Any, model: ModelRope, target: in
     if not target:
         return views
     from ropectl.readers import lm_eval, vllm
-    from ropectl.readers.emit import emit_vllm
+    from ropectl.readers.vllm import emit_vllm
 
     where = resolved.source if resolved.kind == "hub" else str(resolved.path)
     out = []

@@ -11,7 +11,7 @@ from ropectl.errors import CheckpointError, ConfigError, LayoutError
 from ropectl.families.layouts import MLA, UNITS, Arch, layer_of, role_of
 from ropectl.layout.permute import tensor_index
 from ropectl.schema import ModelRope
-from ropectl.schema.read import text_config
+from ropectl.schema.layers import text_config
 
 if TYPE_CHECKING:
     import numpy as np

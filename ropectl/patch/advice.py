@@ -9,6 +9,7 @@ from typing import Any
 
 from ropectl import families
 from ropectl.errors import UsageError
+from ropectl.rope.methods import effective_factor
 from ropectl.schema.apply import ConfigPlan
 
 
@@ -45,7 +46,7 @@ def refuse_dual_chunk(config: Mapping[str, Any]) -> None:
     """A Dual Chunk Attention model is never scaled: the engines that run DCA discard a rope scaling beside it, and
     those that scale it run no DCA (``families.attention``, ``readers.vllm`` / ``sglang``)."""
     from ropectl.families.attention import DCA_KEY, attention_features
-    from ropectl.schema.read import text_config
+    from ropectl.schema.layers import text_config
 
     dca = attention_features(text_config(config)).dual_chunk
     if dca is None:
@@ -64,7 +65,7 @@ def replaced(plan: ConfigPlan) -> str:
     old, start = plan.before.rope, plan.base.trained_context
     if plan.composed_from_record:
         return f"the existing '{old.rope_type}' scaling was replaced, not stacked (from the base recorded by ropectl)"
-    factor = old.effective_factor
+    factor = effective_factor(old)
     own = f"'{old.rope_type}' x{factor:g}" if factor else f"'{old.rope_type}'"
     shipped = max(int(round((start or 0) * (factor or 1.0))), int(old.max_position_embeddings or 0))
     line = (f"the existing {own} scaling ({start} -> {shipped}) was replaced, not stacked: its interpolation is "

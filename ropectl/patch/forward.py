@@ -23,6 +23,7 @@ from typing import Any
 
 from ropectl.errors import VerificationError
 from ropectl.rope.frequencies import compute_frequencies
+from ropectl.rope.methods import effective_factor
 from ropectl.rope.params import RopeParams
 
 TOKENS = 8
@@ -62,7 +63,7 @@ def check_length(expected: Mapping[str, RopeParams]) -> int:
     out = 0
     for p in expected.values():
         trained = p.trained_context or 0
-        out = max(out, int(p.max_position_embeddings or 0), int(round(trained * (p.effective_factor or 1.0))), trained)
+        out = max(out, int(p.max_position_embeddings or 0), int(round(trained * (effective_factor(p) or 1.0))), trained)
     return out
 
 

@@ -10,7 +10,7 @@ from ropectl.errors import MethodError
 from ropectl.io.resolve import ResolvedModel
 from ropectl.patch.spec import PatchSpec
 from ropectl.patch.verify import expected_ropes
-from ropectl.readers.emit import emit_vllm
+from ropectl.readers.vllm import emit_vllm
 from ropectl.rope.methods import TARGET, TRAINED, Method, owner_of
 from ropectl.schema.apply import ConfigPlan
 

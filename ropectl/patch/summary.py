@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ropectl.rope.frequencies import compute_frequencies
+from ropectl.rope.methods import effective_factor
 from ropectl.rope.params import RopeParams
 
 RATIO_TOL = 1e-3
@@ -30,7 +31,7 @@ class RopeState:
 
 def rope_state(params: RopeParams, seq_len: int | None = None, factor: float | None = None) -> RopeState:
     freqs = compute_frequencies(params, seq_len)
-    return RopeState(params.rope_type, float(params.rope_theta), factor if factor is not None else params.effective_factor,
+    return RopeState(params.rope_type, float(params.rope_theta), factor if factor is not None else effective_factor(params),
                      params.max_position_embeddings, float(freqs.attention_factor))
 
 

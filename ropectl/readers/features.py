@@ -25,7 +25,7 @@ class FeatureReading:
 
 
 def features_of(config: Mapping[str, Any]) -> AttentionFeatures:
-    from ropectl.schema.read import text_config
+    from ropectl.schema.layers import text_config
 
     return attention_features(text_config(config))
 

@@ -133,7 +133,8 @@ def _original_and_factor(reader: Reader, p: RopeParams, cfg: Mapping[str, Any],
 
 
 def interpret(reader: Reader, config: Mapping[str, Any], version: str | None = None) -> Reading:
-    from ropectl.schema.read import ROPE_KEYS, read_model_rope, text_config
+    from ropectl.schema.layers import ROPE_KEYS, text_config
+    from ropectl.schema.read import read_model_rope
 
     v5 = "rope_parameters" in reader.reads
     cfg = dict(text_config(config))

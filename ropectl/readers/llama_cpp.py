@@ -13,11 +13,15 @@ For a config.json, ``predict`` describes what llama.cpp computes after convertin
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
 from ropectl.errors import MethodError
+from ropectl.families import GGUF_ARCHS
+from ropectl.output import exact
 from ropectl.readers.base import DICT, FAILS, MAX_POS, TOP, Quirk, Reader, Reading, ServeView, VersionRange
+from ropectl.readers.gguf_converter import CONVERTER_CARRIES, converted_notes, converted_scaling, converter_drops, drop_note
 from ropectl.rope.methods import get_method, owner_of
 from ropectl.rope.params import YARN_DEFAULT_BETAS, RopeParams
 
@@ -39,49 +43,12 @@ _READS = ("{arch}.rope.freq_base", "{arch}.rope.scaling.type", "{arch}.rope.scal
           "{arch}.rope.scaling.original_context_length", "{arch}.rope.scaling.attn_factor", "{arch}.context_length")
 _ORIGINAL = {"yarn": (TOP, DICT, MAX_POS)}
 
-# What convert_hf_to_gguf.py (the llama.cpp bundled with llama-cpp-python 0.3.36, conversion/*.py) carries into
-# the GGUF, by the config's ``architectures``: llama3 only where the converter class bakes a rope_freqs tensor, and
-# LongRoPE factors only where it writes rope_factors_long/short; elsewhere the GGUF holds unscaled RoPE.
-LLAMA3_ARCHITECTURES = frozenset({
-    "AfmoeForCausalLM", "ApertusForCausalLM", "ArceeForCausalLM", "BambaForCausalLM", "CogVLMForCausalLM",
-    "DeciLMForCausalLM", "Exaone4ForCausalLM", "ExaoneForCausalLM", "ExaoneMoEForCausalLM", "ExaoneMoeForCausalLM",
-    "GraniteForCausalLM", "GraniteMoeForCausalLM", "GraniteMoeHybridForCausalLM", "GraniteMoeSharedForCausalLM",
-    "IQuestCoderForCausalLM", "JanusForConditionalGeneration", "LLaMAForCausalLM", "Llama4ForCausalLM",
-    "Llama4ForConditionalGeneration", "LlamaForCausalLM", "LlamaModel", "LlavaForConditionalGeneration",
-    "MistralForCausalLM", "MixtralForCausalLM", "NemotronHForCausalLM", "SmolLM3ForCausalLM",
-    "VLlama3ForCausalLM", "VoxtralForConditionalGeneration",
-})
-LONGROPE_ARCHITECTURES = frozenset({"MiniCPM3ForCausalLM", "MiniCPMForCausalLM", "Phi3ForCausalLM",
-                                    "Phi4ForCausalLMV", "PhiMoEForCausalLM"})
-_CARRIED = {"llama3": (LLAMA3_ARCHITECTURES, "a rope_freqs tensor"),
-            "longrope": (LONGROPE_ARCHITECTURES, "rope_factors_long/short tensors")}
-CONVERTER_CARRIES = frozenset(_CARRIED)  # rope types the converter writes as tensors (for some architectures)
-# llama.cpp picks one LongRoPE list per context, not per sequence length (src/llama-model.cpp get_rope_factors, read
-# in the llama.cpp vendored by llama-cpp-python 0.3.36): the long factors whenever n_ctx_seq > n_ctx_orig_yarn.
-LONG_FACTORS_PER_CONTEXT = ("llama.cpp uses the long factors at every position once -c exceeds the original {original} "
-                            "(get_rope_factors picks one list per context), while transformers uses the short ones up "
-                            "to {original} tokens: shorter prompts get other RoPE; -c {original} or less serves the "
-                            "short factors")
 # Model types the converter turns into llama.cpp's deepseek2 graph (multi-head latent attention).
 DEEPSEEK2_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_vl", "youtu"})
 DEEPSEEK2_NOTE = ("llama.cpp's DeepSeek-2 graph (deepseek2.cpp) multiplies the attention logits by mscale^2, with "
                   "mscale from the scaling factor and rope.scaling.yarn_log_mul, for every scaled rope type; it "
                   "equals transformers only for yarn with mscale equal to mscale_all_dim, as DeepSeek ships it")
 DEEPSEEK2_FIX = "patch with yarn and --mscale 1 --mscale-all-dim 1 (DeepSeek's own form)"
-
-
-def converter_drops(rope_type: str, architecture: str) -> str | None:
-    """Why convert_hf_to_gguf.py writes no ``rope_type`` scaling for ``architecture`` (llama.cpp then runs
-    unscaled RoPE), or None where it carries it."""
-    carried = _CARRIED.get(rope_type)
-    if carried is None or architecture in carried[0]:
-        return None
-    return _drop_note(rope_type)
-
-
-def _drop_note(rope_type: str) -> str:
-    return (f"llama.cpp's converter (convert_hf_to_gguf.py) writes {rope_type} scaling ({_CARRIED[rope_type][1]}) "
-            "only for Llama-family and a few other architectures: for this one the GGUF runs unscaled RoPE")
 
 
 def deepseek2_logit_scale(p: RopeParams) -> float:
@@ -118,9 +85,9 @@ READERS: tuple[Reader, ...] = (
                      f"{', '.join(sorted(YARN_BETA_ARCHS))}; other architectures use 32/1",
                      rope_types=frozenset({"yarn"}),
                      fix="pass --yarn-beta-fast/--yarn-beta-slow (`ropectl patch ... --emit llama.cpp` prints them)"),
-               Quirk(CONVERTER_DROPS, _drop_note("llama3"), rope_types=frozenset({"llama3"}),
+               Quirk(CONVERTER_DROPS, drop_note("llama3"), rope_types=frozenset({"llama3"}),
                      fix="use yarn, which the converter writes for every architecture"),
-               Quirk(CONVERTER_DROPS, _drop_note("longrope"), rope_types=frozenset({"longrope"}),
+               Quirk(CONVERTER_DROPS, drop_note("longrope"), rope_types=frozenset({"longrope"}),
                      fix="use yarn, which the converter writes for every architecture"),
                Quirk(MLA_LOGITS, DEEPSEEK2_NOTE, model_types=DEEPSEEK2_MODEL_TYPES,
                      rope_types=frozenset({"linear", "yarn"}), fix=DEEPSEEK2_FIX),
@@ -151,7 +118,7 @@ def ignored_betas(arch: str, scaling: Mapping[str, Any]) -> dict[str, float]:
 def predict(reader: Reader, config: Mapping[str, Any], version: str | None = None) -> Reading:
     """What llama.cpp computes for ``config`` once converted to GGUF (betas as it reads them)."""
     from ropectl.readers import transformers as tf
-    from ropectl.schema.read import text_config
+    from ropectl.schema.layers import text_config
 
     base = tf.predict(tf.READERS[-1], config)  # the converter reads config.json as transformers 5 does
     if not base.ok:
@@ -251,32 +218,67 @@ def refuse_unexpressible(rope_type: str, label: str, form: str, fix: str) -> Non
 
 
 def emit_line(view: ServeView) -> tuple[dict[str, Any], list[str]]:
-    """``--emit llama.cpp``: ``llama-server`` with the ``--rope-*`` flags (readers/emit.py)."""
-    from ropectl.readers.emit import emit_llama_cpp
-
+    """``--emit llama.cpp``: ``llama-server`` with the ``--rope-*`` flags."""
     return emit_llama_cpp(view.where, view.rope, view.layers, view.model_type, view.target,
                           converted_from=view.config if view.kept else None)
 
 
-def converted_scaling(rope: RopeParams, config: Mapping[str, Any]) -> str | None:
-    """What carries a checkpoint's own ``rope`` into the GGUF its converter writes, where the scaling is one no flag
-    sets (llama3, longrope); None for the other rope types. Refused where the converter drops it."""
-    from ropectl.schema.read import text_config
-
-    carried = _CARRIED.get(rope.rope_type)
-    if carried is None:
-        return None
-    architecture = next(iter(config.get("architectures") or text_config(config).get("architectures") or [""]), "")
-    dropped = converter_drops(rope.rope_type, architecture)
-    if dropped:
-        raise MethodError(f"this checkpoint's own {rope.rope_type} scaling does not reach llama.cpp: {dropped}",
-                          "serve it with vLLM or SGLang, or patch it to yarn (which every architecture converts)")
-    return carried[1]
+def _arch_for(model_type: str) -> str | None:
+    return next((arch for arch, (mt, _) in GGUF_ARCHS.items() if mt == model_type), None)
 
 
-def converted_notes(rope: RopeParams, target: int) -> list[str]:
-    """What the line that serves a converted checkpoint's own scaling at ``target`` computes otherwise."""
-    original = rope.original_max_position_embeddings
-    if rope.rope_type in _CARRIED and rope.scaling.get("long_factor") and original and target > original:
-        return [LONG_FACTORS_PER_CONTEXT.format(original=original)]
-    return []
+def llama_cpp_args(rope: RopeParams, target: int, model_type: str) -> tuple[list[str], list[str]]:
+    kind = rope.rope_type
+    # llama3 and longrope survive conversion as tensors, for the architectures whose converter writes them
+    fix = "use linear, ntk (--rope-freq-base) or yarn" + (
+        ", or convert the patched checkpoint to GGUF (llama.cpp's converter writes it for Llama-family "
+        "architectures)" if kind in CONVERTER_CARRIES else "")
+    refuse_unexpressible(kind, kind, "expressed as llama.cpp flags", fix)
+    flag = FLAGS
+    args = [flag["type"], "none" if kind == "default" else kind]
+    if kind in ("linear", "yarn"):
+        args += [flag["factor"], exact(rope.factor or 1.0)]
+    args += [flag["theta"], exact(rope.rope_theta)]
+    warnings: list[str] = []
+    if kind == "yarn":
+        sc = rope.scaling
+        # Betas always go as flags: most architectures never read them from the GGUF (YARN_BETA_ARCHS).
+        args += [flag["original"], str(rope.original_max_position_embeddings),
+                 flag["beta_fast"], exact(sc.get("beta_fast") or DEFAULT_BETAS["beta_fast"]),
+                 flag["beta_slow"], exact(sc.get("beta_slow") or DEFAULT_BETAS["beta_slow"])]
+        attn = attn_factor(rope)
+        arch = _arch_for(model_type)
+        if abs(attn - 1.0) > 1e-7 and arch:
+            # llama.cpp recomputes YaRN's factor itself, replacing --yarn-attn-factor, then multiplies in this
+            # GGUF key: the override is the one way to set it from the command line.
+            import gguf  # lazily, as everywhere: only GGUF work needs it
+
+            args += [flag["override"], f"{gguf.Keys.Rope.SCALING_ATTN_FACTOR.format(arch=arch)}=float:{exact(attn)}"]
+        if sc.get("truncate") is False:
+            warnings.append("llama.cpp always rounds the YaRN ramp ends; truncate=false is not expressible there")
+    # The context: above the GGUF's context_length (n_ctx_train) llama.cpp only warns.
+    args += [flag["context"], str(target)]
+    return args, warnings
+
+
+def emit_llama_cpp(model: str, rope: RopeParams, layers: Mapping[str, RopeParams], model_type: str,
+                   target: int, converted_from: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """``converted_from``: the checkpoint's config when the line serves it as it ships (no -m), whose llama3 or
+    LongRoPE scaling the converter writes as tensors: the line then sets only the context."""
+    carried = converted_scaling(rope, converted_from) if converted_from is not None else None
+    if carried:
+        args = [FLAGS["context"], str(target)]
+        warnings = [f"no RoPE flag: llama.cpp's converter (convert_hf_to_gguf.py) writes this checkpoint's own "
+                    f"{rope.rope_type} scaling into the GGUF as {carried}, which llama.cpp applies; no flag can set it",
+                    *converted_notes(rope, target)]
+    else:
+        args, warnings = llama_cpp_args(rope, target, model_type)
+    if layers:
+        warnings.append("these flags set the full-attention RoPE; sliding-window layers keep the GGUF's own base")
+    if not model.lower().endswith(".gguf"):
+        # llama.cpp loads only GGUF: printing the HF folder after -m would give a command that cannot start.
+        warnings.append(f"llama.cpp loads GGUF files, not the Hugging Face checkpoint '{model}': convert it with "
+                        "llama.cpp's convert_hf_to_gguf.py and put that file in place of MODEL.gguf")
+        model = "MODEL.gguf"
+    command = "llama-server -m " + " ".join(shlex.quote(a) for a in [model, *args])
+    return {"engine": "llama.cpp", "args": args, "command": command}, warnings

@@ -158,7 +158,7 @@ def context_length(text: Mapping[str, Any], section: Mapping[str, Any] | None) -
 def predict(reader: Reader, config: Mapping[str, Any], version: str | None = None) -> Reading:
     """What SGLang's get_rope builds from ``config`` (loaded by transformers 5), and its derived context length."""
     from ropectl.readers import transformers as tf
-    from ropectl.schema.read import text_config
+    from ropectl.schema.layers import text_config
 
     base = tf.predict(tf.READERS[-1], config)  # SGLang loads config.json with transformers 5
     if not base.ok:
@@ -258,7 +258,7 @@ def emit(model: str, rope: RopeParams, layers: Mapping[str, RopeParams], partial
     from ropectl.output import dumps
     from ropectl.readers.parity import rope_difference
     from ropectl.readers.vllm import override_path  # where a composite config's text model reads: the same key
-    from ropectl.schema.read import text_config
+    from ropectl.schema.layers import text_config
 
     reader = newest()
     if layers:

@@ -18,13 +18,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropectl import families
-from ropectl.output import exact
+from ropectl.errors import MethodError
+from ropectl.output import dumps, exact
 from ropectl.readers import vllm_models as vm
 from ropectl.readers.base import DICT, MAX_POS, TOP, Quirk, Reader, Reading, ServeView, VersionRange
-from ropectl.readers.features import FeatureReading, as_configured, dca_builds, features_of, no_dca, with_features
+from ropectl.readers.features import features_of, with_features
 from ropectl.rope.frequencies import dynamic_theta
 from ropectl.rope.methods import rope_types_where
 from ropectl.rope.params import RopeParams
+from ropectl.schema.write import v5_parameters
 
 ENGINE = "vLLM"
 SERVE_AS, SERVED_BY_DEFAULT = "vllm", True  # recommend --serve-with
@@ -189,7 +191,7 @@ def _model_file(reader: Reader, model_type: str, rope: RopeParams, notes: list[s
 def predict(reader: Reader, config: Mapping[str, Any], version: str | None = None) -> Reading:
     """What vLLM builds from ``config``, and the longest sequence it accepts by default."""
     from ropectl.readers import transformers as tf
-    from ropectl.schema.read import text_config
+    from ropectl.schema.layers import text_config
 
     base = tf.predict(tf.READERS[-1], config)  # vLLM's config loading is transformers 5's
     if not base.ok:
@@ -217,32 +219,8 @@ def predict(reader: Reader, config: Mapping[str, Any], version: str | None = Non
         served = min(served, max_pos)  # the cos/sin table ends there: longer prompts give NaN
     reading = Reading(reader, ropes, notes=tuple(dict.fromkeys(notes)), serving_length=served,
                       also_differs=vm.longrope_switch(reader, written, version or reader.versions.low, served))
-    return with_features(reading, attention(reader, features_of(config), version or reader.versions.low,
+    return with_features(reading, vm.attention(reader, features_of(config), version or reader.versions.low,
                                             max_pos))
-
-
-def attention(reader: Reader, f: Any, version: str, max_pos: int) -> FeatureReading:
-    """What vLLM does with the attention features (``readers.features``), per release (the quirks' versions)."""
-    notes = as_configured(f)
-    differs = error = None
-    if f.temperature and f.temperature.layers == "NoPE layers":
-        # llama4.py (0.29, 0.32): Llama4ForCausalLM overwrites the config's value
-        notes[-1] += (f"; vLLM takes attn_temperature_tuning from generation_config, else turns it on only when "
-                      f"--max-model-len exceeds 32,768 (here {max_pos:,} by default): the config's value is not read")
-    elif f.temperature:  # Ministral 3: models/mistral.py reads only a top-level llama_4_scaling (Mistral-format)
-        notes.pop()
-        t = f.temperature
-        differs = (f"applies no query temperature to a Hugging Face config ({vm.NO_L4_SCALING_NOTE}): past position "
-                   f"{t.floor:,} its queries are unscaled where transformers multiplies them by 1 + {t.scale:g} ln(1 + "
-                   f"floor(position / {t.floor:,}))")
-    dca = next((q for q in reader.quirks_for("", "", version) if q.kind in vm.DCA_KINDS), None) if f.dual_chunk \
-        else None
-    if dca is not None and dca.kind == vm.DCA_IGNORED:
-        notes.insert(0, no_dca(f"{ENGINE} before 0.9", f))
-    elif dca is not None:
-        said = f"{dca_builds(f)}; {dca.note}"
-        differs, error = (said, None) if dca.kind == vm.DCA_OPT_IN else (differs, said)
-    return FeatureReading(tuple(notes), differs, error, plain=dca is not None and dca.kind != vm.DCA_IGNORED)
 
 
 def override_path(config: Mapping[str, Any]) -> tuple[str, ...]:
@@ -261,8 +239,70 @@ def max_positions_for(reader: Reader, model_type: str, rope: RopeParams, target:
 
 
 def emit_line(view: ServeView) -> tuple[dict[str, Any], list[str]]:
-    """``--emit vllm``: ``vllm serve`` with ``--hf-overrides`` (readers/emit.py)."""
-    from ropectl.readers.emit import emit_vllm
-
+    """``--emit vllm``: ``vllm serve`` with ``--hf-overrides``."""
     return emit_vllm(view.where, view.rope, view.layers, view.partial, view.target, view.model_type,
                      override_path(view.config))
+
+
+DYNAMIC_STATIC = ("vLLM has no dynamic scaling (its 'dynamic' is static, and undefined past max_position_embeddings): "
+                  "these overrides are the static equivalent for exactly {target} tokens, plain RoPE with "
+                  "theta {theta:.6g} (transformers' dynamic base at that length); shorter prompts get the base of "
+                  "the {target}-token length, not transformers' smaller one")
+
+
+def _served_rope(rope: RopeParams, target: int) -> RopeParams:
+    """What vLLM must be told: dynamic becomes its static equivalent at the target length."""
+    if rope.rope_type != "dynamic":
+        return rope
+    return static_dynamic(rope, target, rope.max_position_embeddings or rope.trained_context)
+
+
+# Keys vLLM's get_rope reads per rope type beyond the ones ropectl always writes, with the value that means "not set"
+# there (read in vllm/model_executor/layers/rotary_embedding/__init__.py and the YaRN / LongRoPE classes).
+_UNSET = {"yarn": {"attention_factor": None, "mscale": None, "mscale_all_dim": None, "truncate": True},
+          "longrope": {"short_mscale": None, "long_mscale": None}}
+
+
+def _merge_proof(section: dict[str, Any]) -> dict[str, Any]:
+    """vLLM merges a nested override into the config's rope_parameters key by key, so a key the model shipped
+    (a yarn attention_factor, say) would outlive the new section: spell every key vLLM reads for this type."""
+    return {**_UNSET.get(str(section.get("rope_type")), {}), **section}
+
+
+def vllm_overrides(rope: RopeParams, layers: Mapping[str, RopeParams], partial: float, target: int,
+                   model_type: str = "", reader: Reader | None = None, path: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The ``--hf-overrides`` value; ``path`` nests it where vLLM's text model reads (``vllm.override_path``)."""
+    reader = reader or newest()
+    part = partial if partial != 1.0 else None
+    served = _served_rope(rope, target)
+    section = (lambda p: _merge_proof(v5_parameters(p, part))) if path else (lambda p: v5_parameters(p, part))
+    if layers:
+        params: dict[str, Any] = {label: section(_served_rope(p, target)) for label, p in sorted(layers.items())}
+    else:
+        params = section(served)
+    overrides: dict[str, Any] = {"rope_parameters": params,
+                                 "max_position_embeddings": max_positions_for(reader, model_type, served, target)}
+    for key in reversed(path):
+        overrides = {key: overrides}
+    return overrides
+
+
+def emit_vllm(model: str, rope: RopeParams, layers: Mapping[str, RopeParams], partial: float,
+              target: int, model_type: str = "", path: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[str]]:
+    reader = newest()
+    if layers and partial != 1.0:
+        # Gemma 4: the partial factor belongs to one layer type (full attention); the overrides carry one value for
+        # every section, and vLLM would then rotate a fraction of the sliding layers' heads too
+        raise MethodError(f"--emit vllm cannot express per-layer partial rotary (partial_rotary_factor {partial:g} on "
+                          "some layer types only)", "serve the patched folder instead: ropectl patch MODEL -m METHOD "
+                          "-o DIR, then vllm serve DIR (vLLM reads its per-layer sections as written)")
+    overrides = vllm_overrides(rope, layers, partial, target, model_type, reader, path)
+    args = ["--hf-overrides", dumps(overrides, separators=(",", ":")), "--max-model-len", str(target)]
+    warnings = []
+    if rope.rope_type == "dynamic":
+        theta = _served_rope(rope, target).rope_theta
+        warnings.append(DYNAMIC_STATIC.format(target=target, theta=theta))
+    # what each release does with attention_factor / mscale is a reader quirk (readers.vllm_models), said by patch
+    command = "vllm serve " + " ".join(shlex.quote(a) for a in [model, *args])
+    return {"engine": "vllm", "versions": reader.versions.label, "hf_overrides": overrides,
+            "max_model_len": target, "args": args, "command": command}, warnings

@@ -49,6 +49,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ropectl.readers.base import Reader
+from ropectl.readers.features import FeatureReading, as_configured, dca_builds, no_dca
 from ropectl.rope.frequencies import yarn_mscale
 from ropectl.rope.params import YARN_DEFAULT_BETAS, RopeParams
 
@@ -197,3 +199,27 @@ def _proportional(rope: RopeParams) -> RopeParams:
 # quirk kind -> what the model file builds from the generic reading (or the error it raises)
 BUILDERS = {MLA_YARN: _mla, ALWAYS_YARN: _gpt_oss, MROPE_RANGE: _mrope, PLAIN_YARN_ATTENTION: _plain_attention,
             LONGROPE_LONG: _longrope_long, PROPORTIONAL_NO_FACTOR: _proportional, MROPE_ONE_DIMENSIONAL: _mrope_one_d}
+
+
+def attention(reader: Reader, f: Any, version: str, max_pos: int) -> FeatureReading:
+    """What vLLM does with the attention features (``readers.features``), per release (the quirks' versions)."""
+    notes = as_configured(f)
+    differs = error = None
+    if f.temperature and f.temperature.layers == "NoPE layers":
+        # llama4.py (0.29, 0.32): Llama4ForCausalLM overwrites the config's value
+        notes[-1] += (f"; vLLM takes attn_temperature_tuning from generation_config, else turns it on only when "
+                      f"--max-model-len exceeds 32,768 (here {max_pos:,} by default): the config's value is not read")
+    elif f.temperature:  # Ministral 3: models/mistral.py reads only a top-level llama_4_scaling (Mistral-format)
+        notes.pop()
+        t = f.temperature
+        differs = (f"applies no query temperature to a Hugging Face config ({NO_L4_SCALING_NOTE}): past position "
+                   f"{t.floor:,} its queries are unscaled where transformers multiplies them by 1 + {t.scale:g} ln(1 + "
+                   f"floor(position / {t.floor:,}))")
+    dca = next((q for q in reader.quirks_for("", "", version) if q.kind in DCA_KINDS), None) if f.dual_chunk \
+        else None
+    if dca is not None and dca.kind == DCA_IGNORED:
+        notes.insert(0, no_dca("vLLM before 0.9", f))
+    elif dca is not None:
+        said = f"{dca_builds(f)}; {dca.note}"
+        differs, error = (said, None) if dca.kind == DCA_OPT_IN else (differs, said)
+    return FeatureReading(tuple(notes), differs, error, plain=dca is not None and dca.kind != DCA_IGNORED)

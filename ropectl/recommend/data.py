@@ -51,7 +51,7 @@ def load_ppl_runs(folders: list[Path]) -> dict[str, Any]:
     first = runs[0]
     if len(runs) == 1:
         return first
-    from ropectl.eval.model import AS_IS
+    from ropectl.runtime.model import AS_IS
 
     meta = {**first["meta"], "methods": list(first["meta"]["methods"]),
             "screened_out": list(first["meta"].get("screened_out", ())), "runs": {}}
@@ -101,7 +101,7 @@ def with_ships(ppl: dict[str, Any], model: str) -> dict[str, Any]:
     if "ships" in ppl["meta"] or not config.is_file():
         return ppl
     from ropectl.errors import RopectlError
-    from ropectl.eval.model import ships
+    from ropectl.runtime.model import ships
 
     try:
         shipped = ships(json.loads(config.read_text(encoding="utf-8")))

@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ropectl.errors import DataError, UsageError
-from ropectl.eval.model import AS_IS, REFERENCE
 from ropectl.eval.stats import (
     min_pairs,
     paired_difference,
@@ -34,6 +33,7 @@ from ropectl.eval.stats import (
 )
 from ropectl.recommend.data import load_ppl, load_ppl_runs, load_tasks
 from ropectl.recommend.ship import patch_commands, ship_commands, ship_line
+from ropectl.runtime.model import AS_IS, REFERENCE
 
 __all__ = ["DEFAULT_MAX_REGRESSION", "MIN_DOCS", "check_max_regression", "Evidence", "Recommendation", "REFERENCE",
            "Rival", "load_ppl", "load_ppl_runs", "load_tasks", "in_window", "patch_commands", "recommend", "screen",

@@ -127,7 +127,7 @@ def plan_lines(plan: Plan, timing: Timing | None, base: Plan | None = None, budg
                ) -> list[str]:
     """The plan as printed before the sweeps: counts, the estimate and what it rests on, the budget's cuts, and
     the task trials' power. ``base``: the generic sizes the budget cut from."""
-    from ropectl.eval.settings import length_label as label
+    from ropectl.runtime.lengths import length_label as label
 
     m, at = len(plan.methods), ", ".join(label(n) for n in plan.lengths)
     screen = (f"a screen of {plan.screen_cells} cells ({m} methods x {plan.docs} documents at "
@@ -169,7 +169,7 @@ def reference_line(ships: str | None) -> str:
 
 def screen_lines(plan: Plan, spread: float | None, left: Plan, timing: Timing | None) -> list[str]:
     """After the screen: the PPL power its spread between documents gives, and the estimate for what is left."""
-    from ropectl.eval.settings import length_label as label
+    from ropectl.runtime.lengths import length_label as label
 
     lines = []
     ratio = ppl_ratio(plan.docs, spread) if spread else None

@@ -72,8 +72,8 @@ def applicable(config: Any, methods: list[str]) -> tuple[list[str], dict[str, st
     """The candidates patch would write on this config, and the others with the config's refusal (Phi-3's config
     takes only default and longrope; a shipped scaling that is not re-extendable needs --replace-existing)."""
     from ropectl.errors import RopectlError
-    from ropectl.eval.model import method_states
     from ropectl.rope.methods import parse_spec
+    from ropectl.runtime.model import method_states
 
     kept, refused = [], {}
     for method in methods:
@@ -114,7 +114,7 @@ class Request:
 
 def recommend_root(out: Path | None, resume: bool) -> Path:
     """The folder the sweeps write under: --out; with --resume and no --out the newest runs/recommend-*."""
-    from ropectl.eval.output import output_dir
+    from ropectl.runtime.folder import output_dir
 
     return output_dir(out, resume, "recommend", "recommendation")
 
@@ -133,7 +133,7 @@ def run_sweeps(model: str | None, target: int, factor: float | None, out: Path |
 
 def run(req: Request, progress: Callable[[Any], None] | None = None, on_ppl: Callable[[Any], None] | None = None,
         say: Callable[[str], None] | None = None) -> Sweeps:
-    from ropectl.eval.reuse import reusing
+    from ropectl.runtime.reuse import reusing
 
     with reusing():  # the probe, the screen, the PPL sweep and the task sweep share one load of the model
         return _run(req, progress, on_ppl, say or (lambda line: None))
@@ -180,9 +180,9 @@ def _run(req: Request, progress: Callable[[Any], None] | None, on_ppl: Callable[
 def plan_grid(req: Request) -> tuple[Plan, dict[str, str], int]:
     """The plan at the generic (or demo) sizes, the candidates not measured and why, the trained context."""
     from ropectl.eval.engines import DEFAULT_ENGINE, get_engine
-    from ropectl.eval.model import model_source, ships, trained_context
-    from ropectl.eval.settings import parse_lengths
     from ropectl.eval.tasks.ruler import resolve_tasks
+    from ropectl.runtime.lengths import parse_lengths
+    from ropectl.runtime.model import model_source, ships, trained_context
 
     sizes = DEMO if req.model is None else GENERIC
     config = model_source(req.model).config

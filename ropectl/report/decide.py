@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ropectl.eval.effective import FAILS, Effective
-from ropectl.eval.settings import length_label as label
 from ropectl.report.analysis import LengthRow, PplRow
 from ropectl.report.spec import THRESHOLD
+from ropectl.runtime.lengths import length_label as label
 
 REACHED, NOT_REACHED, NOT_DETERMINED = "reached", "not reached", "not determined"
 

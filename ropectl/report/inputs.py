@@ -24,10 +24,10 @@ class Inputs:
 
 
 def preflight(spec: ReportSpec) -> Inputs:
-    from ropectl.eval.model import model_source, trained_context
-    from ropectl.eval.settings import length_label as label
     from ropectl.eval.tasks.ruler import resolve_tasks
     from ropectl.report.retention import check_not_finetune_data, retention_dataset
+    from ropectl.runtime.lengths import length_label as label
+    from ropectl.runtime.model import model_source, trained_context
 
     base, extended = model_source(spec.base), model_source(spec.extended)
     trained = trained_context(base.config)
@@ -51,8 +51,8 @@ def preflight(spec: ReportSpec) -> Inputs:
 
 
 def _same_tokenizer(base: Any, extended: Any) -> Any:
-    from ropectl.eval.corpus import tokenizer_identity
-    from ropectl.eval.model import load_tokenizer
+    from ropectl.runtime.corpus import tokenizer_identity
+    from ropectl.runtime.model import load_tokenizer
 
     a, b = load_tokenizer(base.path, base.kwargs), load_tokenizer(extended.path, extended.kwargs)
     if tokenizer_identity(a) != tokenizer_identity(b):
@@ -65,9 +65,9 @@ def _same_tokenizer(base: Any, extended: Any) -> Any:
 def _fitting(tokenizer: Any, tasks: tuple[str, ...], reference: int, dataset: str | None, seed: int,
              ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The tasks whose prompt fits the reference length (one trial built for each), and those that do not."""
-    from ropectl.eval.corpus import make_source
     from ropectl.eval.tasks.ruler.runner import build_trials
     from ropectl.eval.tasks.ruler.spec import build_tasks_spec
+    from ropectl.runtime.corpus import make_source
 
     texts = [t for _, t in make_source(dataset).texts()]
     fits, too_long = [], []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ropectl.eval.settings import length_label as label
+from ropectl.runtime.lengths import length_label as label
 
 
 def _pct(ci: Mapping[str, Any] | None) -> str:

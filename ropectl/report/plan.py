@@ -92,7 +92,7 @@ def decides_lines(plan: Plan) -> list[str]:
 
 
 def plan_lines(plan: Plan, timing: Timing | None, budget_min: float | None, asked: int) -> list[str]:
-    from ropectl.eval.settings import length_label as label
+    from ropectl.runtime.lengths import length_label as label
 
     tasks = len(plan.tasks)
     lines = [f"plan: both models, up to {tasks} tasks x {plan.reference_samples} samples at the reference length "

@@ -30,8 +30,8 @@ def retention_dataset(name: str, longest: int) -> str:
 
 
 def python_docs(longest: int) -> Path:
-    from ropectl.eval.cache import cache_root
     from ropectl.io.files import atomic_write_text
+    from ropectl.runtime.cache import cache_root
 
     try:
         from pydoc_data.topics import topics
@@ -86,7 +86,7 @@ def _same(a: str, b: str) -> bool:
 
 
 def _document_ids(dataset: str, docs: int) -> list[str]:
-    from ropectl.eval.corpus import make_source
+    from ropectl.runtime.corpus import make_source
 
     out = []
     for doc_id, text in make_source(dataset).texts():

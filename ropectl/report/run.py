@@ -31,9 +31,9 @@ class Measured:
 
 def run_report(spec: ReportSpec, say: Say | None = None, progress: Callable[[Any], None] | None = None) -> Any:
     """Everything ``ropectl report`` does; returns the Card (``ropectl.report.card``)."""
-    from ropectl.eval.output import output_dir
-    from ropectl.eval.reuse import reusing
     from ropectl.report.card import build_card, write_card
+    from ropectl.runtime.folder import output_dir
+    from ropectl.runtime.reuse import reusing
 
     say = say or (lambda line: None)
     with reusing():  # the probe and the sweeps share one load of each model

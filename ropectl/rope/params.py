@@ -18,7 +18,8 @@ class RopeParams:
     ``rope_type`` uses transformers' names (``default`` for unscaled RoPE; each scaling method module in
     ``ropectl.rope.methods`` names the type it owns); static NTK is ``default`` with a changed ``rope_theta``.
     ``scaling`` holds the type's own keys (``factor``, ``original_max_position_embeddings``, ``beta_fast`` ...), never
-    ``rope_type``, ``type`` or ``rope_theta``.
+    ``rope_type``, ``type`` or ``rope_theta``. The factor a model uses where none is written is the registry's to
+    say (``ropectl.rope.methods.effective_factor``): this module knows no method.
     """
 
     rope_type: str
@@ -31,23 +32,6 @@ class RopeParams:
     def factor(self) -> float | None:
         value = self.scaling.get("factor")
         return None if value is None else float(value)
-
-    @property
-    def implied_factor(self) -> bool:
-        """True when the factor is not written but implied (the type's ``Method.implied_factor``: Phi-3-style
-        longrope, and yarn without one): transformers then takes max_position_embeddings / original."""
-        from ropectl.rope.methods.registry import owner_of  # the registry imports this module
-
-        owner = owner_of(self.rope_type)
-        return (self.factor is None and owner is not None and owner.implied_factor
-                and bool(self.max_position_embeddings and self.original_max_position_embeddings))
-
-    @property
-    def effective_factor(self) -> float | None:
-        """The factor the model uses: the written one, else the implied one (see ``implied_factor``)."""
-        if self.implied_factor:
-            return int(self.max_position_embeddings or 0) / int(self.original_max_position_embeddings or 1)
-        return self.factor
 
     @property
     def original_max_position_embeddings(self) -> int | None:

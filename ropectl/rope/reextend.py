@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ropectl.rope.methods import MethodSpec, find_method, owner_of
+from ropectl.rope.methods import MethodSpec, effective_factor, find_method, owner_of
 from ropectl.rope.params import RopeParams
 
 # Which types can be undone exactly, and which of the shipped options a re-extension keeps, are the method
@@ -56,7 +56,7 @@ def shipped_context(rope: RopeParams, original: int | None) -> int:
     """The context a config serves as it ships: max_position_embeddings where that is longer than original x factor
     (llama3 reaches 131072 from 8192 with factor 8), else original x factor (Qwen's yarn form and dynamic keep
     max_position_embeddings at the original)."""
-    factor = rope.effective_factor or 1.0
+    factor = effective_factor(rope) or 1.0
     return max(int(round((original or 0) * factor)), int(rope.max_position_embeddings or 0))
 
 

@@ -18,6 +18,7 @@ from ropectl.rope.methods import (
     MethodSpec,
     apply_method,
     as_is_name,
+    effective_factor,
     factor_for_target,
     get_method,
     is_prope,
@@ -58,7 +59,7 @@ class ConfigPlan:
     @property
     def factor(self) -> float | None:
         if self.kept:
-            return self.rope.effective_factor
+            return effective_factor(self.rope)
         return self.method.factor if self.method is not None else self.rope.factor
 
     @property
@@ -105,7 +106,7 @@ def _base_rope(model: ModelRope, replace_existing: bool) -> tuple[RopeParams, bo
     if is_scaled(model):
         if not replace_existing and reextension_of(rope) is None:
             raise ConfigError(
-                f"the model is already scaled (rope type '{rope.rope_type}', factor {rope.effective_factor or 1:g}) "
+                f"the model is already scaled (rope type '{rope.rope_type}', factor {effective_factor(rope) or 1:g}) "
                 "and config.json "
                 "has no ropectl record of its unscaled base, so a new factor would silently stack on the old one",
                 "pass --replace-existing to replace the existing scaling, taking rope_theta and the original "

@@ -1,4 +1,5 @@
-"""Per-layer-type rope sections: which label is the global attention, and each label's head dim."""
+"""Where a config keeps its RoPE: the language model's section of a multimodal wrapper (``text_config``), and the
+per-layer-type rope sections (which label is the global attention, and each label's head dim)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropectl import families
+
+ROPE_KEYS = ("rope_theta", "rope_scaling", "rope_parameters", "rotary_dim", "rotary_pct", "rotary_emb_base",
+             "partial_rotary_factor", "rope_local_base_freq")
+
+
+def text_config(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Multimodal wrappers keep the language model's settings in ``text_config``."""
+    inner = cfg.get("text_config")
+    if isinstance(inner, Mapping) and not any(k in cfg for k in ROPE_KEYS):
+        return {**inner, "ropectl": cfg.get("ropectl", inner.get("ropectl"))}
+    return cfg
+
 
 
 def layer_head_dims(cfg: Mapping[str, Any], head_dim: int) -> dict[str, int]:

@@ -20,10 +20,8 @@ from ropectl.families.attention import AttentionFeatures, attention_features
 from ropectl.rope.methods import is_prope_type, method_of_type, owner_of, rope_types, rope_types_where, type_aliases
 from ropectl.rope.params import RopeParams
 from ropectl.schema import validate
-from ropectl.schema.layers import layer_head_dims, main_label
+from ropectl.schema.layers import ROPE_KEYS, layer_head_dims, main_label, text_config
 
-ROPE_KEYS = ("rope_theta", "rope_scaling", "rope_parameters", "rotary_dim", "rotary_pct", "rotary_emb_base",
-             "partial_rotary_factor", "rope_local_base_freq")
 SCALED_TYPES_WITH_ORIGINAL = rope_types_where(lambda m: m.needs_original)
 GEMMA_LOCAL_THETA = 1e4
 
@@ -55,14 +53,6 @@ class ModelRope:
     card_note: str | None = None
     # What the config names beside its RoPE: NoPE layers, sliding / chunked attention, a query temperature, DCA.
     attention: AttentionFeatures | None = None
-
-
-def text_config(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
-    """Multimodal wrappers keep the language model's settings in ``text_config``."""
-    inner = cfg.get("text_config")
-    if isinstance(inner, Mapping) and not any(k in cfg for k in ROPE_KEYS):
-        return {**inner, "ropectl": cfg.get("ropectl", inner.get("ropectl"))}
-    return cfg
 
 
 def _first(cfg: Mapping[str, Any], *keys: str) -> Any:

@@ -12,6 +12,7 @@ from typing import Any
 
 from ropectl.errors import ConfigError
 from ropectl.limits import MAX_FACTOR, MAX_HEAD_DIM, MAX_HEADS, MAX_POSITIONS, MAX_THETA, MIN_ROTARY_DIM
+from ropectl.schema.layers import text_config
 
 
 def number(key: str, value: Any, example: str) -> float:
@@ -85,8 +86,6 @@ def warnings_for(cfg: dict[str, Any] | Any, factor_value: float | None) -> list[
 
 def null_theta_warning(config: Mapping[str, Any]) -> str | None:
     """transformers 5 saves ``"rope_theta": null`` after ``config.rope_scaling = {...}`` on a config without it."""
-    from ropectl.schema.read import text_config  # read imports this module
-
     cfg = text_config(config)
     sections = [cfg.get("rope_parameters"), cfg.get("rope_scaling")]
     nested = [s for s in sections if isinstance(s, Mapping)]

@@ -24,7 +24,8 @@ from ropectl.families import (
 )
 from ropectl.rope.methods import TARGET, TRAINED, Method, is_prope_type, owner_of, rope_types_where
 from ropectl.rope.params import RopeParams
-from ropectl.schema.read import ROPE_KEYS, ModelRope
+from ropectl.schema.layers import ROPE_KEYS
+from ropectl.schema.read import ModelRope
 
 SCHEMAS = ("both", "v4", "v5")
 # Where each model type's config class reads its base and partial rotary factor from in the v4 form.

@@ -1,7 +1,7 @@
 """A candidate's fitness, measured through the evaluation engine protocol on one load of the model.
 
 The transformers engine loads the weights once; each candidate is a ``MethodState`` (the config ``patch`` would
-write, ``ropectl.eval.model.method_states``), put in place by ``activate`` (only the rotary modules are rebuilt and
+write, ``ropectl.runtime.model.method_states``), put in place by ``activate`` (only the rotary modules are rebuilt and
 checked against ropectl's frequencies), then scored with ``SequenceNLL`` (perplexity) and ``AnswerLogprobs`` (the
 needle's answer tokens, teacher forced: LongRoPE2's fitness, arXiv 2502.20082).
 
@@ -91,7 +91,7 @@ class Evaluator:
 
     def __init__(self, model: str | None, device: str, dtype: str, engine: str = "transformers") -> None:
         from ropectl.eval.engines import get_engine
-        from ropectl.eval.model import model_source, resolve_device, resolve_dtype_choice
+        from ropectl.runtime.model import model_source, resolve_device, resolve_dtype_choice
 
         self.source = model_source(model)
         self.device = resolve_device(device)
@@ -112,7 +112,7 @@ class Evaluator:
 
     def state(self, spec: MethodSpec | None) -> Any:
         """``spec``'s method state; None: the model's RoPE as its config states it (a written folder)."""
-        from ropectl.eval.model import method_states
+        from ropectl.runtime.model import method_states
 
         key = label(spec)
         if key not in self._states:
@@ -165,7 +165,7 @@ class Evaluator:
 
 
 def label(spec: MethodSpec | None) -> str:
-    from ropectl.eval.model import AS_IS
+    from ropectl.runtime.model import AS_IS
 
     return AS_IS if spec is None else spec.label
 
@@ -197,7 +197,7 @@ def split_documents(ev: Evaluator, dataset: str | None, search: int, held_out: i
                     held_ids: tuple[str, ...] = ()) -> tuple[list[Any], list[Any]]:
     """Search and held-out documents, disjoint, drawn with ``seed`` from the corpus documents at least ``target``
     tokens long; the held-out ones are ``held_ids`` where given (the search's are drawn from the rest)."""
-    from ropectl.eval.corpus import load_corpus, make_source
+    from ropectl.runtime.corpus import load_corpus, make_source
 
     source = make_source(dataset)
     corpus = load_corpus(source, ev.tokenizer, 4 * (search + held_out) + 8)
@@ -221,10 +221,10 @@ def split_documents(ev: Evaluator, dataset: str | None, search: int, held_out: i
 
 def needle_trials(ev: Evaluator, dataset: str | None, target: int, samples: int, seed: int) -> list[Any]:
     """RULER niah trials at the target (the eval-tasks generator; ``seed`` keeps search and held-out apart)."""
-    from ropectl.eval.corpus import make_source
     from ropectl.eval.tasks.ruler import GENERATORS, generator_names, trial_rng
     from ropectl.eval.tasks.ruler.build import Tokens, assemble
     from ropectl.eval.tasks.ruler.haystack import from_texts
+    from ropectl.runtime.corpus import make_source
 
     if samples <= 0:
         return []

@@ -32,8 +32,8 @@ class SearchResult:
 
 def run_search(req: SearchRequest, say: Callable[[str], None] | None = None) -> SearchResult:
     """The search ``req`` asks for; ``say`` gets the progress lines (the CLI: stderr)."""
-    from ropectl.eval.interrupt import sigterm_as_interrupt
-    from ropectl.eval.reuse import reusing
+    from ropectl.runtime.interrupt import sigterm_as_interrupt
+    from ropectl.runtime.reuse import reusing
 
     say = say or (lambda line: None)
     with reusing(), sigterm_as_interrupt():  # SIGTERM unwinds as Ctrl-C: Optuna marks the running trial failed

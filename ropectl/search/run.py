@@ -112,9 +112,9 @@ def check_request(req: SearchRequest) -> None:
 def prepare(req: SearchRequest, say: Callable[[str], None]) -> Setup:
     """Every refusal, then the one load, then the closed-form grid (stored in OUT: a resumed search reuses it)."""
     from ropectl.eval.identity import model_identity
-    from ropectl.eval.model import default_model_path, trained_context
-    from ropectl.eval.output import check_output, missing_root
     from ropectl.io.ownership import check_owned, claim
+    from ropectl.runtime.folder import check_output, missing_root
+    from ropectl.runtime.model import default_model_path, trained_context
 
     check_request(req)
     check_space(req.space, str(req.model or default_model_path()))

@@ -247,7 +247,7 @@ def test_e40_dataset_that_never_ends(isolated, tiny_model) -> None:
 
 def test_dataset_reads_are_bounded(isolated, tiny_model, tmp_path: Path, monkeypatch) -> None:
     """Text files and JSONL lines above the limits are refused before they are read into memory."""
-    import ropectl.eval.corpus as data
+    import ropectl.runtime.corpus as data
 
     monkeypatch.setattr(data, "MAX_DATASET_BYTES", 1000)
     monkeypatch.setattr(data, "MAX_LINE_BYTES", 100)

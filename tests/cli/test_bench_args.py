@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ropectl.eval.settings import parse_lengths
+from ropectl.runtime.lengths import parse_lengths
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_ppl.py"
 

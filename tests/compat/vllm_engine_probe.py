@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 def main() -> None:
     from ropectl.eval.engines import get_engine
-    from ropectl.eval.model import method_states, model_source, trained_context
     from ropectl.eval.settings import parse_methods
+    from ropectl.runtime.model import method_states, model_source, trained_context
 
     job = json.loads(open(sys.argv[1]).read())
     source = model_source(job["model"])

@@ -163,7 +163,7 @@ def test_resume_command_names_the_launcher_and_what_it_asked(env: dict[str, str]
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """`accelerate launch --use_fsdp` asked for FSDP through the environment; the printed torchrun command must ask
     with --fsdp, else the resumed run would not shard and its identity would differ."""
-    from ropectl.cli.finetune_cmd import resume_command
+    from ropectl.finetune.runs import resume_command
 
     for key in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "LOCAL_RANK", "ACCELERATE_USE_FSDP"):
         monkeypatch.delenv(key, raising=False)

@@ -104,8 +104,8 @@ def test_model_built_for_training_has_the_patched_rope(ft_model: Path, isolated:
     import torch
     from transformers import AutoConfig, LlamaForCausalLM
 
-    from ropectl.eval.model import model_source
     from ropectl.finetune.build import build_model
+    from ropectl.runtime.model import model_source
     from ropectl.schema.apply import apply_to_config
 
     source = model_source(str(ft_model))
@@ -128,8 +128,8 @@ def test_a_dropped_scaling_is_refused_before_training(ft_model: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     from ropectl.errors import VerificationError
-    from ropectl.eval.model import model_source
     from ropectl.finetune.build import verify_patched_rope
+    from ropectl.runtime.model import model_source
     from ropectl.schema.apply import apply_to_config
 
     patched, _ = apply_to_config(model_source(str(ft_model)).config, parse_spec("yarn:4"))
@@ -139,8 +139,8 @@ def test_a_dropped_scaling_is_refused_before_training(ft_model: Path) -> None:
 
 
 def test_lora_trains_only_adapters_and_writes(ft_model: Path, ft_corpus: Path, isolated: Path) -> None:
-    from ropectl.eval.model import model_source
     from ropectl.finetune.build import add_lora, build_model, trainable_count
+    from ropectl.runtime.model import model_source
     from ropectl.schema.apply import apply_to_config
 
     spec = _spec(ft_model, ft_corpus, isolated / "out", lora=4, steps=2)
@@ -164,8 +164,8 @@ def test_trained_embeddings_stay_tied_to_the_head(tmp_path: Path) -> None:
     head is still the embedding (peft #2777)."""
     import torch
 
-    from ropectl.eval.model import model_source
     from ropectl.finetune.build import add_lora, build_model
+    from ropectl.runtime.model import model_source
     from ropectl.schema.apply import apply_to_config
     from tests.helpers.checkpoints import tiny_llama
 

@@ -198,11 +198,11 @@ def recommend_plan(folder: Path) -> Seen:
 
     @handle_errors
     def plan() -> None:
-        from ropectl.eval.model import method_states, model_source, trained_context
         from ropectl.readers import serving_engines_for
         from ropectl.recommend.plan import plan_lines
         from ropectl.recommend.run import Request, plan_grid
         from ropectl.rope.methods import parse_spec
+        from ropectl.runtime.model import method_states, model_source, trained_context
 
         source = model_source(str(folder))
         target = 2 * (trained_context(source.config) or 0)

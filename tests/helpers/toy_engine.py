@@ -61,7 +61,7 @@ class ToyEngine(TransformersEngine):
 
     def greedy(self, requests: Sequence[GreedyContinuation]) -> list[Continuation]:
         from ropectl.eval.engines.hf.forward import end_tokens
-        from ropectl.eval.engines.hf.rotary import kept_rotary
+        from ropectl.runtime.rotary import kept_rotary
 
         state = self.state
         assert state is not None, "activate a method before scoring"

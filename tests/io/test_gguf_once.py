@@ -55,8 +55,8 @@ def test_a_sweep_load_parses_the_real_gguf_once(smollm2: Path, monkeypatch: pyte
     reader the same way, through load_gguf_checkpoint; building them here would cost a minute.)"""
     import gguf
 
-    from ropectl.eval.engines.hf.load import auto_class
-    from ropectl.eval.model import model_source
+    from ropectl.runtime.load import auto_class
+    from ropectl.runtime.model import model_source
 
     built: list[str] = []
     original = gguf.GGUFReader

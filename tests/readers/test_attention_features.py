@@ -158,7 +158,7 @@ def test_ministral3_temperature_is_not_applied_by_vllm(tmp_path: Path) -> None:
     ("qwen2.5-7b-instruct-1m", 1_010_000, "beyond 253,952"),
 ])
 def test_length_bounds(name: str, length: int, needle: str) -> None:
-    from ropectl.schema.read import text_config
+    from ropectl.schema.layers import text_config
 
     features = attention_features(text_config(_config(name)))
     assert any(needle in b for b in length_bounds(features, length)), length_bounds(features, length)
@@ -167,7 +167,7 @@ def test_length_bounds(name: str, length: int, needle: str) -> None:
 def test_no_bound_below_the_window() -> None:
     """Negative controls: a length inside the window or chunk is bounded by nothing; a window that is switched off
     (Qwen2.5-1M: use_sliding_window false) is no window."""
-    from ropectl.schema.read import text_config
+    from ropectl.schema.layers import text_config
 
     gemma = attention_features(text_config(_config("gemma-3-4b-it")))
     assert length_bounds(gemma, 1024) == []

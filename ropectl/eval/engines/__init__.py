@@ -33,7 +33,7 @@ from ropectl.eval.engines.requests import (
 )
 
 if TYPE_CHECKING:
-    from ropectl.eval.model import MethodState, ModelSource
+    from ropectl.runtime.model import MethodState, ModelSource
 
 DEFAULT_ENGINE = "transformers"
 ALIASES = {"hf": "transformers"}
@@ -58,6 +58,15 @@ class Engine:
         self.state: MethodState | None = None  # the method whose RoPE is in place
 
     # loading and switching --------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_loaded(cls, source: ModelSource, model: Any, tokenizer: Any, device: str, dtype: str,
+                    command: str = "finetune") -> Engine:
+        """An engine around a torch model already in memory (finetune's evaluation during training), so that a
+        command that holds a model scores it through the protocol, never through an engine's internals. An engine
+        that runs its own workers (vLLM) cannot."""
+        raise UsageError(f"the {cls.name} engine cannot score a model already in memory",
+                         "use the transformers engine")
 
     def check(self, sweep: Any) -> None:
         """Every refusal that needs the sweep, before the tokenizer and the weights load."""

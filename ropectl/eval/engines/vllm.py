@@ -29,7 +29,7 @@ from ropectl.eval.engines.requests import (
     SequenceScore,
     sequence_score,
 )
-from ropectl.eval.model import MethodState, ModelSource, load_tokenizer
+from ropectl.runtime.model import MethodState, ModelSource, load_tokenizer
 
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 

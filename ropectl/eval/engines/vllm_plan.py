@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ropectl.errors import MethodError, UsageError
-from ropectl.eval.model import MethodState
 from ropectl.output import dumps
+from ropectl.runtime.model import MethodState
 
 EXTRA = "pip install 'ropectl[vllm]'"
 BACKENDS = ("mp", "ray", "uni", "external_launcher")
@@ -81,7 +81,7 @@ def parallel_from(spec: Any) -> Parallel:
 
 def check_heads(config: Mapping[str, Any], parallel: Parallel) -> None:
     """vLLM splits attention heads across the tensor-parallel ranks: the size must divide them."""
-    from ropectl.schema.read import text_config
+    from ropectl.schema.layers import text_config
 
     cfg = text_config(config)
     tp = parallel.tensor_parallel_size
@@ -117,7 +117,7 @@ def serving_for(state: MethodState, config: Mapping[str, Any], length: int, long
                 trained: int | None) -> Serving:
     """The engine that scores ``state`` at ``length`` (prompts of ``length`` tokens)."""
     from ropectl.readers import vllm as reader_mod
-    from ropectl.readers.emit import emit_vllm
+    from ropectl.readers.vllm import emit_vllm
     from ropectl.schema.read import read_model_rope
 
     model = read_model_rope(state.config)

@@ -1,7 +1,7 @@
 """Evaluation tasks and their registry (``register_task``, in the spirit of lm-eval's).
 
 A task says what a cell is, how a batch of cells is scored, how results aggregate and what it writes (tables,
-plots, summary). The sweep driver (``ropectl.eval.sweep.run_sweep``) does the rest for every task: output
+plots, summary). The sweep driver (``ropectl.eval.tasks.sweep.run_sweep``) does the rest for every task: output
 folder, lock, resume identity, method switching with the frequency check, data parallelism, progress and
 Ctrl-C / SIGTERM. The contract (``Task``, ``Batch``, the ``Sweep`` every hook gets) is ``contract``; tasks score
 through the sweep engine's three calls (``ropectl.eval.engines.requests``). See docs/contributing/add-a-task.md.

@@ -1,6 +1,6 @@
 """The contract between a task and the sweep driver, in one file: the ``Task`` hooks, the ``Batch`` a plan is made
 of, the fields of a spec the driver reads, and the ``Sweep`` (one run's shared state) every hook is handed.
-The driver is ``ropectl.eval.sweep``; the registry ``ropectl.eval.tasks``."""
+The driver is ``ropectl.eval.tasks.sweep``; the registry ``ropectl.eval.tasks``."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from ropectl.eval.dist import World
     from ropectl.eval.engines import Engine
-    from ropectl.eval.lock import OutLock
-    from ropectl.eval.model import MethodState, ModelSource
+    from ropectl.runtime.dist import World
+    from ropectl.runtime.lock import OutLock
+    from ropectl.runtime.model import MethodState, ModelSource
 
 
 @dataclass

@@ -24,10 +24,12 @@ from ropectl.rope.methods.registry import (
     Param,
     as_is_name,
     default_candidates,
+    effective_factor,
     find_method,
     first_where,
     get_method,
     gguf_owner,
+    implied_factor,
     is_prope_type,
     load_all,
     method_names,
@@ -43,9 +45,8 @@ from ropectl.rope.methods.registry import (
 
 load_all()
 
-__all__ = [
-    "METHODS", "ORIGINAL", "TARGET", "TRAINED", "Method", "MethodSpec", "Param", "apply_method", "as_is_name", "check_factor",
-    "default_candidates", "factor_for_target", "find_method", "first_where", "get_method", "gguf_owner", "is_prope",
-    "is_prope_type", "method_names", "method_of_type", "owner_of", "parse_spec", "parse_value", "register_method", "resolve_file",
-    "rope_types", "rope_types_where", "search_spaces", "trained_length", "type_aliases", "unscaled_name", "validate_options",
-]
+__all__ = ["METHODS", "ORIGINAL", "TARGET", "TRAINED", "Method", "MethodSpec", "Param", "apply_method", "as_is_name",
+    "check_factor", "default_candidates", "effective_factor", "factor_for_target", "find_method", "first_where",
+    "get_method", "gguf_owner", "implied_factor", "is_prope", "is_prope_type", "method_names", "method_of_type",
+    "owner_of", "parse_spec", "parse_value", "register_method", "resolve_file", "rope_types", "rope_types_where",
+    "search_spaces", "trained_length", "type_aliases", "unscaled_name", "validate_options"]

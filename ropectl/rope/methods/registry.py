@@ -139,6 +139,21 @@ def owner_of(rope_type: str) -> Method | None:
     return _ROPE_TYPES.get(rope_type)
 
 
+def implied_factor(rope: RopeParams) -> bool:
+    """True when ``rope``'s factor is not written but implied (its type's ``Method.implied_factor``: Phi-3-style
+    longrope, and yarn without one): transformers then takes max_position_embeddings / original."""
+    owner = owner_of(rope.rope_type)
+    return (rope.factor is None and owner is not None and owner.implied_factor
+            and bool(rope.max_position_embeddings and rope.original_max_position_embeddings))
+
+
+def effective_factor(rope: RopeParams) -> float | None:
+    """The factor the model uses: the written one, else the implied one (see :func:`implied_factor`)."""
+    if implied_factor(rope):
+        return int(rope.max_position_embeddings or 0) / int(rope.original_max_position_embeddings or 1)
+    return rope.factor
+
+
 def rope_types() -> tuple[str, ...]:
     """Every rope type ropectl can compute, in registry order."""
     return tuple(_ROPE_TYPES)

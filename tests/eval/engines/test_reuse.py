@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from ropectl.eval.engines.hf.load import load_model
-from ropectl.eval.model import load_tokenizer, model_source
-from ropectl.eval.reuse import reusing
 from ropectl.eval.tasks.ppl import build_spec, run_eval
+from ropectl.runtime.load import load_model
+from ropectl.runtime.model import load_tokenizer, model_source
+from ropectl.runtime.reuse import reusing
 
 
 def _spec(model: Path, corpus: Path, out: Path, methods: list[str]):

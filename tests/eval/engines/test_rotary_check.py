@@ -34,7 +34,7 @@ def test_bf16_buffers_are_checked_at_their_precision() -> None:
     scaling factor does not (negative control: frequencies twice as high)."""
     import torch
 
-    from ropectl.eval.engines.hf.rotary import verify_rotary
+    from ropectl.runtime.rotary import verify_rotary
 
     config = {**BASE, "rope_scaling": {"rope_type": "linear", "factor": 4.0}}
     module = _module(config).to(torch.bfloat16)
@@ -47,7 +47,7 @@ def test_bf16_buffers_are_checked_at_their_precision() -> None:
 
 def test_float32_keeps_the_tight_tolerance() -> None:
     """fp32: a relative change of 1e-4 in every frequency is refused (bf16's tolerance would have let it through)."""
-    from ropectl.eval.engines.hf.rotary import verify_rotary
+    from ropectl.runtime.rotary import verify_rotary
 
     module = _module(BASE)
     module.original_inv_freq = module.original_inv_freq * (1 + 1e-4)
@@ -60,7 +60,7 @@ def test_longrope_after_a_long_forward_is_checked_as_built() -> None:
     length None the frequencies built at load time are compared; at the length the forward ran, the long ones."""
     import torch
 
-    from ropectl.eval.engines.hf.rotary import verify_rotary
+    from ropectl.runtime.rotary import verify_rotary
 
     config = {**BASE, "max_position_embeddings": 256, "rope_scaling": LONGROPE}
     module, state = _module(config), _state(config)
@@ -73,7 +73,7 @@ def test_longrope_after_a_long_forward_is_checked_as_built() -> None:
 
 
 def test_the_callers_words_carry_the_measured_error() -> None:
-    from ropectl.eval.engines.hf.rotary import verify_rotary
+    from ropectl.runtime.rotary import verify_rotary
 
     with pytest.raises(VerificationError) as info:
         verify_rotary(_module(BASE), _state({**BASE, "rope_theta": 500000.0}), None, problem="trained with other RoPE",

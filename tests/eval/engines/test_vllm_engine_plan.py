@@ -12,8 +12,8 @@ import pytest
 from ropectl.errors import MethodError, UsageError
 from ropectl.eval.engines import get_engine
 from ropectl.eval.engines import vllm_plan as plan
-from ropectl.eval.model import method_states, model_source, trained_context
 from ropectl.eval.settings import parse_methods
+from ropectl.runtime.model import method_states, model_source, trained_context
 from tests.helpers.cli import one_line, runner
 
 NO_VLLM = importlib.util.find_spec("vllm") is None

@@ -129,9 +129,9 @@ def test_sweep_rows_outputs_and_sharing(sweep) -> None:
 
 
 def test_equal_signatures_share_forwards(tiny_model: Path, tmp_path: Path) -> None:
-    from ropectl.eval.model import method_states
-    from ropectl.eval.trials import plan_batches
+    from ropectl.eval.tasks.trials import plan_batches
     from ropectl.rope.methods import parse_spec
+    from ropectl.runtime.model import method_states
 
     config = json.loads((tiny_model / "config.json").read_text())
     states = method_states(config, tuple(parse_spec(m) for m in ("none", "dynamic:2", "yarn:2")))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ropectl.eval.cpu import choose_from_flags, cpu_dtype, cpu_flags, probe_cached
+from ropectl.runtime.cpu import choose_from_flags, cpu_dtype, cpu_flags, probe_cached
 
 AVX2_EPYC = "processor\t: 0\nflags\t\t: fpu vme sse sse2 ssse3 sse4_1 sse4_2 avx f16c avx2 fma bmi2\n"
 SAPPHIRE = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 avx512f avx512bw avx512_bf16 amx_bf16 amx_tile amx_int8\n"
@@ -33,7 +33,7 @@ def test_this_machine_matches_its_flags() -> None:
 
 
 def test_probe_is_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import ropectl.eval.cpu as cpu
+    import ropectl.runtime.cpu as cpu
 
     calls = []
     monkeypatch.setattr(cpu, "probe", lambda: calls.append(1) or ("fp32", "auto: probe"))
@@ -43,14 +43,14 @@ def test_probe_is_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_probe_measures_both_dtypes() -> None:
-    from ropectl.eval.cpu import probe
+    from ropectl.runtime.cpu import probe
 
     dtype, why = probe()
     assert dtype in ("fp32", "bf16") and "GFLOP/s" in why
 
 
 def test_auto_on_gpu_and_explicit_choices() -> None:
-    from ropectl.eval.model import resolve_dtype_choice
+    from ropectl.runtime.model import resolve_dtype_choice
 
     assert resolve_dtype_choice("auto", "cuda:0") == ("bf16", "auto: CUDA GPU")
     assert resolve_dtype_choice("fp16", "cpu") == ("fp16", "asked for")

@@ -100,8 +100,8 @@ def test_resume_of_a_different_run(isolated, tiny_model, tiny_corpus, tmp_path) 
 
 
 def test_missing_embedded_packages_say_how_to_install(isolated, monkeypatch) -> None:
-    import ropectl.eval.corpus as data
-    import ropectl.eval.model as model
+    import ropectl.runtime.corpus as data
+    import ropectl.runtime.model as model
 
     monkeypatch.setattr(data, "package_dir", lambda name: None)
     monkeypatch.setattr(model, "package_dir", lambda name: None)

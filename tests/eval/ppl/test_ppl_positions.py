@@ -106,8 +106,8 @@ def test_batches_group_one_method_and_length(runs) -> None:
     from ropectl.eval.tasks.ppl.plan import batch_jobs, plan_jobs
 
     (_, _), (spec, result) = runs
-    from ropectl.eval.corpus import Document
-    from ropectl.eval.model import method_states
+    from ropectl.runtime.corpus import Document
+    from ropectl.runtime.model import method_states
 
     config = json.loads((Path(spec.model) / "config.json").read_text())
     states = method_states(config, spec.methods)

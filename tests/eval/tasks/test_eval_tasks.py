@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from ropectl.eval.engines import ENGINES, Engine, get_engine
-from ropectl.eval.settings import parse_lengths, parse_methods
-from ropectl.eval.sweep import run_sweep
+from ropectl.eval.settings import parse_methods
 from ropectl.eval.tasks import TASKS, get_task, task_names
+from ropectl.eval.tasks.sweep import run_sweep
+from ropectl.runtime.lengths import parse_lengths
 
 ROOT = Path(__file__).resolve().parents[3]
 TESTS = ROOT / "tests"
@@ -63,7 +64,7 @@ def test_a_task_in_one_module_runs_resumes_and_reuses_cells(tiny_model: Path, tm
 
 
 def test_an_interrupted_toy_run_keeps_its_cells(tiny_model: Path, tmp_path: Path, monkeypatch) -> None:
-    from ropectl.eval.interrupt import SweepInterrupted
+    from ropectl.runtime.interrupt import SweepInterrupted
 
     toy = load_toy(tmp_path)
     out = tmp_path / "out"

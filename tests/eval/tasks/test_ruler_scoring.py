@@ -44,8 +44,8 @@ def budget(t) -> int:
 def hf_engine(model, tok, path: Path):
     """The transformers engine around an already loaded model, its as-is RoPE in place."""
     from ropectl.eval.engines.hf import TransformersEngine
-    from ropectl.eval.engines.hf.load import LoadedModel
-    from ropectl.eval.model import method_states, model_source
+    from ropectl.runtime.load import LoadedModel
+    from ropectl.runtime.model import method_states, model_source
 
     source = model_source(str(path))
     engine = TransformersEngine(source, "cpu", "fp32")
@@ -136,9 +136,9 @@ def test_each_trial_starts_from_the_method_s_rope(tiny_model: Path, tmp_path: Pa
     import contextlib
 
     from ropectl.errors import VerificationError
-    from ropectl.eval.engines.hf import rotary
     from ropectl.eval.tasks.ruler.runner import run_tasks
     from ropectl.eval.tasks.ruler.spec import build_tasks_spec
+    from ropectl.runtime import rotary
 
     def spec(out: str):
         return build_tasks_spec(model=str(tiny_model), tasks="niah_single_1", methods=["dynamic:2"], lengths="500",

@@ -1,8 +1,8 @@
 """The transformers engine (``--engine transformers``, alias ``hf``): weights loaded once with from_pretrained
-(``load``), a method switch rebuilds only the rotary embedding module(s) and checks their frequencies (``rotary``),
-and the three scoring calls run on the torch module: the decoder body once per batch of equal-length requests, the
-lm_head in chunks for per-token NLL (``loss``: no [length, vocab] logits) or only at the answer positions
-(``forward.teacher_forced``), greedy decoding with the KV cache (``greedy``)."""
+(``ropectl.runtime.load``), a method switch rebuilds only the rotary embedding module(s) and checks their
+frequencies (``rotary``), and the three scoring calls run on the torch module: the decoder body once per batch of
+equal-length requests, the lm_head in chunks for per-token NLL (``loss``: no [length, vocab] logits) or only at the
+answer positions (``forward.teacher_forced``), greedy decoding with the KV cache (``greedy``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from typing import Any
 
 from ropectl.errors import CheckpointError, pickle_refused
 from ropectl.eval.engines import Engine, register_engine
-from ropectl.eval.engines.hf.load import LoadedModel, load_model
 from ropectl.eval.engines.hf.loss import DEFAULT_CHUNK
 from ropectl.eval.engines.requests import (
     AnswerLogprobs,
@@ -23,7 +22,8 @@ from ropectl.eval.engines.requests import (
     SequenceScore,
     sequence_score,
 )
-from ropectl.eval.model import MethodState, ModelSource, load_tokenizer
+from ropectl.runtime.load import LoadedModel, load_model
+from ropectl.runtime.model import MethodState, ModelSource, load_tokenizer
 
 
 @register_engine("transformers")

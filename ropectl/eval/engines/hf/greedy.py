@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ropectl.eval.engines.hf.forward import decoder, logits_fn
+from ropectl.runtime.forward import decoder, logits_fn
 
 
 def continuation(model: Any, prompt: tuple[int, ...], budget: int, device: Any, eos: set[int],
@@ -20,7 +20,7 @@ def continuation(model: Any, prompt: tuple[int, ...], budget: int, device: Any, 
 
     import torch
 
-    from ropectl.eval.engines.hf.rotary import kept_rotary
+    from ropectl.runtime.rotary import kept_rotary
 
     body = decoder(model)
     head, key = logits_fn(model), cache_keyword(body)

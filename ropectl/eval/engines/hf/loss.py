@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ropectl.eval.engines.hf.forward import body_hidden_batch, logits_fn
+from ropectl.runtime.forward import body_hidden_batch, logits_fn
 
 DEFAULT_CHUNK = 1024
 

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropectl.eval.rowlog import append_jsonl, read_jsonl, write_results
+from ropectl.runtime.rowlog import append_jsonl, read_jsonl, write_results
 
 LOG = "passkey.jsonl"
 JSON = "passkey.json"

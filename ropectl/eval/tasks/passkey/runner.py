@@ -13,17 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ropectl.eval import dist
 from ropectl.eval.engines import engine_record
-from ropectl.eval.model import MethodState
-from ropectl.eval.packages import library_versions
 from ropectl.eval.progress import Progress
-from ropectl.eval.sweep import Sweep, run_sweep
 from ropectl.eval.tasks import Batch, register_task
 from ropectl.eval.tasks.passkey.prompt import PROMPT_VERSION, PromptBuilder, Trial
 from ropectl.eval.tasks.passkey.results import LOG, PLOT, Accuracy, Row, accuracies, append_rows, read_rows, write_outputs
 from ropectl.eval.tasks.passkey.spec import PasskeySpec
-from ropectl.eval.trials import trial_batches, with_engine, write_run_file
+from ropectl.eval.tasks.sweep import Sweep, run_sweep
+from ropectl.eval.tasks.trials import trial_batches, with_engine, write_run_file
+from ropectl.runtime import dist
+from ropectl.runtime.model import MethodState
+from ropectl.runtime.packages import library_versions
 
 RUN_FILE = "passkey-run.json"
 Unit = tuple[int, float, int]  # (length, depth, trial)

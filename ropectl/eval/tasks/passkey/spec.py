@@ -12,15 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import UsageError
-from ropectl.eval.settings import (
-    TrialRunFields,
-    check_run,
-    merge_settings,
-    parse_lengths,
-    parse_methods,
-    parse_token_counts,
-)
+from ropectl.eval.settings import TrialRunFields, check_run, merge_settings, parse_methods
 from ropectl.rope.methods import MethodSpec, unscaled_name
+from ropectl.runtime.lengths import parse_lengths, parse_token_counts
 
 # The embedded default: SmolLM2-135M (trained at 8192), unscaled against dynamic:2 (the demo's
 # recommendation), across and past the trained context, three depths, one trial each.

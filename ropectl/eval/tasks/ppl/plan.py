@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ropectl.eval.corpus import Document
 from ropectl.eval.engines import Engine
 from ropectl.eval.engines.requests import SequenceNLL, SequenceScore
-from ropectl.eval.model import MethodState
+from ropectl.runtime.corpus import Document
+from ropectl.runtime.model import MethodState
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ropectl.eval.model import REFERENCE
-from ropectl.eval.settings import length_label
 from ropectl.eval.tasks.ppl.results import Aggregate
 from ropectl.io.files import save_figure
+from ropectl.runtime.lengths import length_label
+from ropectl.runtime.model import REFERENCE
 
 RATIO_CAP = 1.6  # ratios above this are drawn at the panel's edge and named there
 

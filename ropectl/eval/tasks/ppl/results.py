@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropectl.eval.rowlog import append_jsonl, write_results
 from ropectl.limits import MAX_LINE_BYTES
+from ropectl.runtime.rowlog import append_jsonl, write_results
 
 LOG = "results.jsonl"
 JSON = "results.json"

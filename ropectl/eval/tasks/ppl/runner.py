@@ -12,16 +12,16 @@ from typing import Any
 
 from ropectl.errors import DataError
 from ropectl.eval import identity
-from ropectl.eval.corpus import Corpus, load_corpus, make_source, tokenizer_identity
 from ropectl.eval.progress import Progress
-from ropectl.eval.sweep import Sweep, run_sweep
 from ropectl.eval.tasks import Batch, register_task
 from ropectl.eval.tasks.ppl.plan import Job, batch_jobs, by_serving, job_tokens, plan_jobs, run_batch
 from ropectl.eval.tasks.ppl.results import LOG, Cell, append_cells, read_cells
 from ropectl.eval.tasks.ppl.spec import EvalSpec
 from ropectl.eval.tasks.ppl.summary import EvalResult, finish_run
+from ropectl.eval.tasks.sweep import Sweep, run_sweep
 from ropectl.io.files import atomic_write_text
 from ropectl.output import dumps
+from ropectl.runtime.corpus import Corpus, load_corpus, make_source, tokenizer_identity
 
 RUN_FILE = "run.json"
 

@@ -13,8 +13,9 @@ from typing import Any
 
 from ropectl import presets
 from ropectl.errors import UsageError
-from ropectl.eval.settings import TrialRunFields, check_run, merge_settings, parse_lengths, parse_methods, parse_token_counts
+from ropectl.eval.settings import TrialRunFields, check_run, merge_settings, parse_methods
 from ropectl.rope.methods import MethodSpec, as_is_name, unscaled_name
+from ropectl.runtime.lengths import parse_lengths, parse_token_counts
 
 MODES = ("truncate", "sliding")
 PRESET_PREFIX = "eval-"

@@ -6,14 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ropectl.eval import dist
-from ropectl.eval.corpus import Corpus
 from ropectl.eval.engines import engine_record
-from ropectl.eval.model import MethodState, ships
-from ropectl.eval.packages import library_versions
 from ropectl.eval.tasks.ppl.positions import PositionCurve, curves
 from ropectl.eval.tasks.ppl.results import PLOT, Aggregate, Cell, order_cells, read_cells, summarize, write_outputs
 from ropectl.eval.tasks.ppl.spec import EvalSpec
+from ropectl.runtime import dist
+from ropectl.runtime.corpus import Corpus
+from ropectl.runtime.model import MethodState, ships
+from ropectl.runtime.packages import library_versions
 
 POSITIONS_PLOT = "loss-by-position.png"
 
@@ -112,6 +112,6 @@ def _meta(spec: EvalSpec, model_label: str, states: list[MethodState], corpus: C
 
 
 def _dtype_choice(asked: str, device: str) -> str:
-    from ropectl.eval.model import resolve_dtype_choice
+    from ropectl.runtime.model import resolve_dtype_choice
 
     return resolve_dtype_choice(asked, device.split(":")[0])[1]

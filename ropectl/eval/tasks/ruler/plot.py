@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ropectl.eval.settings import length_label
 from ropectl.io.files import save_figure
+from ropectl.runtime.lengths import length_label
 
 
 def plot_tasks(table: list[Any], methods: list[str], tasks: list[str], trained: int | None, threshold: float,

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.eval.effective import Effective, Point, effective_length, samples_to_decide
-from ropectl.eval.model import REFERENCE
-from ropectl.eval.rowlog import append_jsonl, read_jsonl, write_results
 from ropectl.eval.stats import mean_interval, paired_difference, wilson_interval
+from ropectl.runtime.model import REFERENCE
+from ropectl.runtime.rowlog import append_jsonl, read_jsonl, write_results
 
 LOG, JSON, CSV, SUMMARY, PLOT = "tasks.jsonl", "tasks.json", "tasks.csv", "tasks-summary.json", "tasks.png"
 COLUMNS = ("model", "method", "params", "task", "length", "trial", "score", "found", "references", "answer_nll",

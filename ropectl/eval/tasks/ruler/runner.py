@@ -12,11 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropectl.eval import dist
 from ropectl.eval.engines import engine_record
-from ropectl.eval.packages import library_versions
 from ropectl.eval.progress import Progress
-from ropectl.eval.sweep import Sweep, run_sweep
 from ropectl.eval.tasks import Batch, register_task
 from ropectl.eval.tasks.ruler import GENERATORS, trial_rng
 from ropectl.eval.tasks.ruler.build import Tokens, Trial, assemble
@@ -34,7 +31,10 @@ from ropectl.eval.tasks.ruler.results import (
     write_outputs,
 )
 from ropectl.eval.tasks.ruler.spec import TasksSpec
-from ropectl.eval.trials import trial_batches, with_engine, write_run_file
+from ropectl.eval.tasks.sweep import Sweep, run_sweep
+from ropectl.eval.tasks.trials import trial_batches, with_engine, write_run_file
+from ropectl.runtime import dist
+from ropectl.runtime.packages import library_versions
 
 RUN_FILE = "tasks-run.json"
 PROMPT_VERSION = "ruler-v3"  # a run's identity: another generator or scorer (v3: greedy, SLACK) is another run
@@ -88,7 +88,7 @@ class TasksTask:
         self.done_keys: set[Any] = set()
 
     def prepare(self, sweep: Sweep) -> dict[str, Any]:
-        from ropectl.eval.corpus import make_source
+        from ropectl.runtime.corpus import make_source
 
         spec, engine = sweep.spec, sweep.engine
         assert engine is not None

@@ -8,15 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import UsageError
-from ropectl.eval.settings import (
-    TrialRunFields,
-    check_run,
-    merge_settings,
-    parse_lengths,
-    parse_methods,
-    parse_token_counts,
-)
+from ropectl.eval.settings import TrialRunFields, check_run, merge_settings, parse_methods
 from ropectl.rope.methods import MethodSpec, unscaled_name
+from ropectl.runtime.lengths import parse_lengths, parse_token_counts
 
 # RULER's effective length: the longest length whose mean score stays above Llama-2-7B's at 4k (85.6 %).
 RULER_THRESHOLD = 0.856

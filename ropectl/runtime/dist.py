@@ -38,6 +38,17 @@ def world_from_env() -> World:
     return World(int(os.environ.get("RANK", "0")), size, int(os.environ.get("LOCAL_RANK", "0")))
 
 
+def launcher() -> list[str]:
+    """How this process was started: ``ropectl``, or torchrun with as many processes on one machine (a multi-node
+    launch is the user's own command: it is named, not rebuilt)."""
+    world, local = (int(os.environ.get(k, "1") or 1) for k in ("WORLD_SIZE", "LOCAL_WORLD_SIZE"))
+    if "LOCAL_RANK" not in os.environ:  # no launcher (one launched process still needs one: --fsdp asks for it)
+        return ["ropectl"]
+    if world == local:
+        return ["torchrun", "--nproc_per_node", str(world), "-m", "ropectl"]
+    return [f"<your {world}-process launcher>", "-m", "ropectl"]
+
+
 def init(world: World, device: str) -> World:
     """Join (or create) the process group: gloo on CPU, nccl on CUDA."""
     if world.size <= 1:

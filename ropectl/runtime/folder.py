@@ -9,9 +9,10 @@ from datetime import datetime
 from pathlib import Path
 
 from ropectl.errors import OutputError, UsageError
-from ropectl.eval import lock
-from ropectl.eval.settings import DEFAULT_OUT_ROOT
 from ropectl.io.files import check_output_dir, why_not_writable
+from ropectl.runtime import lock
+
+DEFAULT_OUT_ROOT = Path("runs")  # runs/<command>-<timestamp> where no --out is given
 
 
 def output_dir(out: Path | None, resume: bool, command: str, what: str = "run") -> Path:

@@ -9,9 +9,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ropectl.eval.model import quiet_transformers
-from ropectl.eval.reuse import freeze, shared
 from ropectl.io.resolve import config_folder
+from ropectl.runtime.model import quiet_transformers
+from ropectl.runtime.reuse import freeze, shared
 
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import DeviceError, ModelNotFoundError
-from ropectl.eval.packages import INSTALL_HINT, package_dir
-from ropectl.eval.reuse import freeze, shared
 from ropectl.rope.frequencies import compute_frequencies
-from ropectl.rope.methods import MethodSpec, as_is_name, rope_types_where, unscaled_name
+from ropectl.rope.methods import MethodSpec, as_is_name, effective_factor, rope_types_where, unscaled_name
 from ropectl.rope.params import RopeParams
+from ropectl.runtime.packages import INSTALL_HINT, package_dir
+from ropectl.runtime.reuse import freeze, shared
 from ropectl.schema.read import read_model_rope
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -103,7 +103,7 @@ def ships(config: Mapping[str, Any]) -> str | None:
     lengths = sorted({int(trained), shipped_context(kept.rope, trained) or int(trained)})
     if all(kept.signature(n) == base.signature(n) for n in lengths):
         return None
-    rope, factor = kept.rope, kept.rope.effective_factor
+    rope, factor = kept.rope, effective_factor(kept.rope)
     return f"{rope.rope_type} x{factor:g}" if factor and factor != 1 else f"{rope.rope_type}, theta {rope.rope_theta:g}"
 
 
@@ -137,7 +137,7 @@ def resolve_dtype_choice(dtype: str, device: str) -> tuple[str, str]:
         return "bf16", "auto: CUDA GPU"
     if device != "cpu":
         return "fp32", f"auto: {device}"
-    from ropectl.eval.cpu import cpu_dtype
+    from ropectl.runtime.cpu import cpu_dtype
 
     return cpu_dtype()
 

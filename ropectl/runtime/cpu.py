@@ -13,8 +13,8 @@ import platform
 import time
 from pathlib import Path
 
-from ropectl.eval.cache import cache_root
 from ropectl.output import dumps
+from ropectl.runtime.cache import cache_root
 
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 PROBE_SHAPE = (128, 576, 1536)  # tokens x hidden -> MLP width, SmolLM2-sized

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 from ropectl.eval.tasks import Batch
 
 if TYPE_CHECKING:
-    from ropectl.eval.model import MethodState
     from ropectl.eval.tasks.contract import Sweep
+    from ropectl.runtime.model import MethodState
 
 Unit = tuple[Any, ...]  # (length, ...): a trial's key, its length first
 

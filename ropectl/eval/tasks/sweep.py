@@ -14,20 +14,20 @@ from collections.abc import Callable
 from typing import Any
 
 from ropectl.errors import MethodError
-from ropectl.eval import dist, lock
 from ropectl.eval.engines import DEFAULT_ENGINE, check_launch, get_engine
-from ropectl.eval.interrupt import SweepInterrupted, Terminated, pause_for_tests, sigterm_as_interrupt
-from ropectl.eval.model import (
+from ropectl.eval.progress import Progress
+from ropectl.eval.tasks import Task, get_task
+from ropectl.eval.tasks.contract import Sweep
+from ropectl.runtime import dist, lock
+from ropectl.runtime.folder import check_output, missing_root, output_dir, remove_unused
+from ropectl.runtime.interrupt import SweepInterrupted, Terminated, pause_for_tests, sigterm_as_interrupt
+from ropectl.runtime.model import (
     method_states,
     model_source,
     resolve_device,
     resolve_dtype_choice,
     trained_context,
 )
-from ropectl.eval.output import check_output, missing_root, output_dir, remove_unused
-from ropectl.eval.progress import Progress
-from ropectl.eval.tasks import Task, get_task
-from ropectl.eval.tasks.contract import Sweep
 
 
 def run_sweep(task: Task | str, spec: Any, progress: Callable[[Progress], None] | None = None,
