@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ropectl.cli.flags import LENGTH_SYNTAX, opt
+from ropectl.cli.flags import LENGTH_SYNTAX, opt, shared
 from ropectl.eval.engines import engine_names
 from ropectl.rope.methods import method_names
 
@@ -48,7 +48,7 @@ PipelineParallelOpt = Annotated[Optional[int], opt("--pipeline-parallel-size", "
                                                    help="vLLM: stages the layers are split into [default: 1].")]
 ExecutorOpt = Annotated[Optional[str], opt("--distributed-executor-backend", panel=RUN,
                                            help="vLLM: mp (one node) or ray (several nodes) [default: vLLM's choice].")]
-ResumeOpt = Annotated[bool, opt("--resume", panel=OUT, help="Skip (method, length, doc) cells already in --out.")]
+ResumeOpt = Annotated[bool, shared("--resume", panel=OUT, detail="the (method, length, document) cells in --out.")]
 
 
 @contextlib.contextmanager

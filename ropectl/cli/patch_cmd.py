@@ -11,13 +11,13 @@ import typer
 
 from ropectl.cli.errors import handle_errors
 from ropectl.cli.flags import (
-    LENGTH_SYNTAX,
     ForceOpt,
     JsonOpt,
     ModelArg,
     OutputOpt,
     method_option_parameters,
     opt,
+    shared,
 )
 from ropectl.cli.render import print_title, print_warning, spaced
 from ropectl.output import dumps, number
@@ -28,20 +28,20 @@ OPT = "opt_"  # prefix of the generated method-option parameters
 
 MethodOpt = Annotated[Optional[str], opt("--method", "-m", panel=METHOD,
                                          help=f"{method_names()} (or a spec such as yarn:4,beta_fast=16).")]
-FactorOpt = Annotated[Optional[float], opt("--factor", "-f", panel=METHOD, help="Context extension factor (> 1).")]
-TargetOpt = Annotated[Optional[str], opt("--target-length", "-t", panel=METHOD,
-                                         help=f"Target context ({LENGTH_SYNTAX}); the factor is target / trained context.")]
-PresetOpt = Annotated[Optional[str], opt("--preset", panel=METHOD, help="A preset: configs/patch-NAME.toml, or a "
-                                         "model card's recipe such as qwen3-128k (docs/reference/model-cards.md).")]
-ConfigOpt = Annotated[Optional[Path], opt("--config", panel=METHOD, help="A TOML file with a [patch] table.")]
-SetOpt = Annotated[Optional[list[str]], opt("--set", panel=OPTIONS, help="Any method option as key=value (repeatable).")]
+FactorOpt = Annotated[Optional[float], shared("--factor", panel=METHOD)]
+TargetOpt = Annotated[Optional[str], shared("--target-length", panel=METHOD,
+                                            detail="the factor is target / trained context.")]
+PresetOpt = Annotated[Optional[str], shared("--preset", panel=METHOD, detail=(
+    "configs/patch-NAME.toml, or a model card's recipe such as qwen3-128k (docs/reference/model-cards.md)."))]
+ConfigOpt = Annotated[Optional[Path], shared("--config", panel=METHOD)]
+SetOpt = Annotated[Optional[list[str]], shared("--set", panel=OPTIONS)]
 LongFileOpt = Annotated[Optional[Path], opt("--longrope-file", panel=OPTIONS,
                                             help="longrope: JSON with short_factor/long_factor.")]
 InPlaceOpt = Annotated[bool, opt("--in-place", panel=OUTPUT, help="Rewrite config.json in place (backup kept).")]
-DryRunOpt = Annotated[bool, opt("--dry-run", panel=OUTPUT, help=(
-    "Print a unified diff of config.json; write nothing. Only with --emit config: with --emit vllm / sglang / llama.cpp "
-    "(which write nothing anyway) it is refused."))]
-EmitOpt = Annotated[str, opt("--emit", panel=OUTPUT, help="config (write), or print vllm / sglang / llama.cpp flags.")]
+DryRunOpt = Annotated[bool, shared("--dry-run", panel=OUTPUT, detail=(
+    "a unified diff of config.json. Only with --emit config: with --emit vllm / sglang / llama.cpp (which write "
+    "nothing anyway) it is refused."))]
+EmitOpt = Annotated[str, shared("--emit", panel=OUTPUT, detail="config, the default, writes.")]
 SchemaOpt = Annotated[Optional[str], opt("--schema", panel=OUTPUT, help="both (default), v4 or v5 config keys.")]
 MaxPosOpt = Annotated[str, opt("--max-positions", panel=OUTPUT,
                                 help="max_position_embeddings written: target (default; what lm-eval and vLLM read as "

