@@ -30,11 +30,12 @@ class Plan:
         return max(self.samples, REFERENCE_MIN_SAMPLES)
 
     def forwards(self) -> list[tuple[int, int]]:
-        """(length, count): both models at the reference, both at every length (a trial costs one forward of its
-        length), both on every document at the longest PPL length (one forward serves the shorter cuts)."""
+        """(length, count): both models at the reference, the extended one at every length (a trial costs one
+        forward of its length), both on every document at the longest PPL length (one forward serves the shorter
+        cuts)."""
         tasks = len(self.tasks)
         out = [(self.reference, 2 * tasks * self.reference_samples)]
-        out += [(n, 2 * tasks * self.samples) for n in self.lengths]
+        out += [(n, tasks * self.samples) for n in self.lengths]
         return out + [(max(self.ppl_lengths), 2 * self.docs)]
 
 

@@ -6,10 +6,10 @@ its planted model: SmolLM2 (trained at 8k, theta 100000) rewritten to claim a 2k
 - broken: ``patch -m linear -f 16`` squeezes every position 16-fold: not reached, naming the criterion;
 - undecidable: the restored model with 2 samples per length: not determined (22 would be the least to count).
 
-Sizes: one task (niah_single_1, which SmolLM2 does in window), 30 samples per length for the restored model, 6
-retention documents. Not yet run to the end: on the shared 2-core AVX2 machine, one thread, fp32, a trial cost about
-4 s at 512 tokens and about 23 s at 4k, so the restored case alone (about 150 trials at 4k-6k) takes near an hour,
-beyond test-heavy's budget; its sizes must shrink before CI runs it.
+Sizes: one task (niah_single_1, which SmolLM2 does in window), 22 samples per length for the restored model (the
+fewest at which a perfect score counts), 6 retention documents; the base is measured at the reference length only.
+Not yet run to the end: on the shared 2-core AVX2 machine, one thread, fp32, a trial cost about 4 s at 512 tokens and
+about 23 s at 4k, so the restored case (44 trials at 4k-6k) takes about a quarter of an hour there.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def report(planted: dict[str, Path], name: str, samples: str) -> dict:
 @pytest.mark.slow
 @pytest.mark.heavy
 def test_restored_theta_is_reached_and_retained(planted: dict[str, Path]) -> None:
-    card = report(planted, "restored", "30")
+    card = report(planted, "restored", "22")
     assert card["tasks"]["kept"] == ["niah_single_1"]
     assert card["verdict"]["status"] == "reached", card["verdict"]
     assert card["retention"]["retained"] is True

@@ -85,8 +85,8 @@ def test_budget_sizes_the_samples() -> None:
 
     timing = Timing(seconds=1.0, tokens=1000, short_s=0.064, short=64, shape=Shape(params=1, attention=0))
     plan = Plan(tasks=("a",), reference=100, lengths=(1000,), samples=40, docs=2, ppl_lengths=(100, 1000))
-    # a forward of n tokens costs n / 1000 s here: 2 models x 10 reference trials at 100, 2 x k trials at 1000,
-    # 2 x 2 documents at 1000
-    fitted = fit_budget(plan, timing, 2 * 10 * 0.1 + 2 * 7 * 1.0 + 2 * 2 * 1.0 + 1e-6)
+    # a forward of n tokens costs n / 1000 s here: 2 models x 10 reference trials at 100, the extended model's k
+    # trials at 1000 (the base runs at the reference only), 2 x 2 documents at 1000
+    fitted = fit_budget(plan, timing, 2 * 10 * 0.1 + 7 * 1.0 + 2 * 2 * 1.0 + 1e-6)
     assert fitted is not None and fitted.samples == 7
     assert fit_budget(plan, timing, 1.0) is None
