@@ -64,6 +64,7 @@ def engine(gguf: Path, methods: list[str]) -> tuple[Any, list[Any]]:
 
     class Sweep:
         spec = type("Spec", (), {"lengths": ()})()
+        warnings: list[str] = []
 
     Sweep.states, Sweep.trained = states, trained_context(source.config)
     eng.check(Sweep)

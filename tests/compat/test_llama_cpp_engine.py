@@ -52,7 +52,7 @@ def loaded() -> dict[str, Any]:
     states = {s.label: s for s in method_states(source.config, parse_methods(["none", "linear:2"]))}
     engine = get_engine("llama.cpp")(source, "cpu", "fp32")
     sweep = type("Sweep", (), {"spec": type("Spec", (), {"lengths": (N_TOKENS,)})(), "states": list(states.values()),
-                               "trained": trained_context(source.config)})()
+                               "trained": trained_context(source.config), "warnings": []})()
     engine.check(sweep)
     engine.load_tokenizer()
     engine.load()

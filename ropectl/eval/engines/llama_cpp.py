@@ -70,7 +70,8 @@ class LlamaCppEngine(Engine):
         self.trained = sweep.trained
         self.longest = max(tuple(getattr(sweep.spec, "lengths", ()) or ()) or (0,))
         for state in sweep.states:
-            self.settings[state.label] = plan.setting_for(state, self.source, self.trained)
+            setting = self.settings[state.label] = plan.setting_for(state, self.source, self.trained)
+            sweep.warnings += [f"{state.label}: llama.cpp: {note}" for note in setting.notes]
 
     def load_tokenizer(self) -> Any:
         self.tokenizer = load_tokenizer(self.source.path, self.source.kwargs)  # the same ids as transformers

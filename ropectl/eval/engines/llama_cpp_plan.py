@@ -55,6 +55,7 @@ class Setting:
     context: Mapping[str, Any]  # llama_context_params fields the flags set (rope_scaling_type by name)
     kv_overrides: Mapping[str, Any] = field(default_factory=dict)  # model parameters (need the model loaded so)
     printed_ctx: int = 0
+    notes: tuple[str, ...] = ()  # what patch prints beside the line (e.g. sliding-window layers keep their base)
 
     @property
     def model_key(self) -> tuple[tuple[str, Any], ...]:
@@ -111,14 +112,15 @@ def setting_for(state: MethodState, source: ModelSource, trained: int | None) ->
     # the checkpoint as it ships (no -m): a GGUF's own llama3/LongRoPE tensors are what llama.cpp applies
     shipped = source.config if state.spec is None else None
     try:
-        emitted, _ = emit_llama_cpp(str(source.resolved.path), model.rope, model.layer_ropes, model.model_type,
+        emitted, notes = emit_llama_cpp(str(source.resolved.path), model.rope, model.layer_ropes, model.model_type,
                                     target, converted_from=shipped)
     except MethodError as exc:  # llama3 / longrope as flags: patch's own refusal, named for this engine
         raise MethodError(f"llama.cpp cannot run method '{state.label}' from flags: {exc.problem}",
                           exc.fix or "evaluate it with --engine transformers") from None
     args = tuple(emitted["args"])
     context, overrides = flag_params(args)
-    return Setting(state.label, args, emitted["command"], context, overrides, int(context.get("n_ctx", 0)))
+    return Setting(state.label, args, emitted["command"], context, overrides, int(context.get("n_ctx", 0)),
+                   tuple(notes))
 
 
 def expected_rope(state: MethodState) -> tuple[float, float]:

@@ -108,3 +108,13 @@ def test_flag_reading_refuses_what_it_does_not_know() -> None:
         {"n_ctx": 4096}, {"llama.rope.scaling.attn_factor": 1.25})
     with pytest.raises(EngineError, match="does not read the printed flag '--grp-attn-n'"):
         plan.flag_params(["--grp-attn-n", "4"])
+
+
+def test_what_patch_prints_beside_the_line_is_kept(tmp_path: Path) -> None:
+    """A model with sliding-window layers: patch warns that the flags set only the full-attention RoPE, and the
+    setting keeps that note (the engine adds it to the run's warnings)."""
+    from tests.helpers.eval_data import build
+
+    source = _source(build("gemma3", tmp_path / "gemma3"))
+    setting = plan.setting_for(_state(source, "yarn:2"), source, 256)
+    assert any("sliding-window layers keep the GGUF's own base" in note for note in setting.notes)
