@@ -54,10 +54,10 @@ compat-transformers: $(STAMP)
 # The llama.cpp checks past the trained length take about 16 minutes: LLAMA_CPP_LONG=0 skips them.
 LLAMA_CPP_LONG ?= 12288
 compat-engines: $(STAMP)
-	sh tests/compat/engine_venvs.sh
+	LLAMA_CPP_INTO=$(BIN)/python sh tests/compat/engine_venvs.sh
 	ROPECTL_LLAMA_CPP_LONG=$(LLAMA_CPP_LONG) $(BIN)/python -m pytest -q -rs -p no:cacheprovider \
 		tests/compat/test_vllm.py tests/compat/test_vllm_rope.py tests/compat/test_lm_eval.py tests/compat/test_llama_cpp.py \
-		tests/compat/test_llama_cpp_convert.py tests/compat/test_vllm_engine.py tests/compat/test_search_vllm.py tests/compat/test_sglang.py \
+		tests/compat/test_llama_cpp_engine.py tests/compat/test_llama_cpp_convert.py tests/compat/test_vllm_engine.py tests/compat/test_search_vllm.py tests/compat/test_sglang.py \
 		tests/compat/test_config_matrix_engines.py
 	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/compat/test_finetuned.py -k "vllm or llama_cpp or lm_eval"
 

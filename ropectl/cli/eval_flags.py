@@ -41,7 +41,8 @@ def out_option(command: str) -> Any:
 
 EngineOpt = Annotated[Optional[str], opt("--engine", panel=RUN, help=(
     f"{' or '.join(engine_names())} (hf = transformers) [default: transformers]. vllm: each method runs in vLLM with "
-    "the overrides `patch --emit vllm` prints (pip install 'ropectl[vllm]')."))]
+    "the overrides `patch --emit vllm` prints (pip install 'ropectl[vllm]'). llama.cpp: a GGUF file, each method with "
+    "the flags `patch --emit llama.cpp` prints (pip install 'ropectl[llama-cpp]')."))]
 TensorParallelOpt = Annotated[Optional[int], opt("--tensor-parallel-size", "--tp", panel=RUN,
                                                  help="vLLM: GPUs (ranks) each layer is split across [default: 1].")]
 PipelineParallelOpt = Annotated[Optional[int], opt("--pipeline-parallel-size", "--pp", panel=RUN,

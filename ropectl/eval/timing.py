@@ -73,8 +73,7 @@ def timed_forward(model: str | None, device: str, dtype: str, tokens: int, engin
     engine.load_tokenizer()
     engine.load()
     engine.activate(method_states(source.config, ())[0])
-    net = engine.model
-    vocab = net.get_input_embeddings().weight.shape[0]
+    vocab, shape = forward_shape(engine)
 
     def forward(n: int) -> None:
         engine.sequence_nll([SequenceNLL((torch.arange(n, dtype=torch.long) * 7919 % vocab).tolist())])
@@ -83,7 +82,17 @@ def timed_forward(model: str | None, device: str, dtype: str, tokens: int, engin
 
     tokens, short = max(tokens, LONG_MIN), SHORT
     forward(short)  # untimed: one-time costs
-    return Timing(_seconds(forward, tokens), tokens, _seconds(forward, short), short, model_shape(net))
+    return Timing(_seconds(forward, tokens), tokens, _seconds(forward, short), short, shape)
+
+
+def forward_shape(engine: Any) -> tuple[int, Shape]:
+    """(vocabulary size, Shape): an engine that holds no torch module says them itself (``forward_shape()``, the
+    llama.cpp engine); otherwise they are read from its torch module."""
+    own = getattr(engine, "forward_shape", None)
+    if own is not None:
+        return own()
+    net = engine.model
+    return net.get_input_embeddings().weight.shape[0], model_shape(net)
 
 
 def _seconds(run: Any, n: int) -> float:

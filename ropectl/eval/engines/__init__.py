@@ -11,7 +11,7 @@ method), ``data_parallel`` (it runs under torchrun, one copy per rank), ``tensor
 The registry follows ropectl's one scheme (methods, tasks, engines alike): ``BUILTIN`` (name -> module, imported
 on first use), the live table ``ENGINES`` filled by ``@register_engine``, ``get_engine``, ``engine_names``, and
 plugins through the ``ropectl.eval_engines`` entry-point group or ``ROPECTL_EVAL_ENGINES`` (comma-separated modules
-that register themselves). ``transformers`` (alias ``hf``, ``engines.hf``) and ``vllm`` are built in.
+that register themselves). ``transformers`` (alias ``hf``, ``engines.hf``), ``vllm`` and ``llama.cpp`` are built in.
 docs/contributing/add-an-engine.md walks through adding one.
 """
 
@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 DEFAULT_ENGINE = "transformers"
 ALIASES = {"hf": "transformers"}
-BUILTIN = {"transformers": "ropectl.eval.engines.hf", "vllm": "ropectl.eval.engines.vllm"}
+BUILTIN = {"transformers": "ropectl.eval.engines.hf", "vllm": "ropectl.eval.engines.vllm",
+           "llama.cpp": "ropectl.eval.engines.llama_cpp"}
 ENTRY_POINT_GROUP = "ropectl.eval_engines"
 ENV_MODULES = "ROPECTL_EVAL_ENGINES"
 

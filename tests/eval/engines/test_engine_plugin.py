@@ -50,7 +50,7 @@ def test_plugin_is_listed_and_its_options_checked(tiny_model: Path, plugin: Path
     env = {**os.environ, "COLUMNS": "300", "PYTHONPATH": str(Path(__file__).parents[3])}
     shown = subprocess.run([sys.executable, "-m", "ropectl", "recommend", "--help"], capture_output=True, text=True,
                            env=env, check=True).stdout  # help is built at import: a fresh process with the plugin
-    assert "transformers or vllm or toy" in shown and "llama.cpp, toy" in shown  # --engine, --serve-with
+    assert "transformers or vllm or llama.cpp or toy" in shown and "llama.cpp, toy" in shown  # --engine, --serve-with
 
 
 def test_eval_ppl_on_the_toy_engine(tiny_model: Path, tiny_corpus: Path, plugin: Path) -> None:

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[3] / "ropectl"
 # The engines' own package may name them; the readers' package (how each serving engine reads a config) is keyed
 # by serving engine by design, and its callers compare a reader's engine, not the one that runs the evaluation.
 OWN = (PACKAGE / "eval" / "engines", PACKAGE / "readers")
-NAMES = {"transformers", "hf", "vllm"}
+NAMES = {"transformers", "hf", "vllm", "llama.cpp"}
 
 
 def _about_engine(node: ast.AST) -> bool:
