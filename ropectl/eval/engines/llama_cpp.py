@@ -32,7 +32,7 @@ from ropectl.eval.engines.requests import (
     SequenceScore,
     sequence_score,
 )
-from ropectl.eval.model import MethodState, ModelSource, load_tokenizer
+from ropectl.runtime.model import MethodState, ModelSource, load_tokenizer
 
 ROPE_RTOL = 1e-5  # llama.cpp prints its context's float32 freq_base / freq_scale
 
@@ -148,10 +148,10 @@ class LlamaCppEngine(Engine):
             raise VerificationError(f"llama.cpp's context holds {context.n_ctx} tokens, not {length}",
                                     "report it: a ropectl bug")
 
-    def forward_shape(self) -> tuple[int, Any]:
-        """(vocabulary, timing.Shape) for recommend's time estimate: llama.cpp's parameter count, the input
-        embedding left out and a tied head counted once (as ``timing.model_shape`` counts a torch module)."""
-        from ropectl.eval.timing import Shape
+    def forward_shape(self) -> tuple[int, int, int]:
+        """(vocabulary, weights used per token, layers x heads x head size) for recommend's time estimate
+        (``timing.Shape``): llama.cpp's parameter count, the input embedding left out and a tied head counted once
+        (as ``timing.model_shape`` counts a torch module)."""
         from ropectl.schema.read import text_config
 
         assert self.model is not None, "load the model first"
@@ -160,7 +160,7 @@ class LlamaCppEngine(Engine):
         params = int(self.model.n_params()) - (0 if cfg.get("tie_word_embeddings") else embed)
         heads = int(cfg.get("num_attention_heads") or 0)
         head_dim = int(cfg.get("head_dim") or (int(cfg.get("hidden_size") or 0) // heads if heads else 0))
-        return vocab, Shape(params, int(cfg.get("num_hidden_layers") or 0) * heads * head_dim)
+        return vocab, params, int(cfg.get("num_hidden_layers") or 0) * heads * head_dim
 
     def versions(self) -> dict[str, str]:
         import torch

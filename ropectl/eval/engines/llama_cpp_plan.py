@@ -1,7 +1,7 @@
 """What the llama.cpp engine will ask llama.cpp for, decided before any weight loads (no llama_cpp import here).
 
 Per method, the RoPE is exactly what ``ropectl patch MODEL.gguf [-m METHOD] --emit llama.cpp`` prints (the same
-code, ``readers.emit.emit_llama_cpp``): the printed flags are read back into the fields of llama.cpp's
+code, ``readers.llama_cpp.emit_llama_cpp``): the printed flags are read back into the fields of llama.cpp's
 ``llama_context_params`` they set (``--rope-scaling`` -> rope_scaling_type, ``--rope-scale S`` -> rope_freq_scale
 1/S as common/arg.cpp does, ...) and ``--override-kv`` into the model's ``kv_overrides``; every other field keeps
 llama.cpp's own default (``llama_context_default_params``), as ``llama-server`` with that line would.
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ropectl.errors import CheckpointError, EngineError, MethodError
-from ropectl.eval.model import MethodState, ModelSource
+from ropectl.runtime.model import MethodState, ModelSource
 
 PIN = "llama-cpp-python==0.3.36"
 EXTRA = f"pip install 'ropectl[llama-cpp]' (or: pip install {PIN}; it builds llama.cpp from source, minutes)"
@@ -103,7 +103,7 @@ def check_serves(state: MethodState) -> None:
 def setting_for(state: MethodState, source: ModelSource, trained: int | None) -> Setting:
     """What ``patch MODEL.gguf [-m METHOD] --emit llama.cpp`` prints for ``state``, read into parameters."""
     from ropectl.eval.engines.vllm_plan import patch_target
-    from ropectl.readers.emit import emit_llama_cpp
+    from ropectl.readers.llama_cpp import emit_llama_cpp
     from ropectl.schema.read import read_model_rope
 
     check_serves(state)

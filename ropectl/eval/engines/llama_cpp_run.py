@@ -42,7 +42,7 @@ def quiet_logs(lib: Any) -> None:
 
 
 def has_amx() -> bool:
-    from ropectl.eval.cpu import cpu_flags, read_cpuinfo
+    from ropectl.runtime.cpu import cpu_flags, read_cpuinfo
 
     text = read_cpuinfo()
     flags = cpu_flags(text) if text else None

@@ -22,15 +22,15 @@ from tests.helpers.cli import one_line, runner
 
 def _source(folder: Path, gguf: bool = True) -> Any:
     """The tiny checkpoint's ModelSource, presented as a GGUF (only ``resolved`` says which)."""
-    from ropectl.eval.model import model_source
+    from ropectl.runtime.model import model_source
 
     real = model_source(str(folder))
     return SimpleNamespace(**{**vars(real), "resolved": SimpleNamespace(is_gguf=gguf, path=Path(folder) / "model.gguf")})
 
 
 def _state(source: Any, method: str | None) -> Any:
-    from ropectl.eval.model import method_states
     from ropectl.eval.settings import parse_methods
+    from ropectl.runtime.model import method_states
 
     return method_states(source.config, parse_methods([method]) if method else ())[0]
 
@@ -85,7 +85,7 @@ def _emitted(model: Path, *method: str) -> list[str]:
 def test_the_plan_is_the_printed_line(tiny_model: Path, method: tuple[str, ...], sweep: str | None) -> None:
     """Each setting carries exactly the args `patch --emit llama.cpp` prints (the CLI's own JSON), and reads them as
     llama.cpp's arg parser does: --rope-scale S is freq_scale 1/S, --override-kv a model parameter."""
-    from ropectl.eval.model import trained_context
+    from ropectl.runtime.model import trained_context
 
     args = _emitted(tiny_model, *method)
     source = _source(tiny_model)
