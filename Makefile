@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ropectl-installed
 
-.PHONY: demo test test-fast test-heavy lint bench bench-finetune bench-finetune-speed finetune-smoke gpu-carry clean compat compat-transformers compat-engines compat-ruler compat-long
+.PHONY: demo test test-fast test-heavy test-known-answer lint bench bench-finetune bench-finetune-speed finetune-smoke gpu-carry clean compat compat-transformers compat-engines compat-ruler compat-long
 
 # uv (installed into the venv by pip) does the installs where it can be had: seconds instead of pip's minutes of
 # unpacking torch; pip does them where it cannot. PIP_FIND_LINKS (a local wheel folder) is passed on to uv.
@@ -40,7 +40,12 @@ test-fast: $(STAMP)
 # SmolLM2 against naive transformers (eval-ppl, passkey, RULER on generate, a GGUF fine-tune's dequantized base);
 # and the multi-process tests (two processes equal one: DDP, FSDP2, eval-ppl, passkey). CI runs it after make test.
 test-heavy: $(STAMP)
-	$(BIN)/python -m pytest -q -m "heavy or dist" $(XDIST)
+	$(BIN)/python -m pytest -q -m "(heavy or dist) and not known_answer" $(XDIST)
+
+# report's known-answer cases on SmolLM2 (planted 2k context; restored, broken, undecidable): one process, since each
+# case is one long report and the three share the planted model.
+test-known-answer: $(STAMP)
+	$(BIN)/python -m pytest -q -m known_answer tests/report/test_known_answer.py
 
 # Real engines in cached venvs (~/.cache/ropectl-compat): each tier skips with a message when its engine is missing.
 compat: compat-transformers compat-engines compat-ruler

@@ -52,6 +52,7 @@ def report(planted: dict[str, Path], name: str, samples: str) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.heavy
+@pytest.mark.known_answer
 def test_restored_theta_is_reached_and_retained(planted: dict[str, Path]) -> None:
     card = report(planted, "restored", "22")
     assert card["tasks"]["kept"] == ["niah_single_1"]
@@ -61,6 +62,7 @@ def test_restored_theta_is_reached_and_retained(planted: dict[str, Path]) -> Non
 
 @pytest.mark.slow
 @pytest.mark.heavy
+@pytest.mark.known_answer
 def test_linear_16_is_not_reached(planted: dict[str, Path]) -> None:
     card = report(planted, "broken", "10")
     assert card["verdict"]["status"] == "not reached", card["verdict"]
@@ -70,6 +72,7 @@ def test_linear_16_is_not_reached(planted: dict[str, Path]) -> None:
 
 @pytest.mark.slow
 @pytest.mark.heavy
+@pytest.mark.known_answer
 def test_two_samples_are_not_determined(planted: dict[str, Path]) -> None:
     card = report(planted, "restored", "2")
     assert card["verdict"]["status"] == "not determined", card["verdict"]
