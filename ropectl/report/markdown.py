@@ -30,7 +30,7 @@ def markdown(d: Mapping[str, Any]) -> str:
 def _tasks(d: Mapping[str, Any]) -> list[str]:
     t = d["tasks"]
     out = ["## Tasks", "", f"Reference length {label(d['reference_length'])} (a quarter of the trained context), "
-           f"{d['reference_samples']} samples; kept where the {t['keep_rule']}: **{', '.join(t['kept']) or 'none'}**.",
+           f"{d['reference_samples']} samples; kept where the {t['keep_rule']}: **{', '.join(t['kept']) or 'no task'}**.",
            ""]
     out += [f"- left out `{name}`: {why}" for name, why in t["left_out"].items()]
     return [*out, ""]
@@ -38,7 +38,7 @@ def _tasks(d: Mapping[str, Any]) -> list[str]:
 
 def _effective(d: Mapping[str, Any]) -> list[str]:
     e, r = d["effective_length"], d["ruler_absolute"]
-    got = label(e["length"]) if e["length"] else "none"
+    got = label(e["length"]) if e["length"] else "no length"
     state = "determined" if e["determined"] else "not determined (at least " + got + ")"
     out = ["## Effective length (NoLiMa's relative rule)", "",
            f"A length counts when the {CONFIDENCE_TEXT} lower bound of the score ratio (extended at the length ÷ base "
@@ -49,7 +49,7 @@ def _effective(d: Mapping[str, Any]) -> list[str]:
         out.append(f"| {label(row['length'])} | {_pct(row['extended'])} | {_pct(row['base'])} | "
                    f"{_num(row['ratio'])} [{_num(row['lo'])}, {_num(row['hi'])}] | {row['status']} |")
     if r:
-        abs_len = label(r["length"]) if r["length"] else "none"
+        abs_len = label(r["length"]) if r["length"] else "no length"
         out += ["", f"RULER's absolute rule (the extended model's own lower bound ≥ {r['threshold']:.1%}): "
                 f"{abs_len}{'' if r['determined'] else ', not determined'}."]
     return [*out, ""]

@@ -81,7 +81,7 @@ def measure(spec: ReportSpec, inputs: Inputs, plan: Plan, out: Path, progress: C
     ref = (inputs.reference,)
     screen = tasks(spec.base, "base", inputs.candidates, ref, plan.reference_samples).rows
     kept, _ = kept_tasks(screen, inputs.candidates, inputs.reference)
-    say(f"kept {len(kept)} of {len(inputs.candidates)} tasks at the reference length: {', '.join(kept) or 'none'}")
+    say(f"kept {len(kept)} of {len(inputs.candidates)} tasks at the reference length: {', '.join(kept) or 'no task'}")
     # The base is measured at the reference length only: the rule divides by its reference score, and its scores
     # past its own window would double the long trials (the costliest part) to fill a column no criterion reads.
     base_rows, ext_rows = list(screen), []

@@ -223,7 +223,9 @@ def _reference(req: SearchRequest, ev: Evaluator, plan: Plan, docs: list[Any], n
 def in_window_limit(reference: dict[str, Measured], plan: Plan, max_regression: float) -> float:
     """The in-window limit: the unpatched model's (``none``'s) in-window log PPL plus ``max_regression`` (a PPL
     ratio), the reference --max-regression has in every command."""
-    none = reference["none"].log_ppl(plan.trained)
+    from ropectl.rope.methods import unscaled_name
+
+    none = reference[unscaled_name()].log_ppl(plan.trained)
     return (math.inf if none is None else none) + math.log1p(max_regression)
 
 

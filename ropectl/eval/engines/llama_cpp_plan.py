@@ -124,7 +124,13 @@ def setting_for(state: MethodState, source: ModelSource, trained: int | None) ->
 
 
 def expected_rope(state: MethodState) -> tuple[float, float]:
-    """(freq_base, freq_scale) the context must report for ``state``: ropectl's own RoPE, not the flags."""
+    """(freq_base, freq_scale) the context must report for ``state``: ropectl's own RoPE, not the flags. llama.cpp's
+    freq_scale is 1 / the scaling factor its GGUF metadata carries (rope.scaling.factor), which the method's own
+    record says it writes (``Method.gguf_keys``); a method that writes none leaves it at 1."""
+    from ropectl.rope.methods import method_of_type
+
     rope = state.rope
-    scale = 1.0 / float(rope.factor) if rope.rope_type in ("linear", "yarn") and rope.factor else 1.0
-    return float(rope.rope_theta), scale
+    method = method_of_type(rope.rope_type)
+    keys = method.gguf_keys(rope) if method is not None and method.gguf_keys is not None else {}
+    factor = keys.get("SCALING_FACTOR")
+    return float(rope.rope_theta), 1.0 / float(factor) if factor else 1.0
