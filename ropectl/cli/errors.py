@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import typer
@@ -62,13 +64,36 @@ def _other_rank() -> bool:
     return os.environ.get("RANK", "0") not in ("", "0")
 
 
+@contextlib.contextmanager
+def _recording_ctrl_c(seen: list[int]) -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt as ever, and is also recorded: a library may catch it and raise another
+    error (a Ctrl-C inside transformers' lazy imports surfaces as "Could not import module 'LlamaConfig'"), and
+    the user's Ctrl-C must still end as the interrupt line, not as an unexpected error."""
+
+    def on_ctrl_c(signum: int, frame: object) -> None:
+        seen.append(signum)
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGINT, on_ctrl_c)
+    except ValueError:  # not the main thread: signals stay as they are
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def handle_errors(func: F) -> F:
     """Wrap a command so every failure ends as one line and an exit code (traceback with ROPECTL_DEBUG=1)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ctrl_c: list[int] = []
         try:
-            return func(*args, **kwargs)
+            with _recording_ctrl_c(ctrl_c):
+                return func(*args, **kwargs)
         except typer.Exit:
             raise
         except Interrupted as exc:  # every command's stop: its one line and the command that resumes (rank 0)
@@ -94,6 +119,9 @@ def handle_errors(func: F) -> F:
         except Exception as exc:  # anything unexpected still gets one line, not a traceback
             if debug():
                 raise
+            if ctrl_c:  # a library turned the user's Ctrl-C into its own error: it is still the interrupt
+                echo_interrupt("interrupted: nothing half-written was kept.")
+                raise typer.Exit(130) from None
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             rank = f"[rank {os.environ['RANK']}] " if _other_rank() else ""  # may differ per rank: each says it
             typer.echo(
