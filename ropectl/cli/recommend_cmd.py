@@ -123,10 +123,6 @@ def recommend_cmd(
                                      device=device or "auto", max_regression=limit, serve_with=engines,
                                      engine_options=engine_options, resume=resume, budget_min=budget), json_out)
         result, model_name, skipped = sweeps.recommendation, model or _default_path(), sweeps.skipped
-        if not json_out:
-            from ropectl.cli.tasks_cmd import print_tasks_table
-
-            print_tasks_table(sweeps.tasks)
     if json_out:
         typer.echo(dumps({**result.to_dict(), "not_measured": skipped,
                           "commands": _commands(model_name, result, runs)}))
@@ -166,18 +162,23 @@ def _from_results(model: str | None, ppl: list[Path], tasks: Path | None, target
 
 
 def _run_sweeps(request: Any, json_out: bool) -> Any:
-    """The sweeps under the progress bar, the plan on stderr; stopped, one line with the command that resumes
-    the whole recommendation (this command, --resume, its --out), exit 130 (Ctrl-C) or 143 (SIGTERM)."""
+    """The sweeps under the progress bar, the plan on stderr, the task table after them (not with --json);
+    stopped, one line with the command that resumes the whole recommendation (this command, --resume, its --out),
+    exit 130 (Ctrl-C) or 143 (SIGTERM)."""
     from dataclasses import replace
 
+    from ropectl.cli.tasks_cmd import print_tasks_table
     from ropectl.recommend.run import recommend_root, run
     from ropectl.runtime.interrupt import SweepInterrupted, resume_line
 
     root = recommend_root(request.out, request.resume)
     try:
         with progress_bar(enabled=not json_out) as on_progress:
-            return run(replace(request, out=root), on_progress, None if json_out else print_table,
-                       lambda line: typer.echo(line, err=True))
+            sweeps = run(replace(request, out=root), on_progress, None if json_out else print_table,
+                         lambda line: typer.echo(line, err=True))
+        if not json_out:
+            print_tasks_table(sweeps.tasks)
+        return sweeps
     except SweepInterrupted as exc:  # printed by the one handler (cli.errors); the resume line resumes recommend
         unit = "trials" if exc.out == root / "tasks" else "cells"
         raise exc.retold(f"{exc.what}: {exc.kept} finished {unit} kept in {exc.out}", resume_line(root)) from None
