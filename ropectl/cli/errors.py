@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import functools
 import os
-import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import typer
 
 from ropectl.errors import OutputError, RopectlError, UsageError
+from ropectl.io.signals import ctrl_c_recorded
 from ropectl.runtime.interrupt import Interrupted
 
 # What the operating system said, as a problem and a fix: the one place OSError numbers are explained.
@@ -64,27 +63,6 @@ def _other_rank() -> bool:
     return os.environ.get("RANK", "0") not in ("", "0")
 
 
-@contextlib.contextmanager
-def _recording_ctrl_c(seen: list[int]) -> Iterator[None]:
-    """Ctrl-C raises KeyboardInterrupt as ever, and is also recorded: a library may catch it and raise another
-    error (a Ctrl-C inside transformers' lazy imports surfaces as "Could not import module 'LlamaConfig'"), and
-    the user's Ctrl-C must still end as the interrupt line, not as an unexpected error."""
-
-    def on_ctrl_c(signum: int, frame: object) -> None:
-        seen.append(signum)
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGINT, on_ctrl_c)
-    except ValueError:  # not the main thread: signals stay as they are
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 def handle_errors(func: F) -> F:
     """Wrap a command so every failure ends as one line and an exit code (traceback with ROPECTL_DEBUG=1)."""
 
@@ -92,7 +70,7 @@ def handle_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         ctrl_c: list[int] = []
         try:
-            with _recording_ctrl_c(ctrl_c):
+            with ctrl_c_recorded(ctrl_c):
                 return func(*args, **kwargs)
         except typer.Exit:
             raise

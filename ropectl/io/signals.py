@@ -4,7 +4,23 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+
+
+@contextlib.contextmanager
+def handled(signums: tuple[int, ...], handler: Callable[[int, object], None]) -> Iterator[bool]:
+    """``handler`` for ``signums`` inside the block, the previous handlers put back after it. Yields False (and
+    changes nothing) outside the main thread, where Python refuses to set handlers."""
+    try:
+        previous = {s: signal.signal(s, handler) for s in signums}
+    except ValueError:  # not the main thread: leave signals alone
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
 
 
 @contextlib.contextmanager
@@ -14,15 +30,22 @@ def sigterm_as_interrupt(raising: type[BaseException] = KeyboardInterrupt) -> It
     def raise_interrupt(signum: int, frame: object) -> None:
         raise raising
 
-    try:
-        previous = signal.signal(signal.SIGTERM, raise_interrupt)
-    except ValueError:  # not the main thread: leave signals alone
+    with handled((signal.SIGTERM,), raise_interrupt):
         yield
-        return
-    try:
+
+
+@contextlib.contextmanager
+def ctrl_c_recorded(seen: list[int]) -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt as ever, and is also recorded in ``seen``: a library may catch it and raise
+    another error (a Ctrl-C inside transformers' lazy imports surfaces as "Could not import module 'LlamaConfig'"),
+    and the CLI must still tell the user's Ctrl-C from an unexpected error."""
+
+    def record(signum: int, frame: object) -> None:
+        seen.append(signum)
+        raise KeyboardInterrupt
+
+    with handled((signal.SIGINT,), record):
         yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
@@ -41,14 +64,8 @@ def interrupts_held() -> Iterator[None]:
         caught.append(signum)
 
     try:
-        previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread: signals stay as they are
-        yield
-        return
-    try:
-        yield
+        with handled((signal.SIGINT, signal.SIGTERM), hold):
+            yield
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        for s in dict.fromkeys(caught):
+        for s in dict.fromkeys(caught):  # the handlers from before are back: each takes its signal as it would have
             signal.raise_signal(s)
