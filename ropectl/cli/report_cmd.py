@@ -20,7 +20,8 @@ OutOpt = Annotated[Optional[Path], opt("--out", "-o", panel=eo.OUT, help=(
     "Card folder: EXTENSION.md, extension.json, plots, and the sweeps under base/ and extended/ "
     "[default: runs/report-<timestamp>]."))]
 LengthsOpt = Annotated[Optional[str], opt("--lengths", "-l", panel=RUN, help=(
-    "Comma-separated lengths to judge [default: the trained context, 1.5x, 2x, ... up to the target]."))]
+    "Comma-separated lengths to judge [default: the trained context, 1.5x, 2x, then 4x, 8x, ... below the "
+    "target, and the target]."))]
 SamplesOpt = Annotated[Optional[int], shared("--samples", "-n", panel=RUN, detail=(
     "per task x length, the same trials for both models [default: 40, cut to --budget]."))]
 DocsOpt = Annotated[Optional[int], shared("--docs", panel=RUN, detail=(
@@ -38,6 +39,8 @@ RegressionOpt = Annotated[Optional[float], max_regression_opt(
 BudgetOpt = Annotated[Optional[float], shared("--budget", panel=RULE, detail=(
     "fewer samples per length until the estimate from two timed forwards fits; refused when one sample per "
     "length does not."))]
+ResumeOpt = Annotated[bool, shared("--resume", panel=eo.OUT, detail=(
+    "the sweeps' logged trials and cells in --out (the newest runs/report-* without it)."))]
 SeedOpt = Annotated[Optional[int], shared("--seed", panel=RUN, detail="the generated trials [default: 0].")]
 
 
@@ -47,7 +50,7 @@ def report_cmd(
     lengths: LengthsOpt = None, samples: SamplesOpt = None, docs: DocsOpt = None, task: TaskOpt = None,
     dataset: DatasetOpt = None, retention_dataset: RetentionOpt = None, max_regression: RegressionOpt = None,
     budget: BudgetOpt = None, seed: SeedOpt = None, dtype: eo.DtypeOpt = None, device: eo.DeviceOpt = None,
-    engine: eo.EngineOpt = None, json_out: JsonOpt = False,
+    engine: eo.EngineOpt = None, resume: ResumeOpt = False, json_out: JsonOpt = False,
 ) -> None:
     """Judge EXTENDED against BASE at --target-length: effective length, retention, one verdict.
 
@@ -69,7 +72,7 @@ def report_cmd(
                                 "budget_min": budget, "seed": seed, "dtype": dtype, "device": device,
                                 "engine": engine}.items() if v is not None}
     spec = rs.ReportSpec(base=base, extended=extended, target=parse_length(target_length), out=out,
-                         lengths=parse_lengths(lengths) if lengths else (), **given)
+                         lengths=parse_lengths(lengths) if lengths else (), resume=resume, **given)
     with eo.progress_bar(enabled=not json_out) as on_progress:
         card = run_report(spec, lambda line: typer.echo(line, err=True), on_progress)
     if json_out:

@@ -39,11 +39,30 @@ def run_report(spec: ReportSpec, say: Say | None = None, progress: Callable[[Any
     with reusing():  # the probe and the sweeps share one load of each model
         inputs = preflight(spec)
         plan = sized(spec, inputs, say)
-        out = output_dir(spec.out, False, "report")
-        measured = measure(spec, inputs, plan, out, progress, say)
+        out = output_dir(spec.out, spec.resume, "report")
+        check_fresh(out, spec.resume)
+        measured = resumable(lambda: measure(spec, inputs, plan, out, progress, say), out)
     card = build_card(spec, inputs, plan, measured)
     write_card(out, card)
     return card
+
+
+def check_fresh(out: Path, resume: bool) -> None:
+    """A card folder with results in it is continued only when asked: its sweeps would otherwise be reused silently,
+    whatever run wrote them (--resume still refuses sweeps of another run, by their identity)."""
+    if not resume and out.is_dir() and any(out.iterdir()):
+        raise UsageError(f"'{out}' already holds a report's results", "pass --resume to continue that report, or "
+                         "another --out")
+
+
+def resumable(work: Callable[[], Measured], out: Path) -> Measured:
+    """A stopped sweep (Ctrl-C, SIGTERM) keeps what it logged; its one line resumes the whole report."""
+    from ropectl.runtime.interrupt import SweepInterrupted, resume_line
+
+    try:
+        return work()
+    except SweepInterrupted as exc:
+        raise exc.retold(f"{exc.what}: {exc.kept} finished cells kept in {exc.out}", resume_line(out)) from None
 
 
 def sized(spec: ReportSpec, inputs: Inputs, say: Say) -> Plan:
@@ -118,6 +137,6 @@ def _ppl(spec: ReportSpec, model: str, out: Path, inputs: Inputs, plan: Plan,
 
     result = run_eval(build_spec(model=model, lengths=list(inputs.ppl_lengths), docs=plan.docs,
                                  dataset=inputs.retention, dtype=spec.dtype, device=spec.device, out=out,
-                                 engine=spec.engine), progress)
+                                 resume=True if out.exists() else None, engine=spec.engine), progress)
     return tuple(result.cells)
 

@@ -27,7 +27,7 @@ class ReportSpec:
     extended: str
     target: int
     out: Path | None = None
-    lengths: tuple[int, ...] = ()  # empty: the trained context, 1.5x, 2x, ... up to the target
+    lengths: tuple[int, ...] = ()  # empty: default_lengths (the trained context, 1.5x, 2x, 4x, ... the target)
     samples: int | None = None  # per task and length; None: DEFAULT_SAMPLES, cut to --budget
     docs: int = DEFAULT_DOCS
     tasks: str = CANDIDATES
@@ -39,6 +39,7 @@ class ReportSpec:
     device: str = "auto"
     engine: str | None = None
     seed: int = 0
+    resume: bool = False  # continue the card folder's sweeps, skipping the trials and cells they logged
 
     def __post_init__(self) -> None:
         if self.samples is not None and self.samples < 1:
@@ -61,12 +62,14 @@ class ReportSpec:
 
 
 def default_lengths(trained: int, target: int) -> tuple[int, ...]:
-    """The trained context, then 1.5x, 2x, ... of it below the target, then the target."""
-    out, k = [], 2
-    while k * trained // 2 < target:
-        out.append(k * trained // 2)
-        k += 1
-    return tuple([*out, target])
+    """The trained context, 1.5x and 2x of it, then doubling (RULER's grid: 4x, 8x, ...) below the target, then the
+    target: the half steps find where a barely extended model falls off, and doubling keeps a 16x target at six
+    lengths instead of thirty-one."""
+    out, n = [trained], trained * 3 // 2
+    while n < target:
+        out.append(n)
+        n = trained * 2 if n < trained * 2 else n * 2
+    return tuple(sorted({*out, target}))
 
 
 def reference_length(trained: int) -> int:

@@ -119,3 +119,26 @@ def test_budget_below_one_sample_is_refused(models: dict[str, Path], env: Path) 
                      str(env / "x4")], "too small for one sample per length", "needs at least")
     assert "min" in line
     assert not (env / "x4").exists()
+
+
+def test_sigterm_then_resume_equals_an_uninterrupted_report(models: dict[str, Path], env: Path) -> None:
+    """SIGTERM inside the base's sweep keeps its trials and prints the command that resumes the whole report; that
+    command, run as printed, gives the card an uninterrupted report gives (the same trials, so exactly equal)."""
+    import os
+
+    from tests.helpers.sweeps import paused_run, resume_argv, terminate
+
+    args = ["report", str(models["base"]), str(models["four"]), *RUN, "-n", "3"]
+    whole = report(models, "four", env / "whole", "-n", "3")
+    out = env / "stopped"
+    penv = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "ROPECTL_EVAL_ENGINES": MODULE,
+            "XDG_CACHE_HOME": str(env / "cache")}
+    proc = paused_run([*args, "-o", str(out)], out / "base" / "tasks" / "tasks.jsonl", penv)
+    argv = resume_argv(proc, terminate(proc), out, "report")
+    refused = runner.invoke(app, [*args, "-o", str(out)])  # without --resume the folder is not reused silently
+    assert refused.exit_code != 0 and "pass --resume" in refused.output
+    resumed = runner.invoke(app, [*argv[1:], "--json"])
+    assert resumed.exit_code == 0, resumed.output
+    card = json.loads(resumed.stdout)
+    for key in ("verdict", "effective_length", "retention", "tasks", "lengths", "ppl_at_target"):
+        assert card[key] == whole[key], key

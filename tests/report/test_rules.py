@@ -74,7 +74,9 @@ def test_samples_to_decide_a_perfect_score() -> None:
 
 
 def test_lengths_and_reference() -> None:
-    assert default_lengths(2048, 6144) == (2048, 3072, 4096, 5120, 6144)
+    assert default_lengths(2048, 6144) == (2048, 3072, 4096, 6144)
+    assert default_lengths(8192, 131072) == (8192, 12288, 16384, 32768, 65536, 131072)  # RULER's doubling grid
+    assert default_lengths(8192, 40960) == (8192, 12288, 16384, 32768, 40960)
     assert default_lengths(8192, 12288) == (8192, 12288)
     assert default_lengths(8192, 10240) == (8192, 10240)
     assert reference_length(8192) == 2048
