@@ -63,6 +63,7 @@ def finetune(name: str, seed: int, args: argparse.Namespace, model: Path, data: 
 def documents(model: Path) -> dict[str, list[list[int]]]:
     """Token ids: the pydoc topics cut to 128 (those at least that long) and the held-out acts cut to 512."""
     from pydoc_data.topics import topics
+
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model)
