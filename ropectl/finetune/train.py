@@ -272,7 +272,7 @@ def dry_run_plan(spec: FinetuneSpec) -> dict[str, Any]:
     speed = matmul_flops(p.dtype) if p.device == "cpu" else None
     shards = p.plan.world if spec.sharded else 1
     est = estimates(p.plan, shape, trainable, p.dtype == "bf16", spec.chunk_size, speed * ASSUMED_MFU if speed else None,
-                    shards)
+                    shards, mask=spec.doc_mask or spec.short_mix > 0)
     return {"plan": p.plan.to_dict(), **est, "fsdp": spec.sharded, "dtype": p.dtype,
             "dtype_why": p.dtype_why, "params": shape.params,
             "trainable": trainable, "data": p.corpus, "train_spans": len(p.split.spans),
