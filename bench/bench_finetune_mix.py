@@ -24,6 +24,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -118,21 +119,28 @@ def main() -> None:
     (args.out / "runs").mkdir(parents=True, exist_ok=True)
     scores: dict[str, Any] = {"untrained": score(model, docs)}
     timing: dict[str, float] = {}
+    lock = threading.Lock()
+
+    def save() -> None:  # after every run: a partial benchmark still has the runs it finished
+        result = {"machine": machine(), "load": os.getloadavg(), "model": str(model), "args": {
+            k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "scores": scores,
+            "docs": {k: len(v) for k, v in docs.items()}, "wall_s": timing,
+            "total_wall_s": round(time.perf_counter() - wall0)}
+        (args.out / "mix.json").write_text(json.dumps(result), encoding="utf-8")
+        (args.out / "report.md").write_text(report(result, seeds), encoding="utf-8")
 
     def one(job: tuple[str, int]) -> None:
         t0 = time.perf_counter()
         out = finetune(*job, args, model, data, held)
-        scores[f"{job[0]}-s{job[1]}"] = score(out, docs)
-        timing[f"{job[0]}-s{job[1]}"] = round(time.perf_counter() - t0, 1)
+        got = score(out, docs)
+        with lock:
+            scores[f"{job[0]}-s{job[1]}"] = got
+            timing[f"{job[0]}-s{job[1]}"] = round(time.perf_counter() - t0, 1)
+            save()
 
     with ThreadPoolExecutor(args.jobs) as pool:
         list(pool.map(one, [(n, s) for s in seeds for n in RUNS]))
-    result = {"machine": machine(), "load": os.getloadavg(), "model": str(model), "args": {
-        k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "scores": scores,
-        "docs": {k: len(v) for k, v in docs.items()}, "wall_s": timing, "total_wall_s": round(time.perf_counter() - wall0)}
-    (args.out / "mix.json").write_text(json.dumps(result), encoding="utf-8")
-    (args.out / "report.md").write_text(report(result, seeds), encoding="utf-8")
-    print(report(result, seeds))
+    print((args.out / "report.md").read_text(encoding="utf-8"))
 
 
 def report(result: dict[str, Any], seeds: list[int]) -> str:
@@ -144,6 +152,8 @@ def report(result: dict[str, Any], seeds: list[int]) -> str:
              "| run | seed | PPL@128 pydoc | ÷ untrained [95 % CI] | PPL@512 acts |", "|---|---:|---:|---|---:|"]
     for name in RUNS:
         for seed in seeds:
+            if f"{name}-s{seed}" not in s:
+                continue
             r = s[f"{name}-s{seed}"]
             q = ratio(r["retention"], base["retention"], TRAINED)
             lines.append(f"| {name} | {seed} | {ppl(r['retention'], TRAINED):.2f} | {q['ratio']:.3f} "
@@ -152,6 +162,8 @@ def report(result: dict[str, Any], seeds: list[int]) -> str:
               "|---|---|---:|---|---|"]
     for a, b in CONTRASTS:
         for seed in seeds:
+            if f"{a}-s{seed}" not in s or f"{b}-s{seed}" not in s:
+                continue
             x, y = s[f"{a}-s{seed}"], s[f"{b}-s{seed}"]
             q, e = ratio(x["retention"], y["retention"], TRAINED), ratio(x["extension"], y["extension"], TARGET)
             lines.append(f"| {a} | {b} | {seed} | {q['ratio']:.4f} [{q['lo']:.4f}, {q['hi']:.4f}] | "
