@@ -92,10 +92,11 @@ def score(folder: Path, docs: dict[str, list[list[int]]]) -> dict[str, list[floa
     return out
 
 
-def ratio(a: list[float], b: list[float], length: int) -> dict[str, float]:
+def ratio(a: list[float], b: list[float], length: int, copies: int = 1) -> dict[str, float]:
+    """PPL_a ÷ PPL_b over documents scored at ``length`` (``copies``: NLL sums over that many seeds)."""
     from ropectl.eval.stats import paired_log_ratio
 
-    r = paired_log_ratio(a, b, [length - 1] * len(a))
+    r = paired_log_ratio(a, b, [copies * (length - 1)] * len(a))
     return {"ratio": r.ratio, "lo": r.lo, "hi": r.hi, "n": len(a)}
 
 
@@ -189,7 +190,7 @@ def report(result: dict[str, Any], seeds: list[int]) -> str:
         have = [seed for seed in seeds if f"{a}-s{seed}" in s and f"{b}-s{seed}" in s]
         if len(have) > 1:  # per document, the NLL summed over the seeds; paired over documents
             qs = [ratio(*[[sum(vals) for vals in zip(*(s[f"{run}-s{seed}"][k] for seed in have))] for run in (a, b)],
-                        size[k]) for k in kinds]
+                        size[k], len(have)) for k in kinds]
             lines.append(f"| {a} | {b} | pooled | "
                          + " | ".join(f"{q['ratio']:.4f} [{q['lo']:.4f}, {q['hi']:.4f}]" for q in qs) + " |")
     lines += ["", f"wall {result['total_wall_s']} s; runs {result['wall_s']}; load {result['load']}"]

@@ -133,12 +133,14 @@ def training_loss(model: Any, inner: Any, batch: Mapping[str, Any], chunk_size: 
     kwargs = {k: v for k, v in batch.items() if k in ("input_ids", "position_ids")}
     release_freed_memory(kwargs["input_ids"].device)  # the previous step's gradients and states' churn
     keep = None
-    if "segment_ids" in batch:
+    segments = batch.get("segment_ids")
+    # a batch with one document per row needs no mask: the plain path keeps SDPA's causal kernels (no T x T mask)
+    if segments is not None and bool((segments[:, 1:] != segments[:, :-1]).any()):
         import torch
 
         from ropectl.finetune.packing import document_mask, kept_targets
 
-        segments = batch["segment_ids"].to(kwargs["input_ids"].device)
+        segments = segments.to(kwargs["input_ids"].device)
         kwargs["attention_mask"] = document_mask(segments, torch.bfloat16 if bf16 else torch.float32)
         keep = kept_targets(segments)
     elif "position_ids" in kwargs:

@@ -22,6 +22,7 @@ The mask: transformers reads position jumps as packed-sequence boundaries only w
 reading for eager/SDPA. A 4D additive mask (0 where a token may attend, the dtype's minimum elsewhere) is what every
 transformers from 4.43 takes as a custom mask for eager and SDPA attention, so it is built here: [batch, 1, T, T]
 in the run's compute dtype (2 or 4 bytes x T^2 per sequence, the size of transformers' own SDPA mask for packing).
+A batch whose rows each hold one document builds none (``loss.training_loss``): SDPA keeps its causal kernels.
 """
 
 from __future__ import annotations

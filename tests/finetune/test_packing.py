@@ -189,3 +189,17 @@ def test_without_either_option_examples_are_as_before() -> None:
     """No segment ids (so the loss and the mask are exactly the pre-option ones)."""
     assert set(_examples(True, 0.0, False)[3]) == {"input_ids", "position_ids"}
     assert set(_examples(False, 0.0, False)[3]) == {"input_ids"}
+
+
+def test_one_document_per_row_takes_the_plain_path(tmp_path: Path) -> None:
+    """No boundary in the batch: the loss is the pre-option one (PoSE positions, one sequence), exactly."""
+    import torch
+
+    model = _model(tmp_path, "sdpa")
+    ids = torch.randint(3, 128, (2, 30), generator=torch.Generator().manual_seed(4))
+    pos = torch.cat([torch.arange(10), torch.arange(10, 30) + 70])[None].repeat(2, 1)
+    with torch.no_grad():
+        one = training_loss(model, model, {"input_ids": ids, "position_ids": pos,
+                                           "segment_ids": torch.zeros_like(ids)})
+        plain = training_loss(model, model, {"input_ids": ids, "position_ids": pos})
+    assert one.item() == plain.item()
