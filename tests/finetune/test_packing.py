@@ -20,13 +20,17 @@ REL = 1e-5  # fp32: the masked forward and the separate ones differ only by the 
 LENGTHS = (7, 12, 5)
 
 
-def _model(tmp_path: Path, attn: str):
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.helpers.checkpoints import tiny_llama
+
+    return tiny_llama(tmp_path_factory.mktemp("packing") / "m")
+
+
+def _model(folder: Path, attn: str):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tests.helpers.checkpoints import tiny_llama
-
-    folder = tiny_llama(tmp_path / "m")
     return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation=attn).eval()
 
 
@@ -60,10 +64,10 @@ def _packed(docs, positions=None):
 
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
-def test_masked_packed_loss_is_the_sum_of_each_documents_loss(tmp_path: Path, attn: str) -> None:
+def test_masked_packed_loss_is_the_sum_of_each_documents_loss(folder: Path, attn: str) -> None:
     import torch
 
-    model = _model(tmp_path, attn)
+    model = _model(folder, attn)
     docs = _docs()
     ids, segments, positions = _packed(docs)
     with torch.no_grad():
@@ -78,12 +82,12 @@ def test_masked_packed_loss_is_the_sum_of_each_documents_loss(tmp_path: Path, at
     assert abs(crossing.item() * (sum(LENGTHS) - 1) - want) > 1e-3 * abs(want)
 
 
-def test_masked_pose_positions_keep_the_skip_inside_a_document(tmp_path: Path) -> None:
+def test_masked_pose_positions_keep_the_skip_inside_a_document(folder: Path) -> None:
     """A document whose positions skip (PoSE) is scored with those positions, alone, by transformers; the packed
     sequence's positions restart at each document (restart_positions) and run on through the skip."""
     import torch
 
-    model = _model(tmp_path, "sdpa")
+    model = _model(folder, "sdpa")
     docs = _docs()
     alone = [torch.arange(7), torch.cat([torch.arange(4), torch.arange(4, 12) + 90]), torch.arange(5)]
     # in the packed window, document 1 starts at position 7 with its skip of 90: restarted, it is `alone[1]`
@@ -98,7 +102,7 @@ def test_masked_pose_positions_keep_the_skip_inside_a_document(tmp_path: Path) -
     assert abs(got.item() * (sum(LENGTHS) - 3) - want) <= REL * abs(want)
 
 
-def test_gradient_flows_only_within_documents(tmp_path: Path) -> None:
+def test_gradient_flows_only_within_documents(folder: Path) -> None:
     """The loss of document 2's tokens does not depend on document 1's: with the mask, changing document 0's tokens
     leaves document 2's hidden states as they were (and without it, they change)."""
     import torch
@@ -106,7 +110,7 @@ def test_gradient_flows_only_within_documents(tmp_path: Path) -> None:
     from ropectl.finetune.loss import captured_hidden
     from ropectl.finetune.packing import document_mask
 
-    model = _model(tmp_path, "sdpa")
+    model = _model(folder, "sdpa")
     docs = _docs()
     ids, seg, pos = _packed(docs)
     other = ids.clone()
@@ -191,11 +195,11 @@ def test_without_either_option_examples_are_as_before() -> None:
     assert set(_examples(False, 0.0, False)[3]) == {"input_ids"}
 
 
-def test_one_document_per_row_takes_the_plain_path(tmp_path: Path) -> None:
+def test_one_document_per_row_takes_the_plain_path(folder: Path) -> None:
     """No boundary in the batch: the loss is the pre-option one (PoSE positions, one sequence), exactly."""
     import torch
 
-    model = _model(tmp_path, "sdpa")
+    model = _model(folder, "sdpa")
     ids = torch.randint(3, 128, (2, 30), generator=torch.Generator().manual_seed(4))
     pos = torch.cat([torch.arange(10), torch.arange(10, 30) + 70])[None].repeat(2, 1)
     with torch.no_grad():
