@@ -68,7 +68,8 @@ def finetune(name: str, seed: int, args: argparse.Namespace, model: Path, data: 
     argv = ["finetune", str(model), "-m", spec.split(":")[0], "-t", str(target), *mode, "--dataset", str(data),
             "--held-out", ",".join(held), "--eval-every", str(args.eval_every), "--steps", str(args.steps),
             "--seed", str(seed), "--lr", str(args.lr), "--warmup", str(args.warmup), "--batch-size",
-            str(args.batch), "--grad-accum", "1", "--dtype", args.dtype, "-o", str(out), "--force"]
+            str(args.batch), "--grad-accum", "1", "--dtype", args.dtype, "-o", str(out), "--force",
+            "--short-mix", "0", "--no-doc-mask"]  # as measured before these options (bench_finetune_mix.py measures them)
     cmd = [sys.executable, "-m", "ropectl", *argv]
     print(f"[{name} seed {seed}] ropectl {' '.join(argv[:3])} ... -o {out}", file=sys.stderr, flush=True)
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(args.threads)}

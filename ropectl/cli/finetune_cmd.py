@@ -37,6 +37,11 @@ BatchTokensOpt = Annotated[Optional[str], shared("--batch-tokens", panel=TRAIN, 
     "per optimizer step, a whole number of sequences [default: 8 sequences]."))]
 BatchSizeOpt = Annotated[Optional[int], opt("--batch-size", panel=TRAIN, help="Sequences per device per micro-step.")]
 AccumOpt = Annotated[Optional[int], opt("--grad-accum", panel=TRAIN, help="Gradient accumulation micro-steps.")]
+ShortMixOpt = Annotated[Optional[float], shared("--short-mix", panel=DATA, detail=(
+    "documents of at most the trained context, long ones cut to it; ProLong uses 0.4, which cost retention on the "
+    "tiny benchmark [default: 0]."))]
+DocMaskOpt = Annotated[Optional[bool], shared("--doc-mask", panel=DATA, detail=(
+    "positions restart per document (ProLong) [default: on]."))]
 SeedOpt = Annotated[int, shared("--seed", panel=TRAIN, detail="data order, PoSE draws and LoRA init [default: 0].")]
 EvalEveryOpt = Annotated[Optional[int], opt("--eval-every", panel=TRAIN,
                                             help="Score held-out documents at the trained and target lengths every N steps.")]
@@ -59,6 +64,7 @@ def finetune(
     model: ModelArg, method: MethodOpt = None, factor: FactorOpt = None, target_length: TargetOpt = None,
     preset: PresetOpt = None, config: ConfigOpt = None, set_: SetOpt = None,
     dataset: DatasetOpt = None, old_data: OldDataOpt = None, max_docs: MaxDocsOpt = None, held_out: HeldOutOpt = "2",
+    short_mix: ShortMixOpt = None, doc_mask: DocMaskOpt = None,
     output: OutputOpt = None,
     pose: PoseOpt = False,
     full: FullOpt = False, window: WindowOpt = None, steps: StepsOpt = 200, lr: LrOpt = 2e-5, warmup: WarmupOpt = None,
@@ -83,7 +89,7 @@ def finetune(
     count, named = parse_held_out(held_out)
     # patch's own layering: preset, --config, -m spec, -f / -t, --set
     choice = build_choice(preset, config, MethodChoice(None, factor, target, {}), set_ or (), spec=method)
-    from ropectl.finetune.spec import FinetuneSpec
+    from ropectl.finetune.spec import DEFAULT_DOC_MASK, DEFAULT_SHORT_MIX, FinetuneSpec
 
     spec = FinetuneSpec(
         model=model, method=method_spec(choice), output=output or Path("finetuned"), target_length=choice.target_length,
@@ -93,7 +99,9 @@ def finetune(
         train_embeddings_norms=train_embeddings_norms, merge=merge, seed=seed, eval_every=eval_every,
         held_out=0 if named else count, held_out_docs=named, max_docs=max_docs,  # named: the spec counts them
         dtype=dtype or "auto", device=device or "auto", dry_run=dry_run, resume=resume, force=force,
-        context_parallel=context_parallel, fsdp=fsdp)
+        context_parallel=context_parallel, fsdp=fsdp,
+        short_mix=DEFAULT_SHORT_MIX if short_mix is None else short_mix,
+        doc_mask=DEFAULT_DOC_MASK if doc_mask is None else doc_mask)
     if dry_run:
         from ropectl.runtime.dist import world_from_env
 

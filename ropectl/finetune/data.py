@@ -1,8 +1,10 @@
 """Training data as the references build it: documents with BOS/EOS, a held-out split by document, packed windows.
 
 - Every document is one token sequence bookended by BOS (where the tokenizer has one) and EOS, as YaRN's PG19
-  chunks are. Documents are concatenated in a seeded order and cut into equal spans with no padding, so attention
-  DOES cross document boundaries inside a span (YaRN and PoSE do the same); the EOS between them marks the seam.
+  chunks are. Documents are concatenated in a seeded order and cut into equal spans with no padding, so by default
+  attention DOES cross document boundaries inside a span (YaRN and PoSE do the same); the EOS between them marks the
+  seam. ``--doc-mask`` keeps attention inside each document, and ``--short-mix`` mixes in examples of short
+  documents (ProLong; ``packing`` says how).
 - The held-out documents are whole documents: named by the user (the same ones across runs, for paired comparisons),
   or drawn seeded, preferring ones long enough to be scored at the target; recorded in the output and never packed
   into a training span.
@@ -19,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ropectl.errors import DataError
-from ropectl.finetune.positions import example as pose_example
+from ropectl.finetune.packing import cut, is_short, restart_positions, short_pieces
+from ropectl.finetune.positions import sample as pose_sample
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,9 @@ class Split:
     held_out: tuple[tuple[str, Any], ...]  # (doc id, tokens)
     train_docs: int
     train_tokens: int  # tokens in the packed stream (what the spans were cut from)
+    segments: tuple[Any, ...] = ()  # per span, each token's document number (int32)
+    short_spans: tuple[Any, ...] = ()  # short documents packed into training-length sequences (--short-mix)
+    short_segments: tuple[Any, ...] = ()
 
     @property
     def held_out_ids(self) -> list[str]:
@@ -70,9 +76,10 @@ def named_held_out(doc_ids: Sequence[str], names: Sequence[str], corpus: str) ->
 
 
 def split(documents: Sequence[Any], span: int, held_out: int, eval_length: int, seed: int,
-          bos: int | None, eos: int | None, corpus: str = "corpus", names: Sequence[str] = ()) -> Split:
+          bos: int | None, eos: int | None, corpus: str = "corpus", names: Sequence[str] = (),
+          short: tuple[int, int] | None = None) -> Split:
     """Bookend, hold out ``held_out`` documents (or those ``names``), pack the rest in a seeded order and cut
-    ``span``-token spans."""
+    ``span``-token spans; ``short`` = (piece limit, sequence length) also packs short documents (``packing``)."""
     import numpy as np
 
     docs = [(d.doc_id, bookend(d.tokens, bos, eos)) for d in documents]
@@ -85,14 +92,23 @@ def split(documents: Sequence[Any], span: int, held_out: int, eval_length: int, 
     keep = set(chosen)
     train = [docs[i][1] for i in range(len(docs)) if i not in keep]
     order = np.random.default_rng([seed, 2]).permutation(len(train))
-    stream = np.concatenate([train[i] for i in order])
-    n = len(stream) // span
-    if n == 0:
-        raise DataError(f"the corpus '{corpus}' has {len(stream):,} training tokens after holding out {held_out} "
+    spans, segments, total = cut([train[i] for i in order], span)
+    if not spans:
+        raise DataError(f"the corpus '{corpus}' has {total:,} training tokens after holding out {held_out} "
                         f"documents, fewer than one {span:,}-token training span",
                         "pass a larger corpus (--dataset), a smaller --held-out, or a shorter --window / target")
-    spans = tuple(stream[i * span:(i + 1) * span] for i in range(n))
-    return Split(spans, tuple(docs[i] for i in sorted(keep)), len(train), int(len(stream)))
+    short_spans: tuple[Any, ...] = ()
+    short_segments: tuple[Any, ...] = ()
+    if short is not None:
+        pieces = short_pieces(train, short[0])
+        shuffled = np.random.default_rng([seed, 5]).permutation(len(pieces))
+        short_spans, short_segments, _ = cut([pieces[i] for i in shuffled], short[1])
+        if not short_spans:
+            raise DataError(f"--short-mix packs short documents into {short[1]:,}-token sequences, and the corpus "
+                            f"'{corpus}' has too few training tokens to fill one",
+                            "pass a larger corpus (--dataset), or --short-mix 0")
+    return Split(spans, tuple(docs[i] for i in sorted(keep)), len(train), total, segments, short_spans,
+                 short_segments)
 
 
 class PackedExamples:
@@ -100,36 +116,58 @@ class PackedExamples:
 
     Each pass over the spans uses its own seeded permutation; PoSE draws its chunks and skip from
     ``default_rng([seed, 3, j])``. The trainer reads it in order (no sampler shuffle), so resuming skips exactly
-    the examples already trained on and data-parallel ranks split each global batch.
+    the examples already trained on and data-parallel ranks split each global batch. With ``short_mix`` example j
+    is short when ``packing.is_short(j)`` says so (then a short span, by its own seeded permutation); with
+    ``doc_mask`` or ``short_mix`` every example has ``segment_ids`` and ``position_ids``.
     """
 
-    def __init__(self, spans: Sequence[Any], length: int, seed: int, window: int, target: int, pose: bool) -> None:
+    def __init__(self, spans: Sequence[Any], length: int, seed: int, window: int, target: int, pose: bool, *,
+                 segments: Sequence[Any] = (), short_spans: Sequence[Any] = (), short_segments: Sequence[Any] = (),
+                 short_mix: float = 0.0, doc_mask: bool = False) -> None:
         self.spans, self.length, self.seed = spans, length, seed
         self.window, self.target, self.pose = window, target, pose
-        self._perms: dict[int, Any] = {}
+        self.segments, self.doc_mask = segments, doc_mask
+        self.short_spans, self.short_segments, self.short_mix = short_spans, short_segments, short_mix
+        self._perms: dict[tuple[int, int], Any] = {}
 
     def __len__(self) -> int:
         return self.length
 
-    def span_index(self, j: int) -> int:
+    def _index(self, j: int, n: int, stream: int) -> int:
         import numpy as np
 
-        n = len(self.spans)
         epoch = j // n
-        if epoch not in self._perms:
-            self._perms[epoch] = np.random.default_rng([self.seed, 4, epoch]).permutation(n)
-        return int(self._perms[epoch][j % n])
+        if (stream, epoch) not in self._perms:
+            key = [self.seed, 4, epoch] if stream == 0 else [self.seed, 6, epoch]  # stream 0: the seeds before mixing
+            self._perms[(stream, epoch)] = np.random.default_rng(key).permutation(n)
+        return int(self._perms[(stream, epoch)][j % n])
+
+    def span_index(self, j: int) -> int:
+        return self._index(j, len(self.spans), 0)
 
     def __getitem__(self, j: int) -> dict[str, Any]:
         import numpy as np
 
         if not 0 <= j < self.length:
             raise IndexError(j)
-        span = self.spans[self.span_index(j)]
-        if not self.pose:
-            return {"input_ids": span}
-        ids, positions = pose_example(span, np.random.default_rng([self.seed, 3, j]), self.window, self.target)
-        return {"input_ids": ids, "position_ids": positions}
+        if self.short_mix and is_short(j, self.short_mix):
+            k = self._index(j, len(self.short_spans), 1)
+            segs = self.short_segments[k]
+            positions = restart_positions(np.arange(len(segs), dtype=np.int64), segs)
+            return {"input_ids": self.short_spans[k], "position_ids": positions, "segment_ids": segs}
+        i = self.span_index(j)
+        span = self.spans[i]
+        segs = self.segments[i] if self.doc_mask else np.zeros(len(span), dtype=np.int32)
+        if self.pose:
+            drawn = pose_sample(np.random.default_rng([self.seed, 3, j]), self.window, self.target, len(span))
+            ids, positions, segs = span[drawn.token_index], drawn.position_ids, segs[drawn.token_index]
+        else:
+            ids, positions = span, np.arange(len(span), dtype=np.int64)
+        if not (self.doc_mask or self.short_mix):
+            return {"input_ids": ids, "position_ids": positions} if self.pose else {"input_ids": ids}
+        if self.doc_mask:
+            positions = restart_positions(positions, segs)
+        return {"input_ids": ids, "position_ids": positions, "segment_ids": segs}
 
 
 def collate(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:

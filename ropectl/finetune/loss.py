@@ -50,11 +50,15 @@ def captured_hidden(model: Any) -> Iterator[dict[str, Any]]:
 
 
 def chunked_loss(hidden: Any, input_ids: Any, head: Callable[[Any], Any], chunk_size: int = DEFAULT_CHUNK,
-                 head_params: Sequence[Any] = ()) -> Any:
+                 head_params: Sequence[Any] = (), keep: Any = None) -> Any:
     """Mean cross-entropy of ``input_ids[:, 1:]`` given ``hidden[:, :-1]``; ``head_params`` are the head's trainable
-    parameters (they receive the head's gradient)."""
+    parameters (they receive the head's gradient); ``keep`` [batch, T - 1] bools: only those targets count
+    (document masking drops the ones that cross a document boundary)."""
     h = hidden[:, :-1].reshape(-1, hidden.shape[-1])
     targets = input_ids[:, 1:].reshape(-1).to(h.device)
+    if keep is not None:
+        rows = keep.reshape(-1).to(h.device)
+        h, targets = h[rows], targets[rows]
     params = [p for p in head_params if p.requires_grad]
     return _head_loss().apply(h, targets, head, chunk_size, *params) / h.shape[0]
 
@@ -118,15 +122,28 @@ def _chunk_loss_and_grads(head: Callable[[Any], Any], part: Any, targets: Any, i
 
 
 def training_loss(model: Any, inner: Any, batch: Mapping[str, Any], chunk_size: int = DEFAULT_CHUNK,
-                  amp: Callable[[], Any] = contextlib.nullcontext) -> Any:
-    """The loss of ``batch`` (input_ids, optional position_ids) through ``model`` (DDP- or FSDP-wrapped, or not), whose
-    unwrapped causal LM (a PreTrainedModel or a peft model) is ``inner``; the head runs under ``amp()``."""
+                  amp: Callable[[], Any] = contextlib.nullcontext, bf16: bool = False) -> Any:
+    """The loss of ``batch`` (input_ids, optional position_ids and segment_ids) through ``model`` (DDP- or FSDP-wrapped,
+    or not), whose unwrapped causal LM (a PreTrainedModel or a peft model) is ``inner``; the head runs under ``amp()``.
+    With segment_ids, attention and the scored targets stay inside each segment (``packing``); ``bf16``: the
+    attention runs in bf16 (autocast), so the mask is built in it."""
     from ropectl.finetune.memory import release_freed_memory
     from ropectl.finetune.sharding import head_for_loss
 
     kwargs = {k: v for k, v in batch.items() if k in ("input_ids", "position_ids")}
     release_freed_memory(kwargs["input_ids"].device)  # the previous step's gradients and states' churn
-    if "position_ids" in kwargs:
+    keep = None
+    segments = batch.get("segment_ids")
+    # a batch with one document per row needs no mask: the plain path keeps SDPA's causal kernels (no T x T mask)
+    if segments is not None and bool((segments[:, 1:] != segments[:, :-1]).any()):
+        import torch
+
+        from ropectl.finetune.packing import document_mask, kept_targets
+
+        segments = segments.to(kwargs["input_ids"].device)
+        kwargs["attention_mask"] = document_mask(segments, torch.bfloat16 if bf16 else torch.float32)
+        keep = kept_targets(segments)
+    elif "position_ids" in kwargs:
         # Without a mask, transformers 5 reads any position jump as the start of another packed sequence
         # (masking_utils.find_packed_sequence_indices) and cuts attention there: PoSE's chunk 2 would never see
         # chunk 1. An explicit all-ones mask says every token is one sequence.
@@ -144,4 +161,4 @@ def training_loss(model: Any, inner: Any, batch: Mapping[str, Any], chunk_size: 
     release_freed_memory(hidden.device)  # the body's activations, before the head's large chunks
     head, params = head_for_loss(inner)  # under FSDP2: unsharded, called outside its hooks
     with amp():
-        return chunked_loss(hidden, batch["input_ids"], head, chunk_size, params)
+        return chunked_loss(hidden, batch["input_ids"], head, chunk_size, params, keep)

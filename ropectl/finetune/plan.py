@@ -4,9 +4,10 @@ patch path), lengths, batch layout, tokens per step, and memory / time estimates
 Memory estimate (bytes): fp32 weights (4 x params; training keeps fp32 master weights, bf16 runs under autocast),
 fp32 gradients and AdamW's two moments for the trainable parameters (12 x trainable), the layer inputs gradient
 checkpointing keeps (layers x batch x length x hidden), one layer's recomputed activations, and one loss chunk's
-logits. Under FSDP (``shards`` processes) the weights, gradients and moments are divided among the processes, and
-each holds the units it has gathered: two decoder layers (the one running and the one prefetched) and the head. It
-is an estimate to compare PoSE with full-length training, not a bound (about +-50 %).
+logits, and with a document mask (``--doc-mask`` or ``--short-mix``) the [batch, 1, T, T] mask in the compute dtype
+plus its two boolean temporaries. Under FSDP (``shards`` processes) the weights, gradients and moments are divided
+among the processes, and each holds the units it has gathered: two decoder layers (the one running and the one
+prefetched) and the head. It is an estimate to compare PoSE with full-length training, not a bound (about +-50 %).
 """
 
 from __future__ import annotations
@@ -142,7 +143,7 @@ def shape_of(config: Mapping[str, Any]) -> Shape:
 
 
 def memory_bytes(shape: Shape, seq_len: int, per_device: int, trainable: int, bf16: bool, chunk: int,
-                 shards: int = 1) -> int:
+                 shards: int = 1, mask: bool = False) -> int:
     """Estimated peak training memory of one process (see the module docstring)."""
     act = 2 if bf16 else 4
     tokens = per_device * seq_len
@@ -153,7 +154,8 @@ def memory_bytes(shape: Shape, seq_len: int, per_device: int, trainable: int, bf
     kept = shape.layers * tokens * shape.hidden * act
     layer = tokens * (10 * shape.hidden + 3 * shape.intermediate + 2 * shape.attention_width) * act
     logits = 3 * min(chunk, tokens) * shape.vocab * 4
-    return states + kept + layer + logits
+    masks = per_device * seq_len * seq_len * (act + 2) if mask else 0
+    return states + kept + layer + logits + masks
 
 
 def flops_per_token(shape: Shape, seq_len: int) -> float:
@@ -163,13 +165,13 @@ def flops_per_token(shape: Shape, seq_len: int) -> float:
 
 
 def estimates(plan: RunPlan, shape: Shape, trainable: int, bf16: bool, chunk: int, flops_per_s: float | None,
-              shards: int = 1) -> dict[str, Any]:
-    """Memory of PoSE and full-length training per process (``shards``: FSDP's processes), and an ETA at
-    ``flops_per_s`` (None: no ETA)."""
+              shards: int = 1, mask: bool = False) -> dict[str, Any]:
+    """Memory of PoSE and full-length training per process (``shards``: FSDP's processes; ``mask``: a document
+    mask is built), and an ETA at ``flops_per_s`` (None: no ETA)."""
     pose_len = plan.window if plan.window < plan.target else None
     out: dict[str, Any] = {"memory_bytes": {
-        "full": memory_bytes(shape, plan.target, plan.per_device, trainable, bf16, chunk, shards),
-        **({"pose": memory_bytes(shape, pose_len, plan.per_device, trainable, bf16, chunk, shards)}
+        "full": memory_bytes(shape, plan.target, plan.per_device, trainable, bf16, chunk, shards, mask),
+        **({"pose": memory_bytes(shape, pose_len, plan.per_device, trainable, bf16, chunk, shards, mask)}
            if pose_len else {})}}
     total = flops_per_token(shape, plan.seq_len) * plan.total_tokens
     out["flops"] = total

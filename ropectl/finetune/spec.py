@@ -7,6 +7,7 @@ Defaults and where they come from (docs/how-to/finetune.md says more):
 - steps 200: PoSE reports PPL nearly converged by about 100 steps; YaRN trains 400 at s=16.
 - 8 sequences per step: the references use 64; a CPU-sized default, raise it with --batch-tokens on a GPU.
 - LoRA alpha 2 x r (LongLoRA's r=8, alpha=16), targets q/k/v/o projections.
+- short documents and document masking (``packing``): see DEFAULT_SHORT_MIX and DEFAULT_DOC_MASK.
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ WARMUP_FRACTION = 0.05  # YaRN: 20 warm-up steps of 400
 DEFAULT_SEQUENCES = 8  # sequences per step when neither --batch-tokens nor --batch-size is given
 DEFAULT_HELD_OUT = 2
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+# ProLong mixes about 40 % short data into its long-context training and masks documents. On the tiny benchmark
+# model (docs/reference/finetune-benchmark.md, "Short documents and document masking") 40 % short sequences cost
+# retention on the python-docs text (PPL@128 +4.1 % [2.0, 6.2], 2 seeds) for no change at the target: off by
+# default. Document masking was not determined there (0.9 % of the windows held a boundary): ProLong's default, on.
+DEFAULT_SHORT_MIX = 0.0
+DEFAULT_DOC_MASK = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +71,8 @@ class FinetuneSpec:
     context_parallel: int = 1
     fsdp: bool = False  # FSDP2 across the launched processes (accelerate launch --use_fsdp asks for it too)
     chunk_size: int = DEFAULT_CHUNK
+    short_mix: float = DEFAULT_SHORT_MIX  # the fraction of training sequences packed from short documents
+    doc_mask: bool = DEFAULT_DOC_MASK  # attention stays inside each packed document
     text_field: str = "text"
     split: str = "train"
 
@@ -104,6 +113,10 @@ class FinetuneSpec:
         out["method"] = self.method.label
         if self.sharded:  # FSDP checkpoints are its own format (absent key: run folders before it)
             out["fsdp"] = True
+        if self.short_mix:  # absent keys: neither (and run folders from before these options)
+            out["short_mix"] = self.short_mix
+        if self.doc_mask:
+            out["doc_mask"] = True
         return out
 
 
@@ -132,6 +145,9 @@ def _check_numbers(spec: FinetuneSpec) -> None:
         raise UsageError(f"--lr must be positive, got {spec.lr:g}", "pass e.g. --lr 2e-5")
     if spec.warmup is not None and not 0 <= spec.warmup <= spec.steps:
         raise UsageError(f"--warmup {spec.warmup} is outside 0..--steps ({spec.steps})", "pass a smaller --warmup")
+    if not 0 <= spec.short_mix < 1:
+        raise UsageError(f"--short-mix is a fraction of the training sequences, from 0 up to (not including) 1, got "
+                         f"{spec.short_mix:g}", "pass e.g. --short-mix 0.4 (or 0 for long sequences only)")
     if spec.held_out < 0:
         raise UsageError(f"--held-out must be 0 or more, got {spec.held_out}", "pass e.g. --held-out 2")
     if spec.batch_tokens is not None and (spec.batch_size is not None or spec.grad_accum is not None):

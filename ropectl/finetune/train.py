@@ -100,7 +100,8 @@ def prepare(spec: FinetuneSpec, world_size: int = 1, local_rank: int = 0) -> Pre
                          "pass --max-docs N (e.g. 2000) to train on its first N documents")
     corpus = load_corpus(data, tokenizer, spec.max_docs)
     parts = split(corpus.documents, plan.span, spec.held_out, plan.target, spec.seed,
-                  tokenizer.bos_token_id, tokenizer.eos_token_id, corpus.name, spec.held_out_docs)
+                  tokenizer.bos_token_id, tokenizer.eos_token_id, corpus.name, spec.held_out_docs,
+                  short=(plan.trained, plan.seq_len) if spec.short_mix else None)
     return Prepared(spec, source, plan, tokenizer, parts, corpus.name, device, dtype, why)
 
 
@@ -118,7 +119,7 @@ def provenance(p: Prepared, steps_done: int) -> dict[str, Any]:
             "target": p.plan.target, "trained": p.plan.trained, "steps": steps_done,
             "tokens": steps_done * p.plan.tokens_per_step, "tokens_per_step": p.plan.tokens_per_step,
             "data": p.corpus, "held_out": p.split.held_out_ids, "train_docs": p.split.train_docs, "seed": s.seed,
-            "lr": s.lr, "warmup": p.plan.warmup, "dtype": p.dtype,
+            "lr": s.lr, "warmup": p.plan.warmup, "dtype": p.dtype, "short_mix": s.short_mix, "doc_mask": s.doc_mask,
             "lora": None if s.lora is None else {"r": s.lora, "alpha": s.lora_scale,
                                                  "embeddings_norms": s.train_embeddings_norms, "merged": s.merge}}
 
@@ -166,7 +167,8 @@ def _train(spec: FinetuneSpec, p: Prepared, world: Any, run_dir: Path, resume_fr
     if spec.lora is not None:
         model = add_lora(model, spec)
     dataset = PackedExamples(p.split.spans, p.plan.steps * p.plan.global_batch, spec.seed, p.plan.window,
-                             p.plan.target, spec.pose)
+                             p.plan.target, spec.pose, segments=p.split.segments, short_spans=p.split.short_spans,
+                             short_segments=p.split.short_segments, short_mix=spec.short_mix, doc_mask=spec.doc_mask)
     evaluate_now = None
     if spec.eval_every and world.is_main:
         engine = get_engine("transformers").from_loaded(p.source, model, p.tokenizer, p.device, p.dtype)
@@ -270,7 +272,7 @@ def dry_run_plan(spec: FinetuneSpec) -> dict[str, Any]:
     speed = matmul_flops(p.dtype) if p.device == "cpu" else None
     shards = p.plan.world if spec.sharded else 1
     est = estimates(p.plan, shape, trainable, p.dtype == "bf16", spec.chunk_size, speed * ASSUMED_MFU if speed else None,
-                    shards)
+                    shards, mask=spec.doc_mask or spec.short_mix > 0)
     return {"plan": p.plan.to_dict(), **est, "fsdp": spec.sharded, "dtype": p.dtype,
             "dtype_why": p.dtype_why, "params": shape.params,
             "trainable": trainable, "data": p.corpus, "train_spans": len(p.split.spans),

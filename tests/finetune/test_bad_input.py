@@ -24,6 +24,8 @@ from tests.helpers.cli import one_line
     (["-m", "yarn:4", "--dataset", "nobody/no-such-dataset"], ["--max-docs"]),
     (["-m", "yarn:4", "--dataset", "nobody/no-such-dataset", "--max-docs", "10"], ["unreachable dataset"]),
     (["-m", "yarn:4", "--held-out", "8"], ["--held-out"]),
+    (["-m", "yarn:4", "--short-mix", "1"], ["--short-mix", "fraction"]),
+    (["-m", "yarn:4", "--short-mix", "-0.2"], ["--short-mix", "fraction"]),
     (["-m", "yarn:4", "--data", "corpus/"], ["--data is now --dataset", "--dataset corpus/"]),  # the old spelling
 ])
 def test_refused_in_one_line_with_nothing_written(ft_model: Path, ft_corpus: Path, isolated: Path, extra: list[str],
