@@ -1,0 +1,145 @@
+"""``ropectl extend`` end to end on a tiny seeded Llama (trained 512, char tokenizer) extended to 1k, through every
+stage via the CLI: zero-shot (recommend), 2 search trials, 3 fine-tune steps, ship, acceptance (report, on the
+``claims`` engine whose task answers are known: tests/helpers/report_engine.py), the card. Then resume, and each
+refusal: one line, a non-zero exit, nothing written.
+
+Oracles: the files each stage's own command writes (the study's trials, the fine-tune's steps, patch's written
+config as transformers reads it), set arithmetic on the recorded document ids, and the stored records of an
+uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ropectl.cli.app import app
+from tests.helpers.cli import one_line, runner
+from tests.helpers.eval_data import write_corpus
+from tests.helpers.report_engine import MODULE, tiny_base
+
+pytest.importorskip("optuna")
+KEYS = {"schema", "model", "target", "trained_context", "verdict", "shipped", "plan", "data", "decisions",
+        "zero_shot", "search", "finetune", "acceptance", "engines", "serve", "out"}
+FAST = ["-t", "1k", "--serve-with", "transformers", "--dtype", "fp32", "--device", "cpu", "--samples", "2",
+        "--engine", "claims"]
+EVERY = [*FAST, "--search-trials", "2", "--finetune-steps", "3", "--search", "always", "--finetune", "always"]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory):
+    with pytest.MonkeyPatch.context() as mp:
+        root = tmp_path_factory.mktemp("extend")
+        mp.setenv("ROPECTL_EVAL_ENGINES", MODULE)
+        mp.setenv("XDG_CACHE_HOME", str(root / "cache"))
+        mp.chdir(root)
+        tiny_base(root / "base", 512)
+        write_corpus(root / "corpus", [1100] * 10)
+        yield root
+
+
+def extend(env: Path, out: str, *args: str) -> dict:
+    result = runner.invoke(app, ["extend", str(env / "base"), "-o", str(env / out), "--dataset",
+                                 str(env / "corpus"), *args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def every(env: Path) -> dict:
+    return extend(env, "every", *EVERY)
+
+
+def test_every_stage_runs_and_the_card_says_so(every: dict, env: Path) -> None:
+    out = env / "every"
+    assert set(every) == KEYS
+    assert every["decisions"]["search"] == {"ran": True, "why": "--search always"}
+    assert every["decisions"]["finetune"]["ran"] is True
+    study = json.loads((out / "stages" / "search" / "trials.json").read_text())
+    assert len(study) == 2 and len(every["search"]["trials"]) == 2  # the study's own file: 2 trials
+    assert every["finetune"]["steps"] == 3 and every["finetune"]["mode"] == "pose"
+    assert every["shipped"]["finetuned"] is True and Path(every["shipped"]["path"]) == out / "model"
+    config = json.loads((out / "model" / "config.json").read_text())
+    from transformers import AutoConfig
+
+    read = AutoConfig.from_pretrained(out / "model")  # transformers reads the shipped RoPE
+    assert read.max_position_embeddings == config["max_position_embeddings"] == 1024
+    assert every["verdict"]["status"] in ("reached", "not reached", "not determined")
+    assert every["acceptance"]["target"] == 1024
+    assert set(every["serve"]) == {"transformers", "vllm", "sglang", "llama.cpp"}
+    assert every["serve"]["vllm"]["verdict"] == "not checked"
+    for name in ("EXTENSION.md", "extension.json", "record.json"):
+        assert (out / name).is_file(), name
+    md = (out / "EXTENSION.md").read_text()
+    assert "## What was done and why" in md and "## Acceptance (report)" in md and "trial 1" in md
+
+
+def test_no_stage_sees_another_stages_documents(every: dict, env: Path) -> None:
+    data = every["data"]
+    ids = {name: set(split["ids"]) for name, split in data.items()}
+    names = sorted(ids)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            assert not ids[a] & ids[b], (a, b)
+    assert ids["search"] | ids["finetune"] | ids["acceptance"] == {f"doc{i:02d}.txt" for i in range(10)}
+    # each stage read its own folder: the search's documents and the fine-tune's are files of their folders
+    search = json.loads((env / "every" / "data" / "search" / "ids.json").read_text())
+    assert {search[d.removesuffix(".txt")] for d in every["search"]["search_docs"]} <= ids["search"]
+    tuned = json.loads((env / "every" / "data" / "finetune" / "ids.json").read_text())
+    assert {tuned[d.removesuffix(".txt")] for d in every["finetune"]["held_out"]} <= ids["finetune"]
+
+
+def test_resume_reuses_finished_stages_and_equals_the_run(every: dict, env: Path) -> None:
+    """A run stopped after its search (the later stages' records and the model gone) resumes to the same card."""
+    copy = env / "resumed"
+    shutil.copytree(env / "every", copy, symlinks=True)
+    for name in ("finetune", "ship", "gguf", "acceptance", "engines"):
+        (copy / "stages" / f"{name}.json").unlink(missing_ok=True)
+    shutil.rmtree(copy / "model")
+    for name in ("EXTENSION.md", "extension.json"):
+        (copy / name).unlink()
+    again = extend(env, "resumed", *EVERY, "--resume")
+    assert again["search"] == every["search"]  # reused, not rerun
+    assert again["data"]["search"]["ids"] == every["data"]["search"]["ids"]
+    assert again["finetune"]["final_loss"] == pytest.approx(every["finetune"]["final_loss"], rel=1e-4)
+    assert again["verdict"]["status"] == every["verdict"]["status"]
+
+
+@pytest.mark.parametrize(("args", "needles"), [
+    (["-t", "512"], ("at or below the trained context",)),
+    (["-t", "1k", "--budget", "0.01"], ("smaller than acceptance alone needs", "at least")),
+    (["-t", "100M", "--device", "cpu"], ("cannot hold the target", "longest length")),
+    (["-t", "2k"], ("documents", "at least the target")),
+])
+def test_bad_input_is_one_line_and_writes_nothing(env: Path, args: list[str], needles: tuple[str, ...]) -> None:
+    out = env / "refused"
+    one_line(["extend", str(env / "base"), "-o", str(out), "--dataset", str(env / "corpus"), *args], *needles)
+    assert not out.exists()
+
+
+def test_overlap_with_the_retention_dataset_is_refused(env: Path) -> None:
+    out = env / "overlap"
+    one_line(["extend", str(env / "base"), "-o", str(out), "-t", "1k", "--dataset", str(env / "corpus"),
+              "--retention-dataset", str(env / "corpus")], "shares", "retention")
+    assert not out.exists()
+
+
+def test_a_folder_ropectl_did_not_write_is_refused(env: Path) -> None:
+    out = env / "theirs"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    one_line(["extend", str(env / "base"), "-o", str(out), "-t", "1k"], "did not write")
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
+def test_a_model_ropectl_cannot_patch_is_refused(env: Path) -> None:
+    model = env / "gpt2"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_positions": 512, "n_embd": 64,
+                                                   "n_layer": 2, "n_head": 4, "vocab_size": 80}))
+    out = env / "gpt2-out"
+    one_line(["extend", str(model), "-o", str(out), "-t", "1k"], "cannot")
+    assert not out.exists()
