@@ -36,7 +36,10 @@ StepsOpt = Annotated[Optional[int], opt("--finetune-steps", panel=STAGES, help=(
 DatasetOpt = Annotated[Optional[str], shared("--dataset", panel=DATA, detail=(
     "split once into search, finetune and acceptance folders [default: the embedded Shakespeare plays]."))]
 SamplesOpt = Annotated[Optional[int], shared("--samples", "-n", panel=RUN, detail=(
-    "per task and length in acceptance [default: report's 40, cut to the budget]."))]
+    "per task and length in zero-shot and acceptance [default: recommend's 25 and report's 40, cut to the "
+    "budget]."))]
+TaskOpt = Annotated[Optional[str], opt("--task", "-T", panel=RUN, help=(
+    "Tasks of zero-shot and acceptance, comma-separated [default: recommend's five and report's ruler,passkey]."))]
 SeedOpt = Annotated[Optional[int], shared("--seed", panel=RUN, detail="the data split and every stage [default: 0].")]
 DryRunOpt = Annotated[bool, shared("--dry-run", panel=RUN, detail="(two timed forwards, no stage).")]
 ResumeOpt = Annotated[bool, shared("--resume", panel=RUN, detail="finished stages are reused.")]
@@ -47,7 +50,7 @@ def extend_cmd(
     model: ModelArg, target_length: TargetOpt = "", out: OutOpt = None, budget: BudgetOpt = None,
     max_regression: RegressionOpt = None, search: SearchOpt = "auto", finetune: FinetuneOpt = "auto",
     search_trials: TrialsOpt = None, finetune_steps: StepsOpt = None, dataset: DatasetOpt = None,
-    retention_dataset: RetentionOpt = None, serve_with: ServeOpt = None, samples: SamplesOpt = None,
+    retention_dataset: RetentionOpt = None, serve_with: ServeOpt = None, samples: SamplesOpt = None, task: TaskOpt = None,
     seed: SeedOpt = None, dtype: eo.DtypeOpt = None, device: eo.DeviceOpt = None, engine: eo.EngineOpt = None,
     dry_run: DryRunOpt = False, resume: ResumeOpt = False, json_out: JsonOpt = False,
 ) -> None:
@@ -69,7 +72,7 @@ def extend_cmd(
         raise UsageError("extend needs -t and -o", "pass e.g. -t 16k -o extended/")
     given = {k: v for k, v in {"max_regression": max_regression, "samples": samples, "seed": seed, "dtype": dtype,
                                 "device": device, "engine": engine, "dataset": dataset, "trials": search_trials,
-                                "steps": finetune_steps, "retention_dataset": retention_dataset}.items()
+                                "steps": finetune_steps, "retention_dataset": retention_dataset, "tasks": task}.items()
              if v is not None}
     spec = ExtendSpec(model=model, target=parse_length(target_length), out=out, budget_min=budget, search=search,
                       finetune=finetune, serve_with=_serve_with(serve_with, model), dry_run=dry_run, resume=resume,

@@ -64,7 +64,7 @@ def acceptance_plan(spec: ExtendSpec, trained: int, timing: Timing, seconds: flo
     from ropectl.report.spec import CANDIDATES, DEFAULT_DOCS, DEFAULT_SAMPLES, default_lengths, reference_length
 
     ref = reference_length(trained)
-    plan = rp.Plan(tasks=resolve_tasks(CANDIDATES), reference=ref, lengths=default_lengths(trained, spec.target),
+    plan = rp.Plan(tasks=resolve_tasks(spec.tasks or CANDIDATES), reference=ref, lengths=default_lengths(trained, spec.target),
                    samples=spec.samples or DEFAULT_SAMPLES, docs=DEFAULT_DOCS,
                    ppl_lengths=tuple(sorted({ref, trained, spec.target})))
     if seconds is None or spec.samples is not None:

@@ -43,7 +43,8 @@ class ExtendSpec:
     dataset: str | None = None
     retention_dataset: str | None = None  # None: report's default (python-docs)
     serve_with: tuple[str, ...] = ()
-    samples: int | None = None  # acceptance: per task and length (None: report's default, cut to the budget)
+    samples: int | None = None  # zero-shot and acceptance: per task and length (None: their defaults, cut to the budget)
+    tasks: str | None = None  # zero-shot's and acceptance's tasks (None: recommend's and report's defaults)
     trials: int | None = None  # search trials (None: from the budget)
     steps: int | None = None  # fine-tune steps (None: from the budget)
     space: str | None = None  # search space (None: search's default)
@@ -71,5 +72,6 @@ class ExtendSpec:
 
 
 def zero_shot_sizes(spec: ExtendSpec) -> dict[str, Any]:
-    """recommend's generic sizes, with --samples trials per task where given (both evidence stages take it)."""
-    return {} if spec.samples is None else {"samples": spec.samples}
+    """recommend's generic sizes, with --samples trials per task and --task's tasks where given (both evidence
+    stages take them)."""
+    return {k: v for k, v in {"samples": spec.samples, "tasks": spec.tasks}.items() if v is not None}

@@ -1,4 +1,4 @@
-"""``ropectl extend`` end to end on a tiny seeded Llama (trained 512, char tokenizer) extended to 1k, through every
+"""``ropectl extend`` end to end on a tiny seeded Llama (trained 2k, char tokenizer) extended to 4k, through every
 stage via the CLI: zero-shot (recommend), 2 search trials, 3 fine-tune steps, ship, acceptance (report, on the
 ``claims`` engine whose task answers are known: tests/helpers/report_engine.py), the card. Then resume, and each
 refusal: one line, a non-zero exit, nothing written.
@@ -11,21 +11,22 @@ uninterrupted run.
 from __future__ import annotations
 
 import json
+import random
 import shutil
+import string
 from pathlib import Path
 
 import pytest
 
 from ropectl.cli.app import app
 from tests.helpers.cli import one_line, runner
-from tests.helpers.eval_data import write_corpus
 from tests.helpers.report_engine import MODULE, tiny_base
 
 pytest.importorskip("optuna")
 KEYS = {"schema", "model", "target", "trained_context", "verdict", "shipped", "plan", "data", "decisions",
         "zero_shot", "search", "finetune", "acceptance", "engines", "serve", "out"}
-FAST = ["-t", "1k", "--serve-with", "transformers", "--dtype", "fp32", "--device", "cpu", "--samples", "2",
-        "--engine", "claims"]
+FAST = ["-t", "4k", "--serve-with", "transformers", "--dtype", "fp32", "--device", "cpu", "--samples", "2",
+        "-T", "niah_single_1,passkey", "--engine", "claims"]
 EVERY = [*FAST, "--search-trials", "2", "--finetune-steps", "3", "--search", "always", "--finetune", "always"]
 
 
@@ -36,9 +37,20 @@ def env(tmp_path_factory: pytest.TempPathFactory):
         mp.setenv("ROPECTL_EVAL_ENGINES", MODULE)
         mp.setenv("XDG_CACHE_HOME", str(root / "cache"))
         mp.chdir(root)
-        tiny_base(root / "base", 512)
-        write_corpus(root / "corpus", [1100] * 10)
+        tiny_base(root / "base", 2048)
+        corpus(root / "corpus", 10, 4300)
         yield root
+
+
+def corpus(folder: Path, docs: int, chars: int) -> Path:
+    """Documents of random words from a 600-word vocabulary (RULER's word tasks draw distinct words from it)."""
+    rng = random.Random(0)
+    pool = ["".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(3, 7))) for _ in range(600)]
+    folder.mkdir(parents=True)
+    for i in range(docs):
+        text = " ".join(rng.choice(pool) for _ in range(chars // 3))
+        (folder / f"doc{i:02d}.txt").write_text(text[:chars])
+    return folder
 
 
 def extend(env: Path, out: str, *args: str) -> dict:
@@ -66,9 +78,9 @@ def test_every_stage_runs_and_the_card_says_so(every: dict, env: Path) -> None:
     from transformers import AutoConfig
 
     read = AutoConfig.from_pretrained(out / "model")  # transformers reads the shipped RoPE
-    assert read.max_position_embeddings == config["max_position_embeddings"] == 1024
+    assert read.max_position_embeddings == config["max_position_embeddings"] == 4096
     assert every["verdict"]["status"] in ("reached", "not reached", "not determined")
-    assert every["acceptance"]["target"] == 1024
+    assert every["acceptance"]["target"] == 4096
     assert set(every["serve"]) == {"transformers", "vllm", "sglang", "llama.cpp"}
     assert every["serve"]["vllm"]["verdict"] == "not checked"
     for name in ("EXTENSION.md", "extension.json", "record.json"):
@@ -109,10 +121,10 @@ def test_resume_reuses_finished_stages_and_equals_the_run(every: dict, env: Path
 
 
 @pytest.mark.parametrize(("args", "needles"), [
-    (["-t", "512"], ("at or below the trained context",)),
-    (["-t", "1k", "--budget", "0.01"], ("smaller than acceptance alone needs", "at least")),
+    (["-t", "2k"], ("at or below the trained context",)),
+    (["-t", "4k", "--budget", "0.01"], ("smaller than acceptance alone needs", "at least")),
     (["-t", "100M", "--device", "cpu"], ("cannot hold the target", "longest length")),
-    (["-t", "2k"], ("documents", "at least the target")),
+    (["-t", "8k"], ("documents", "at least the target")),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(env: Path, args: list[str], needles: tuple[str, ...]) -> None:
     out = env / "refused"
@@ -122,7 +134,7 @@ def test_bad_input_is_one_line_and_writes_nothing(env: Path, args: list[str], ne
 
 def test_overlap_with_the_retention_dataset_is_refused(env: Path) -> None:
     out = env / "overlap"
-    one_line(["extend", str(env / "base"), "-o", str(out), "-t", "1k", "--dataset", str(env / "corpus"),
+    one_line(["extend", str(env / "base"), "-o", str(out), "-t", "4k", "--dataset", str(env / "corpus"),
               "--retention-dataset", str(env / "corpus")], "shares", "retention")
     assert not out.exists()
 
@@ -131,15 +143,15 @@ def test_a_folder_ropectl_did_not_write_is_refused(env: Path) -> None:
     out = env / "theirs"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    one_line(["extend", str(env / "base"), "-o", str(out), "-t", "1k"], "did not write")
+    one_line(["extend", str(env / "base"), "-o", str(out), "-t", "4k"], "did not write")
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
 
 
 def test_a_model_ropectl_cannot_patch_is_refused(env: Path) -> None:
     model = env / "gpt2"
     model.mkdir(exist_ok=True)
-    (model / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_positions": 512, "n_embd": 64,
+    (model / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_positions": 2048, "n_embd": 64,
                                                    "n_layer": 2, "n_head": 4, "vocab_size": 80}))
     out = env / "gpt2-out"
-    one_line(["extend", str(model), "-o", str(out), "-t", "1k"], "cannot")
+    one_line(["extend", str(model), "-o", str(out), "-t", "4k"], "no RoPE to inspect or scale")
     assert not out.exists()
