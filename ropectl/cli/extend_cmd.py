@@ -40,6 +40,8 @@ SamplesOpt = Annotated[Optional[int], shared("--samples", "-n", panel=RUN, detai
     "budget]."))]
 TaskOpt = Annotated[Optional[str], opt("--task", "-T", panel=RUN, help=(
     "Tasks of zero-shot and acceptance, comma-separated [default: recommend's five and report's ruler,passkey]."))]
+DocsOpt = Annotated[Optional[int], shared("--docs", panel=RUN, detail=(
+    "of the PPL sweeps in zero-shot and acceptance, paired across methods and models [default: 8 each]."))]
 SeedOpt = Annotated[Optional[int], shared("--seed", panel=RUN, detail="the data split and every stage [default: 0].")]
 DryRunOpt = Annotated[bool, shared("--dry-run", panel=RUN, detail="(two timed forwards, no stage).")]
 ResumeOpt = Annotated[bool, shared("--resume", panel=RUN, detail="finished stages are reused.")]
@@ -50,9 +52,10 @@ def extend_cmd(
     model: ModelArg, target_length: TargetOpt = "", out: OutOpt = None, budget: BudgetOpt = None,
     max_regression: RegressionOpt = None, search: SearchOpt = "auto", finetune: FinetuneOpt = "auto",
     search_trials: TrialsOpt = None, finetune_steps: StepsOpt = None, dataset: DatasetOpt = None,
-    retention_dataset: RetentionOpt = None, serve_with: ServeOpt = None, samples: SamplesOpt = None, task: TaskOpt = None,
-    seed: SeedOpt = None, dtype: eo.DtypeOpt = None, device: eo.DeviceOpt = None, engine: eo.EngineOpt = None,
-    dry_run: DryRunOpt = False, resume: ResumeOpt = False, json_out: JsonOpt = False,
+    retention_dataset: RetentionOpt = None, serve_with: ServeOpt = None, samples: SamplesOpt = None,
+    docs: DocsOpt = None, task: TaskOpt = None, seed: SeedOpt = None, dtype: eo.DtypeOpt = None,
+    device: eo.DeviceOpt = None, engine: eo.EngineOpt = None, dry_run: DryRunOpt = False, resume: ResumeOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Extend MODEL to --target-length and prove it: plan, zero-shot, search, fine-tune, ship, accept, card.
 
@@ -72,7 +75,8 @@ def extend_cmd(
         raise UsageError("extend needs -t and -o", "pass e.g. -t 16k -o extended/")
     given = {k: v for k, v in {"max_regression": max_regression, "samples": samples, "seed": seed, "dtype": dtype,
                                 "device": device, "engine": engine, "dataset": dataset, "trials": search_trials,
-                                "steps": finetune_steps, "retention_dataset": retention_dataset, "tasks": task}.items()
+                                "steps": finetune_steps, "retention_dataset": retention_dataset, "tasks": task,
+                                "docs": docs}.items()
              if v is not None}
     spec = ExtendSpec(model=model, target=parse_length(target_length), out=out, budget_min=budget, search=search,
                       finetune=finetune, serve_with=_serve_with(serve_with, model), dry_run=dry_run, resume=resume,

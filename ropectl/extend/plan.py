@@ -65,7 +65,7 @@ def acceptance_plan(spec: ExtendSpec, trained: int, timing: Timing, seconds: flo
 
     ref = reference_length(trained)
     plan = rp.Plan(tasks=resolve_tasks(spec.tasks or CANDIDATES), reference=ref, lengths=default_lengths(trained, spec.target),
-                   samples=spec.samples or DEFAULT_SAMPLES, docs=DEFAULT_DOCS,
+                   samples=spec.samples or DEFAULT_SAMPLES, docs=spec.docs or DEFAULT_DOCS,
                    ppl_lengths=tuple(sorted({ref, trained, spec.target})))
     if seconds is None or spec.samples is not None:
         return plan
@@ -179,11 +179,18 @@ def plan_lines(plan: Plan) -> list[str]:
     for s in plan.stages:
         size = ", ".join(f"{k} {v if not isinstance(v, list) else len(v)}" for k, v in s.size.items())
         lines.append(f"  {s.name:<11} {s.runs:<5} {size}; ~{s.minutes:.1f} min; peak {s.peak_bytes / 2**30:.2f} GiB,"
-                     f" longest held {label(s.longest) if s.longest else 'none'}" + (f"; {s.note}" if s.note else ""))
+                     f" longest held {held(s.longest, 4 * plan.target)}" + (f"; {s.note}" if s.note else ""))
     total = plan.to_dict()["minutes"]
     budget = "" if plan.budget_min is None else f" of a {plan.budget_min:g} min budget"
     lines.append(f"  total ~{total:.1f} min{budget} (auto stages counted; ship and engines not timed)")
     return lines + [f"  cut: {c}" for c in plan.cut]
+
+
+def held(n: int, upper: int) -> str:
+    """The longest length a stage holds, as the bisection found it (it looks no further than ``upper``)."""
+    from ropectl.runtime.lengths import length_label as label
+
+    return "none" if not n else f">= {label(n)}" if n >= upper else label(n)
 
 
 def with_stage(plan: Plan, stage: Stage) -> Plan:

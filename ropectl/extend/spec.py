@@ -44,6 +44,7 @@ class ExtendSpec:
     retention_dataset: str | None = None  # None: report's default (python-docs)
     serve_with: tuple[str, ...] = ()
     samples: int | None = None  # zero-shot and acceptance: per task and length (None: their defaults, cut to the budget)
+    docs: int | None = None  # zero-shot's and acceptance's PPL documents (None: their defaults)
     tasks: str | None = None  # zero-shot's and acceptance's tasks (None: recommend's and report's defaults)
     trials: int | None = None  # search trials (None: from the budget)
     steps: int | None = None  # fine-tune steps (None: from the budget)
@@ -65,6 +66,9 @@ class ExtendSpec:
         if not self.max_regression >= 0:
             raise UsageError(f"--max-regression must be 0 or more, got {self.max_regression}",
                              "pass e.g. --max-regression 0.01")
+        if self.docs is not None and self.docs < 2:
+            raise UsageError(f"--docs must be at least 2 for a paired PPL interval, got {self.docs}",
+                             "pass e.g. --docs 8")
         for flag, value in (("--samples", self.samples), ("--search-trials", self.trials),
                             ("--finetune-steps", self.steps)):
             if value is not None and value < 1:
@@ -74,4 +78,4 @@ class ExtendSpec:
 def zero_shot_sizes(spec: ExtendSpec) -> dict[str, Any]:
     """recommend's generic sizes, with --samples trials per task and --task's tasks where given (both evidence
     stages take them)."""
-    return {k: v for k, v in {"samples": spec.samples, "tasks": spec.tasks}.items() if v is not None}
+    return {k: v for k, v in {"samples": spec.samples, "tasks": spec.tasks, "docs": spec.docs}.items() if v is not None}

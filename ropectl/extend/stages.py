@@ -136,7 +136,7 @@ def acceptance(ctx: Context, extended: str) -> dict[str, Any]:
     stage = ctx.plan.stage("acceptance")
     card = run_report(ReportSpec(base=s.model, extended=extended, target=s.target, out=out,
                                  samples=stage.size["samples"], dataset=str(ctx.folders["acceptance"]),
-                                 **({"tasks": s.tasks} if s.tasks else {}),
+                                 **({"tasks": s.tasks} if s.tasks else {}), docs=stage.size["docs"],
                                  retention_dataset=str(ctx.folders["retention"]), max_regression=s.max_regression,
                                  dtype=s.dtype, device=s.device, engine=s.engine, seed=s.seed), ctx.say)
     return {"verdict": card.verdict.line, "status": card.data["verdict"]["status"], "card": finite(card.data),

@@ -18,7 +18,7 @@ RECORD = "record.json"
 COMMAND = "extend"
 # What changes the work: another value is another run, refused by --resume.
 IDENTITY = ("model", "target", "budget_min", "max_regression", "search", "finetune", "dataset", "retention_dataset",
-            "serve_with", "samples", "tasks", "trials", "steps", "space", "seed", "dtype", "device", "engine")
+            "serve_with", "samples", "docs", "tasks", "trials", "steps", "space", "seed", "dtype", "device", "engine")
 
 
 def identity(spec: ExtendSpec) -> dict[str, Any]:

@@ -26,7 +26,7 @@ pytest.importorskip("optuna")
 KEYS = {"schema", "model", "target", "trained_context", "verdict", "shipped", "plan", "data", "decisions",
         "zero_shot", "search", "finetune", "acceptance", "engines", "serve", "out"}
 FAST = ["-t", "4k", "--serve-with", "transformers", "--dtype", "fp32", "--device", "cpu", "--samples", "2",
-        "-T", "niah_single_1,passkey", "--engine", "claims"]
+        "--docs", "2", "-T", "niah_single_1,passkey", "--engine", "claims"]
 EVERY = [*FAST, "--search-trials", "2", "--finetune-steps", "3", "--search", "always", "--finetune", "always"]
 
 
@@ -155,3 +155,58 @@ def test_a_model_ropectl_cannot_patch_is_refused(env: Path) -> None:
     out = env / "gpt2-out"
     one_line(["extend", str(model), "-o", str(out), "-t", "4k"], "no RoPE to inspect or scale")
     assert not out.exists()
+
+
+def stopped_copy(env: Path, name: str, drop: tuple[str, ...]) -> Path:
+    """The finished run's folder as a run stopped before ``drop[0]`` would leave it."""
+    copy = env / name
+    shutil.copytree(env / "every", copy, symlinks=True)
+    for stage in drop:
+        (copy / "stages" / f"{stage}.json").unlink(missing_ok=True)
+    shutil.rmtree(copy / "model", ignore_errors=True)
+    if "search" in drop:
+        shutil.rmtree(copy / "stages" / "search")
+    for card in ("EXTENSION.md", "extension.json"):
+        (copy / card).unlink()
+    return copy
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("stage", "started"), [
+    ("search", "stages/search/reference.json"),  # the closed-form grid measured: the study is next
+    ("finetune", "model.run/train_log.jsonl"),  # a step logged
+])
+def test_sigterm_inside_a_stage_prints_the_command_that_resumes_it(every: dict, env: Path, stage: str,
+                                                                   started: str) -> None:
+    import os
+    import shlex
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    later = ("search", "finetune", "ship", "gguf", "acceptance", "engines")
+    out = stopped_copy(env, f"stop-{stage}", later[later.index(stage):])
+    run_env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": "1"}
+    argv = ["extend", str(env / "base"), "-o", str(out), "--dataset", str(env / "corpus"), *EVERY, "--resume"]
+    proc = subprocess.Popen([sys.executable, "-m", "ropectl", *argv], cwd=env, env=run_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not ((out / started).is_file() and (out / started).stat().st_size) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 143, err[-2000:]
+    line = next(x for x in err.splitlines() if "resume with:" in x)
+    assert line.startswith(f"extend terminated in stage {stage}")
+    command = shlex.split(line.split("resume with: ", 1)[1])
+    assert command[0] == "ropectl" and command.count("--resume") == 1
+    done = subprocess.run([sys.executable, "-m", "ropectl", *command[1:], "--json"], cwd=env, env=run_env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    card = json.loads(done.stdout)
+    assert card["search"]["spec"] == every["search"]["spec"]  # the same study, seeded, trials not repeated
+    assert len(card["search"]["trials"]) == 2
+    assert card["finetune"]["steps"] == 3
+    # a fine-tune resumed from its checkpoint repeats no step: the same loss up to float noise
+    assert card["finetune"]["final_loss"] == pytest.approx(every["finetune"]["final_loss"], rel=1e-3)
