@@ -81,8 +81,10 @@ def run_extend(spec: ExtendSpec, say: Say | None = None) -> dict[str, Any]:
         splits = _data(spec, plan, dealt)
     ctx = Context(spec=spec, plan=plan, folders=splits.folders, trained=trained, say=say)
     from ropectl.extend.flow import stages
+    from ropectl.runtime.interrupt import sigterm_as_interrupt
 
-    record = stages(ctx)
+    with sigterm_as_interrupt():  # SIGTERM unwinds like Ctrl-C in every stage: finished work kept, resume printed
+        record = stages(ctx)
     from ropectl.extend.card import write_card
 
     return write_card(spec.out, state.read_record(spec.out), record)
