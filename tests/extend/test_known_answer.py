@@ -19,9 +19,19 @@ import pytest
 from ropectl.extend.run import run_extend
 from ropectl.extend.spec import ExtendSpec
 from ropectl.rope.methods import parse_spec
-from tests.search.test_known_optimum import S_STAR, shrunk
 
 pytest.importorskip("optuna")
+S_STAR, TRAINED, HEAD_DIM, THETA = 3.0, 2048, 64, 100000.0
+
+
+def shrunk(smollm2: Path, folder: Path, s: float) -> Path:
+    """SmolLM2 claiming 2k with theta / s^(64/62): ntk:s restores the theta it was trained with."""
+    from ropectl.patch.gguf import rewrite_gguf
+
+    out = folder / f"smollm2-{s:g}.gguf"
+    theta = THETA / s ** (HEAD_DIM / (HEAD_DIM - 2))
+    rewrite_gguf(smollm2, out, "llama", {"llama.rope.freq_base": theta, "llama.context_length": TRAINED}, set())
+    return out
 SIZES = {"samples": 25, "docs": 6, "tasks": "niah_single_1,passkey", "dtype": "fp32", "device": "cpu",
          "serve_with": ("llama.cpp",)}
 
