@@ -38,7 +38,8 @@ def zero_shot(ctx: Context) -> dict[str, Any]:
 
     out, s = ctx.stage_dir("zero-shot"), ctx.spec
     sweeps = run_sweeps(s.model, s.target, None, out, s.dtype, s.device, s.max_regression,
-                        serve_with=s.serve_with, engine_options={"dataset": str(ctx.folders["search"])},
+                        serve_with=s.serve_with, engine_options={"dataset": str(ctx.folders["search"]),
+                                                                 **({"engine": s.engine} if s.engine else {})},
                         resume=out.exists(), budget_min=ctx.minutes("zero-shot"), say=ctx.say,
                         sizes=zero_shot_sizes(s))
     rec = sweeps.recommendation

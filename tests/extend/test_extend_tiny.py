@@ -213,3 +213,17 @@ def test_sigterm_inside_a_stage_prints_the_command_that_resumes_it(every: dict, 
     assert card["finetune"]["steps"] == 3
     # a fine-tune resumed from its checkpoint repeats no step: the same loss up to float noise
     assert card["finetune"]["final_loss"] == pytest.approx(every["finetune"]["final_loss"], rel=1e-3)
+
+
+@pytest.mark.slow
+def test_auto_skips_search_and_finetune_when_zero_shot_reaches(env: Path) -> None:
+    """On the claims engine a scaled method answers every trial that fits its claimed 4k, so recommend's winner
+    reaches at zero-shot (2 trials: lower bound 0.34 < 0.85 would not; 25 do) and auto spends nothing more; the
+    winner ships through patch."""
+    card = extend(env, "auto", *[a if a != "2" else "25" for a in FAST])
+    assert card["zero_shot"]["reached"] is True, card["zero_shot"]
+    assert card["decisions"]["search"]["ran"] is False and card["decisions"]["finetune"]["ran"] is False
+    assert "reached" in card["decisions"]["search"]["why"]
+    assert card["search"] is None and card["finetune"] is None
+    written = json.loads((env / "auto" / "model" / "config.json").read_text())
+    assert card["shipped"]["method"].startswith(written["rope_parameters"]["rope_type"])
