@@ -227,3 +227,18 @@ def test_auto_skips_search_and_finetune_when_zero_shot_reaches(env: Path) -> Non
     assert card["search"] is None and card["finetune"] is None
     written = json.loads((env / "auto" / "model" / "config.json").read_text())
     assert card["shipped"]["method"].startswith(written["rope_parameters"]["rope_type"])
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(env: Path) -> None:
+    out = env / "dry"
+    result = runner.invoke(app, ["extend", str(env / "base"), "-o", str(out), "--dataset", str(env / "corpus"),
+                                 *FAST, "--budget", "60", "--dry-run", "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)["plan"]
+    assert [s["name"] for s in plan["stages"]] == ["zero-shot", "search", "finetune", "acceptance"]
+    assert plan["budget_min"] == 60 and plan["target"] == 4096 and plan["trained"] == 2048
+    for stage in plan["stages"]:
+        assert stage["peak_bytes"] > 0 and stage["longest"] >= 4096 and stage["minutes"] >= 0
+    assert plan["stages"][2]["size"]["window"] == 2048  # PoSE at the trained window
+    assert "plan: 2k -> 4k" in result.stderr and "acceptance" in result.stderr
+    assert not out.exists()
