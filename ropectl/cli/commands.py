@@ -16,6 +16,8 @@ class Entry(NamedTuple):
 
 # The commands in the order ``--help`` lists them.
 COMMANDS: dict[str, Entry] = {
+    "extend": Entry("extend_cmd", "Extend MODEL to --target-length and prove it: plan, zero-shot, search, fine-tune, "
+                                  "ship, accept, card."),
     "inspect": Entry("inspect_cmd", "Explain a checkpoint's RoPE: frequencies, wavelengths against the trained "
                                     "context, layout."),
     "patch": Entry("patch_cmd", "Rewrite a checkpoint's RoPE scaling (config.json or GGUF metadata), verified "

@@ -101,6 +101,7 @@ class Request:
     engine_options: dict[str, Any] = field(default_factory=dict)
     resume: bool = False
     budget_min: float | None = None  # minutes the sweeps may take: documents and samples are sized to it
+    sizes: dict[str, Any] = field(default_factory=dict)  # over the generic sizes (extend's --samples, its smoke tests)
 
     def __post_init__(self) -> None:
         from ropectl.errors import UsageError
@@ -123,11 +124,12 @@ def run_sweeps(model: str | None, target: int, factor: float | None, out: Path |
                max_regression: float = DEFAULT_MAX_REGRESSION,
                progress: Callable[[Any], None] | None = None, on_ppl: Callable[[Any], None] | None = None,
                serve_with: tuple[str, ...] = (), engine_options: dict[str, Any] | None = None, resume: bool = False,
-               budget_min: float | None = None, say: Callable[[str], None] | None = None) -> Sweeps:
+               budget_min: float | None = None, say: Callable[[str], None] | None = None,
+               sizes: dict[str, Any] | None = None) -> Sweeps:
     """Plan, screen, PPL sweep, task sweep, recommendation; ``say`` gets the plan's lines (the CLI: stderr)."""
     request = Request(model=model, target=target, factor=factor, out=out, dtype=dtype, device=device,
                       max_regression=max_regression, serve_with=serve_with, engine_options=engine_options or {},
-                      resume=resume, budget_min=budget_min)
+                      resume=resume, budget_min=budget_min, sizes=sizes or {})
     return run(request, progress, on_ppl, say)
 
 
@@ -184,7 +186,7 @@ def plan_grid(req: Request) -> tuple[Plan, dict[str, str], int]:
     from ropectl.runtime.lengths import parse_lengths
     from ropectl.runtime.model import model_source, ships, trained_context
 
-    sizes = DEMO if req.model is None else GENERIC
+    sizes = {**(DEMO if req.model is None else GENERIC), **req.sizes}
     config = model_source(req.model).config
     trained, shipped = trained_context(config) or req.target, ships(config)
     grid = (1.0,) if req.factor else sizes["grid"]

@@ -1,0 +1,118 @@
+"""OUT/EXTENSION.md and OUT/extension.json: report's card of the shipped model, plus what was done and why (every
+stage's settings and documents, the search's trials, the fine-tune's loss, the serving lines with verify's verdict).
+The keys of extension.json are documented in docs/reference/extend.md; SCHEMA changes when one does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ropectl.io.files import atomic_write_text
+from ropectl.output import dumps
+
+SCHEMA = 1
+ENGINES = ("transformers", "vllm", "sglang", "llama.cpp")
+MARKDOWN, JSON = "EXTENSION.md", "extension.json"
+
+
+def serve_lines(shipped: dict[str, Any], gguf: str | None, target: int) -> dict[str, str]:
+    """Each engine's line for the shipped checkpoint as it is (patch's --emit of the as-is method)."""
+    from ropectl.errors import RopectlError
+    from ropectl.patch import PatchSpec, patch_checkpoint
+    from ropectl.rope.methods import as_is_name, parse_spec
+
+    path = shipped["path"]
+    out = {"transformers": f'AutoModelForCausalLM.from_pretrained("{path}")  # reads its RoPE from config.json'}
+    for engine in ENGINES[1:]:
+        model = gguf if engine == "llama.cpp" and gguf else path
+        try:
+            emitted = patch_checkpoint(PatchSpec(model=model, method=parse_spec(as_is_name()), emit=engine)).emit
+            out[engine] = str((emitted or {}).get("command") or "")
+        except RopectlError as exc:
+            out[engine] = f"# not for {engine}: {exc.problem}"
+    return out
+
+
+def engine_verdicts(engines: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    rows = {r["engine"]: r for r in engines.get("rows", [])}
+    out = {"transformers": {"verdict": "measured", "why": "acceptance (report) ran on transformers"}}
+    for engine in ENGINES[1:]:
+        row = rows.get(engine)
+        out[engine] = {"verdict": row["verdict"], "why": row.get("why")} if row else \
+            {"verdict": "not checked", "why": "not in --serve-with" if not engines.get("note") else engines["note"]}
+    return out
+
+
+def build(record: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    accept = result["acceptance"]
+    gguf = (result.get("gguf") or {}).get("path")
+    shipped = result["ship"]
+    if gguf is None and str(shipped["path"]).lower().endswith(".gguf"):
+        gguf = shipped["path"]
+    lines = serve_lines(shipped, gguf, record["plan"]["target"])
+    verdicts = engine_verdicts(result["engines"])
+    return {
+        "schema": SCHEMA, "model": record["identity"]["model"], "target": record["plan"]["target"],
+        "trained_context": record["plan"]["trained"], "verdict": {"status": accept["status"], "line": accept["verdict"]},
+        "shipped": {**shipped, "gguf": gguf, "gguf_note": (result.get("gguf") or {}).get("note") or
+                    (result.get("gguf") or {}).get("why")},
+        "plan": record["plan"], "data": record["data"], "decisions": result["decisions"],
+        "zero_shot": result["zero-shot"], "search": result.get("search"), "finetune": result.get("finetune"),
+        "acceptance": accept["card"], "engines": result["engines"],
+        "serve": {e: {"line": lines[e], **verdicts[e]} for e in ENGINES},
+    }
+
+
+def write_card(out: Path, record: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    from ropectl.extend.state import claim_all
+    from ropectl.report.card import finite
+
+    data = finite(build(record, result))
+    report_md = (Path(result["acceptance"]["folder"]) / MARKDOWN).read_text(encoding="utf-8")
+    atomic_write_text(out / JSON, dumps(data, indent=2) + "\n")
+    atomic_write_text(out / MARKDOWN, markdown(data, report_md))
+    claim_all(out)
+    return {**data, "out": str(out)}
+
+
+def markdown(d: dict[str, Any], report_md: str) -> str:
+    lines = [f"# Extension of {d['model']} to {d['target']:,} tokens", "",
+             f"**Verdict: {d['verdict']['line']}**", "", f"Shipped: `{d['shipped']['path']}` "
+             f"({d['shipped'].get('method')}{', fine-tuned' if d['shipped'].get('finetuned') else ''})", ""]
+    if d["shipped"].get("gguf") or d["shipped"].get("gguf_note"):
+        lines += [f"GGUF: {d['shipped'].get('gguf') or 'none'} — {d['shipped'].get('gguf_note') or ''}", ""]
+    lines += ["## What was done and why", "", *_stages(d), "", "## Data", "",
+              "| split | source | documents | ids |", "|---|---|---|---|"]
+    for name, split in d["data"].items():
+        ids = ", ".join(split["ids"][:6]) + (" ..." if len(split["ids"]) > 6 else "")
+        lines.append(f"| {name} | {split['source']} | {len(split['ids'])} | {ids} |")
+    lines += ["", "## Serving", "", "| engine | verify | line |", "|---|---|---|"]
+    for engine, row in d["serve"].items():
+        lines.append(f"| {engine} | {row['verdict']} | `{row['line']}` |")
+    return "\n".join(lines) + "\n\n## Acceptance (report)\n\n" + report_md.split("\n", 1)[-1]
+
+
+def _stages(d: dict[str, Any]) -> list[str]:
+    z = d["zero_shot"]
+    out = [f"- **zero-shot** (recommend): winner `{z['winner']}`; "
+           f"{'reached' if z['reached'] else 'not reached'}: {z['why']}."]
+    for name in ("search", "finetune"):
+        dec = d["decisions"][name]
+        out.append(f"- **{name}**: {'ran' if dec['ran'] else 'skipped'} ({dec['why']}).")
+    if d["search"]:
+        s = d["search"]
+        out.append(f"  - space {s['space']}, {len(s['trials'])} trials; best `{s['spec']}` (closed form "
+                   f"`{s['closed_form']}`, {'beats it' if s['beats'] else 'does not beat it'} on held-out documents)")
+        for t in s["trials"]:
+            out.append(f"    - trial {t['number']}: {t['state']}, `{t['spec']}`, fitness {t['fitness']}")
+    if d["finetune"]:
+        f = d["finetune"]
+        out.append(f"  - {f['mode']} window {f['window']:,}, {f['steps']} steps ({f['tokens']:,} tokens, lr "
+                   f"{f['lr']:g}) of `{f['method']}`; final loss {f['final_loss']}")
+    plan = d["plan"]
+    for s in plan["stages"]:
+        out.append(f"- plan {s['name']}: {s['runs']}, {s['size']}, ~{s['minutes']} min, peak "
+                   f"{s['peak_bytes'] / 2**30:.2f} GiB, longest held {s['longest']:,}" +
+                   (f" ({s['note']})" if s['note'] else ""))
+    out += [f"- cut: {c}" for c in plan["cut"]]
+    return out

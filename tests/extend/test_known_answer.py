@@ -1,0 +1,62 @@
+"""``extend`` on a model whose answer is known by construction (issue 39's proof, the model of
+tests/search/test_known_optimum.py): SmolLM2 rewritten to claim a 2k context with theta / 3^(64/62), so ``ntk:3``
+restores the theta it was trained with and is the answer; ``-t 4k``.
+
+- With search (ntk space, as the known optimum's): the found factor is within one step (0.5) of 3, the verdict is
+  *reached*, and the shipped GGUF carries the found factor.
+- With ``--search never --finetune never``: the best closed form ships, and the card says whether it reached.
+
+Sizes: 25 samples per task and length (22 is the fewest at which a perfect score can count: report's rule), 2 tasks
+(niah_single_1 and passkey, what SmolLM2 does at the reference length), 2 PPL documents... tens of minutes on 2 AVX2
+cores: ``known_answer`` (``make test-known-answer``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ropectl.extend.run import run_extend
+from ropectl.extend.spec import ExtendSpec
+from ropectl.rope.methods import parse_spec
+
+pytest.importorskip("optuna")
+S_STAR, TRAINED, HEAD_DIM, THETA = 3.0, 2048, 64, 100000.0
+
+
+def shrunk(smollm2: Path, folder: Path, s: float) -> Path:
+    """SmolLM2 claiming 2k with theta / s^(64/62): ntk:s restores the theta it was trained with."""
+    from ropectl.patch.gguf import rewrite_gguf
+
+    out = folder / f"smollm2-{s:g}.gguf"
+    theta = THETA / s ** (HEAD_DIM / (HEAD_DIM - 2))
+    rewrite_gguf(smollm2, out, "llama", {"llama.rope.freq_base": theta, "llama.context_length": TRAINED}, set())
+    return out
+SIZES = {"samples": 25, "docs": 6, "tasks": "niah_single_1,passkey", "dtype": "fp32", "device": "cpu",
+         "serve_with": ("llama.cpp",)}
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
+@pytest.mark.known_answer
+def test_search_finds_ntk_3_reaches_and_ships(smollm2: Path, isolated: Path) -> None:
+    model = shrunk(smollm2, isolated, S_STAR)
+    card = run_extend(ExtendSpec(model=str(model), target=4096, out=isolated / "found", search="always",
+                                 finetune="never", space="ntk", trials=6, **SIZES))
+    found = parse_spec(card["search"]["found"] or card["search"]["spec"])
+    assert found.name == "ntk" and abs(float(found.factor or 0) - S_STAR) <= 0.5
+    assert card["verdict"]["status"] == "reached", card["verdict"]
+    assert card["shipped"]["path"].endswith("model.gguf") and card["shipped"]["method"] == card["search"]["spec"]
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
+@pytest.mark.known_answer
+def test_closed_form_alone_ships_and_says_whether_it_reached(smollm2: Path, isolated: Path) -> None:
+    model = shrunk(smollm2, isolated, S_STAR)
+    card = run_extend(ExtendSpec(model=str(model), target=4096, out=isolated / "closed", search="never",
+                                 finetune="never", **SIZES))
+    assert card["decisions"]["search"] == {"ran": False, "why": "--search never"}
+    assert card["shipped"]["method"] == card["zero_shot"]["winner"] or card["shipped"]["path"] == str(model)
+    assert card["verdict"]["status"] in ("reached", "not reached", "not determined")
+    assert card["verdict"]["line"]
