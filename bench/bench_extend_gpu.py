@@ -60,7 +60,7 @@ def command(args: argparse.Namespace, model: str, dataset: str | None, out: Path
     if args.always:
         cmd += ["--search", "always", "--finetune", "always"]
     if args.tiny:  # CPU smoke sizes: 2 trials, 3 steps, 2 samples; the claims engine answers tasks by construction
-        cmd += ["--search-trials", "2", "--finetune-steps", "3", "--samples", "2", "--docs", "2", "--engine", "claims",
+        cmd += ["--trials", "2", "--steps", "3", "--samples", "2", "--docs", "2", "--engine", "claims",
                 "-T", "niah_single_1,passkey", "--search", "always", "--finetune", "always"]
     return cmd
 

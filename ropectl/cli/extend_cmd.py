@@ -29,10 +29,13 @@ SearchOpt = Annotated[str, opt("--search", panel=STAGES, help=(
 FinetuneOpt = Annotated[str, opt("--finetune", panel=STAGES, help=(
     "auto, never or always (PoSE, finetune's defaults). auto: when the best zero-shot candidate is not reached "
     "and the budget holds 20 steps or more [default: auto]."))]
-TrialsOpt = Annotated[Optional[int], opt("--search-trials", panel=STAGES, help=(
-    "Search trials [default: as many as the budget's share holds; 12 with no --budget]."))]
-StepsOpt = Annotated[Optional[int], opt("--finetune-steps", panel=STAGES, help=(
-    "Fine-tune steps [default: as many as the budget's share holds; finetune's 200 with no --budget]."))]
+TrialsOpt = Annotated[Optional[int], shared("--trials", panel=STAGES, detail=(
+    "the search stage's [default: as many as the budget's share holds; 12 with no --budget]."))]
+StepsOpt = Annotated[Optional[int], shared("--steps", panel=STAGES, detail=(
+    "the finetune stage's [default: as many as the budget's share holds; finetune's 200 with no --budget]."))]
+FactorOpt = Annotated[Optional[float], shared("--factor", panel=STAGES, detail=(
+    "zero-shot's one factor for every candidate method, instead of recommend's grid target / trained x 1, 1.5, "
+    "2."))]
 DatasetOpt = Annotated[Optional[str], shared("--dataset", panel=DATA, detail=(
     "split once into search, finetune and acceptance folders [default: the embedded Shakespeare plays]."))]
 SamplesOpt = Annotated[Optional[int], shared("--samples", "-n", panel=RUN, detail=(
@@ -51,7 +54,7 @@ ResumeOpt = Annotated[bool, shared("--resume", panel=RUN, detail="finished stage
 def extend_cmd(
     model: ModelArg, target_length: TargetOpt = "", out: OutOpt = None, budget: BudgetOpt = None,
     max_regression: RegressionOpt = None, search: SearchOpt = "auto", finetune: FinetuneOpt = "auto",
-    search_trials: TrialsOpt = None, finetune_steps: StepsOpt = None, dataset: DatasetOpt = None,
+    trials: TrialsOpt = None, steps: StepsOpt = None, factor: FactorOpt = None, dataset: DatasetOpt = None,
     retention_dataset: RetentionOpt = None, serve_with: ServeOpt = None, samples: SamplesOpt = None,
     docs: DocsOpt = None, task: TaskOpt = None, seed: SeedOpt = None, dtype: eo.DtypeOpt = None,
     device: eo.DeviceOpt = None, engine: eo.EngineOpt = None, dry_run: DryRunOpt = False, resume: ResumeOpt = False,
@@ -74,8 +77,8 @@ def extend_cmd(
     if not target_length or out is None:
         raise UsageError("extend needs -t and -o", "pass e.g. -t 16k -o extended/")
     given = {k: v for k, v in {"max_regression": max_regression, "samples": samples, "seed": seed, "dtype": dtype,
-                                "device": device, "engine": engine, "dataset": dataset, "trials": search_trials,
-                                "steps": finetune_steps, "retention_dataset": retention_dataset, "tasks": task,
+                                "device": device, "engine": engine, "dataset": dataset, "trials": trials,
+                                "steps": steps, "factor": factor, "retention_dataset": retention_dataset, "tasks": task,
                                 "docs": docs}.items()
              if v is not None}
     spec = ExtendSpec(model=model, target=parse_length(target_length), out=out, budget_min=budget, search=search,

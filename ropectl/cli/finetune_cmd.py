@@ -30,7 +30,7 @@ PoseOpt = Annotated[bool, opt("--pose", panel=TRAIN, help="PoSE: train in a shor
 FullOpt = Annotated[bool, opt("--full", panel=TRAIN, help="Train sequences of the target length.")]
 WindowOpt = Annotated[Optional[str], opt("--window", panel=TRAIN,
                                          help=f"PoSE's window ({LENGTH_SYNTAX}) [default: the trained context].")]
-StepsOpt = Annotated[int, opt("--steps", panel=TRAIN, help="Optimizer steps [default: 200].")]
+StepsOpt = Annotated[int, shared("--steps", panel=TRAIN, detail="[default: 200].")]
 LrOpt = Annotated[float, opt("--lr", panel=TRAIN, help="Peak learning rate [default: 2e-5, as YaRN, PoSE, LongLoRA].")]
 WarmupOpt = Annotated[Optional[int], opt("--warmup", panel=TRAIN, help="Linear warm-up steps [default: 5 % of steps].")]
 BatchTokensOpt = Annotated[Optional[str], shared("--batch-tokens", panel=TRAIN, detail=(

@@ -47,6 +47,8 @@ SHARED: dict[str, tuple[tuple[str, ...], str]] = {
     "--preset": (("--preset",), "A preset TOML of this command's options"),
     "--config": (("--config",), "A TOML file with a [patch] table"),
     "--set": (("--set",), "Any method option as key=value (repeatable)"),
+    "--trials": (("--trials",), "Search trials (Optuna's), pruned and infeasible ones included"),
+    "--steps": (("--steps",), "Optimizer steps of the fine-tune"),
     "--short-mix": (("--short-mix",), "Fraction of training sequences packed from short documents (0.4 = 40 %)"),
     "--doc-mask": (("--doc-mask/--no-doc-mask",), "Attention stays inside each document packed into a sequence"),
 }

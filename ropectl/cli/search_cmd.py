@@ -27,8 +27,7 @@ def _space_help() -> str:
 
 
 SpaceOpt = Annotated[Optional[str], opt("--space", panel=SPACE, help=_space_help())]
-TrialsOpt = Annotated[Optional[int], opt("--trials", panel=BUDGET, help=(
-    "Trials, pruned and infeasible ones included [default: 20 without --budget]."))]
+TrialsOpt = Annotated[Optional[int], shared("--trials", panel=BUDGET, detail="[default: 20 without --budget].")]
 BudgetOpt = Annotated[Optional[float], shared("--budget", panel=BUDGET, detail=(
     "the trials stop after the one running then."))]
 TimeOpt = Annotated[Optional[str], opt("--time", panel=BUDGET, hidden=True)]  # the old spelling of --budget

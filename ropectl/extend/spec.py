@@ -48,6 +48,7 @@ class ExtendSpec:
     tasks: str | None = None  # zero-shot's and acceptance's tasks (None: recommend's and report's defaults)
     trials: int | None = None  # search trials (None: from the budget)
     steps: int | None = None  # fine-tune steps (None: from the budget)
+    factor: float | None = None  # zero-shot: one factor per method instead of recommend's grid
     space: str | None = None  # search space (None: search's default)
     seed: int = 0
     dtype: str = "auto"
@@ -69,8 +70,9 @@ class ExtendSpec:
         if self.docs is not None and self.docs < 2:
             raise UsageError(f"--docs must be at least 2 for a paired PPL interval, got {self.docs}",
                              "pass e.g. --docs 8")
-        for flag, value in (("--samples", self.samples), ("--search-trials", self.trials),
-                            ("--finetune-steps", self.steps)):
+        if self.factor is not None and not self.factor > 1:
+            raise UsageError(f"--factor must be more than 1, got {self.factor}", "pass e.g. --factor 2")
+        for flag, value in (("--samples", self.samples), ("--trials", self.trials), ("--steps", self.steps)):
             if value is not None and value < 1:
                 raise UsageError(f"{flag} must be at least 1, got {value}", f"pass a positive {flag}")
 

@@ -37,7 +37,7 @@ def zero_shot(ctx: Context) -> dict[str, Any]:
     from ropectl.recommend.run import run_sweeps
 
     out, s = ctx.stage_dir("zero-shot"), ctx.spec
-    sweeps = run_sweeps(s.model, s.target, None, out, s.dtype, s.device, s.max_regression,
+    sweeps = run_sweeps(s.model, s.target, s.factor, out, s.dtype, s.device, s.max_regression,
                         serve_with=s.serve_with, engine_options={"dataset": str(ctx.folders["search"]),
                                                                  **({"engine": s.engine} if s.engine else {})},
                         resume=out.exists(), budget_min=ctx.minutes("zero-shot"), say=ctx.say,

@@ -25,9 +25,9 @@ from tests.helpers.report_engine import MODULE, tiny_base
 pytest.importorskip("optuna")
 KEYS = {"schema", "model", "target", "trained_context", "verdict", "shipped", "plan", "data", "decisions",
         "zero_shot", "search", "finetune", "acceptance", "engines", "serve", "out"}
-FAST = ["-t", "4k", "--serve-with", "transformers", "--dtype", "fp32", "--device", "cpu", "--samples", "2",
+FAST = ["-t", "4k", "-f", "2", "--serve-with", "transformers", "--dtype", "fp32", "--device", "cpu", "--samples", "2",
         "--docs", "2", "-T", "niah_single_1,passkey", "--engine", "claims"]
-EVERY = [*FAST, "--search-trials", "2", "--finetune-steps", "3", "--search", "always", "--finetune", "always"]
+EVERY = [*FAST, "--trials", "2", "--steps", "3", "--search", "always", "--finetune", "always"]
 
 
 @pytest.fixture(scope="module")
