@@ -142,6 +142,45 @@ def serving_for(state: MethodState, config: Mapping[str, Any], length: int, long
     return Serving(emitted["hf_overrides"], printed, served_as, served_len or printed)
 
 
+def shipped_serving(state: MethodState, config: Mapping[str, Any], target: int) -> Serving:
+    """What ``patch MODEL --emit vllm`` prints for the checkpoint as it ships, for ``target``: one engine that serves
+    every length up to it (a length-dependent method included: vLLM fixes it per engine, which verify measures)."""
+    from ropectl.readers import vllm as reader_mod
+    from ropectl.readers.vllm import emit_vllm
+    from ropectl.schema.read import read_model_rope
+
+    model = read_model_rope(state.config)
+    emitted, _ = emit_vllm("MODEL", model.rope, model.layer_ropes, model.partial_rotary_factor, target,
+                           model.model_type, reader_mod.override_path(config))
+    printed = int(emitted["max_model_len"])
+    return Serving(emitted["hf_overrides"], printed, state.label, printed)
+
+
+def own_serving(args: str, label: str) -> Serving:
+    """The user's own ``vllm serve`` flags (``--serve vllm=ARGS``), verbatim: ``--hf-overrides JSON`` and
+    ``--max-model-len N`` (``=`` forms too); any other flag is refused, naming the two it takes."""
+    import json
+    import shlex
+
+    fix = "pass --serve vllm=\"--hf-overrides '{...}' --max-model-len N\" (the two flags verify runs vLLM with)"
+    try:
+        words = [part for word in shlex.split(args) for part in (word.split("=", 1) if word.startswith("--") else [word])]
+    except ValueError as exc:
+        raise UsageError(f"--serve vllm='{args}' does not parse as shell words ({exc})", fix) from None
+    values = dict(zip(words[::2], words[1::2]))
+    unknown = sorted(set(values) - {"--hf-overrides", "--max-model-len"}) or (["(a value without a flag)"] if len(words) % 2 else [])
+    if unknown:
+        raise UsageError(f"--serve vllm: verify does not run vLLM with {', '.join(unknown)}", fix)
+    try:
+        overrides = json.loads(values.get("--hf-overrides", "{}"))
+        length = int(values["--max-model-len"]) if "--max-model-len" in values else 0
+    except (ValueError, json.JSONDecodeError) as exc:
+        raise UsageError(f"--serve vllm='{args}': {type(exc).__name__}: {exc}", fix) from None
+    if not isinstance(overrides, dict):
+        raise UsageError(f"--serve vllm: --hf-overrides is a JSON {type(overrides).__name__}, not an object", fix)
+    return Serving(overrides, length, f"{label} (your --serve flags)", length)
+
+
 def check_builds(serving: Serving, config: Mapping[str, Any], label: str) -> None:
     """The newest vLLM reader's prediction of the overridden config: a method its model code cannot build is refused."""
     from ropectl.readers import vllm as reader_mod
