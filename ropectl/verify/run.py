@@ -33,18 +33,30 @@ def run_verify(spec: VerifySpec, say: Say) -> VerifyResult:
     return verify_ids(spec, plan, ids, say)
 
 
-def verify_ids(spec: VerifySpec, plan: Plan, ids: tuple[tuple[int, ...], ...], say: Say) -> VerifyResult:
-    """The rows on these token ids (search passes its held-out documents)."""
+def verify_ids(spec: VerifySpec, plan: Plan, ids: tuple[tuple[int, ...], ...], say: Say, method: Any = None,
+               ) -> VerifyResult:
+    """The rows on these token ids (search passes its held-out documents, and its winner as ``method`` where it
+    wrote no folder: every engine then runs the model with that method, vLLM with what ``--emit vllm`` prints)."""
     from ropectl.eval.engines import get_engine
 
     floors = any(get_engine(n).quantized_weights for n in plan.engines if n not in ROTARY_ONLY)
-    say(f"transformers: scoring {len(ids)} documents at {', '.join(map(str, plan.lengths))} tokens")
-    reference = normalized(run_job(_job(spec, plan, ids, "transformers", spec.model, floors)))
-    rows = [EngineRow(engine="transformers", verdict=SAME, why="the reference", serve_line=reference["serve_line"],
-                      ppl={n: compare.ppl(v) for n, v in reference["nll"].items()}, max_abs_dnll=0.0)]
+    cache: dict[str, dict[str, Any]] = {}
+
+    def reference() -> dict[str, Any]:  # scored when first needed: nothing runs where no engine can
+        if not cache:
+            say(f"transformers: scoring {len(ids)} documents at {', '.join(map(str, plan.lengths))} tokens")
+            cache["answer"] = normalized(run_job(_job(spec, plan, ids, "transformers", spec.model, floors, method)))
+        return cache["answer"]
+
+    rows = []
     for name in plan.engines[1:]:
-        rows.append(_row(spec, plan, ids, name, reference, say))
+        rows.append(_row(spec, plan, ids, name, reference, say, method))
         say(_line(rows[-1]))
+    if cache or "transformers" in spec.engines:
+        ref = reference()
+        rows.insert(0, EngineRow(engine="transformers", verdict=SAME, why="the reference",
+                                 serve_line=ref["serve_line"], ppl={n: compare.ppl(v) for n, v in ref["nll"].items()},
+                                 max_abs_dnll=0.0))
     result = VerifyResult(rows=tuple(rows), lengths=plan.lengths, trained=plan.trained, target=plan.target,
                           documents=len(ids), dtype=plan.dtype)
     if spec.out:
@@ -54,12 +66,14 @@ def verify_ids(spec: VerifySpec, plan: Plan, ids: tuple[tuple[int, ...], ...], s
     return result
 
 
-def _job(spec: VerifySpec, plan: Plan, ids: Any, engine: str, model: str, floor: bool) -> Job:
+def _job(spec: VerifySpec, plan: Plan, ids: Any, engine: str, model: str, floor: bool, method: Any = None) -> Job:
     return Job(engine=engine, model=model, serve=spec.serve_args(engine), lengths=plan.lengths, ids=ids,
-               trained=plan.trained, target=plan.target, dtype=plan.dtype, device=plan.device, floor=floor)
+               trained=plan.trained, target=plan.target, dtype=plan.dtype, device=plan.device, floor=floor,
+               method=method)
 
 
-def _row(spec: VerifySpec, plan: Plan, ids: Any, name: str, reference: dict[str, Any], say: Say) -> EngineRow:
+def _row(spec: VerifySpec, plan: Plan, ids: Any, name: str, reference: Callable[[], dict[str, Any]], say: Say,
+         method: Any = None) -> EngineRow:
     from ropectl.eval.engines import get_engine
 
     python = spec.python_for(name)
@@ -73,7 +87,7 @@ def _row(spec: VerifySpec, plan: Plan, ids: Any, name: str, reference: dict[str,
         return _not_checked(name, f"{name} loads a GGUF file, not the folder '{model}'. Fix: convert it with "
                             "llama.cpp's convert_hf_to_gguf.py (python convert_hf_to_gguf.py FOLDER --outfile "
                             "MODEL.gguf) and pass --gguf MODEL.gguf")
-    job = _job(spec, plan, ids, name, model, factory.quantized_weights)
+    job = _job(spec, plan, ids, name, model, factory.quantized_weights, method)
     where = f" (Python {python})" if python else ""
     say(f"{name}{where}: scoring {len(ids)} documents at {', '.join(map(str, plan.lengths))} tokens")
     try:
@@ -88,7 +102,7 @@ def _row(spec: VerifySpec, plan: Plan, ids: Any, name: str, reference: dict[str,
         if not python and "pip install" in (exc.fix or ""):
             why += f", or run it from its own venv with --engine-python {name}=PATH"
         return _not_checked(name, why)
-    return judge(name, answer, reference, plan)
+    return judge(name, answer, reference(), plan)
 
 
 def judge(name: str, answer: dict[str, Any], reference: dict[str, Any], plan: Plan) -> EngineRow:
@@ -105,7 +119,8 @@ def judge(name: str, answer: dict[str, Any], reference: dict[str, Any], plan: Pl
         return _not_checked(name, skipped or "no length scored", answer.get("serve_line", ""))
     verdict, why, mean, top = compare.verdict(per_length, plan.lengths, tol)
     if floor is not None:
-        why += f"; the file's floor inside {plan.trained} tokens {floor:.2e} (tolerance = {compare.allowance(plan.dtype):g} + floor x {1 + compare.FLOOR_MARGIN:g})"
+        why += (f"; the file's floor inside {plan.trained} tokens {floor:.2e} (tolerance = "
+                f"{compare.allowance(plan.dtype):g} + floor x {1 + compare.FLOOR_MARGIN:g})")
     longest = max(per_length)
     deltas = per_length[longest]
     curve = [math.fsum(doc[k] for doc in deltas) / len(deltas) for k in range(min(map(len, deltas)))]

@@ -27,9 +27,14 @@ class Job:
     dtype: str
     device: str
     floor: bool = False
+    method: Any = None  # a MethodSpec applied to the config (search's winner, not written): in-process only
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "lengths": list(self.lengths), "ids": [list(d) for d in self.ids]}
+        if self.method is not None:
+            raise RopectlError("a method applied on the fly cannot be sent to another Python",
+                               "write the checkpoint and verify the folder")
+        return {**{k: v for k, v in self.__dict__.items() if k != "method"}, "lengths": list(self.lengths),
+                "ids": [list(d) for d in self.ids]}
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> Job:
@@ -56,7 +61,7 @@ def run_job(job: Job) -> dict[str, Any]:
     from ropectl.runtime.model import method_states, model_source
 
     source = model_source(job.model)
-    state = method_states(source.config, ())[0]
+    state = method_states(source.config, (job.method,) if job.method is not None else ())[0]
     engine = get_engine(job.engine)(source, job.device, job.dtype, None, "verify")
     unscaled = method_states(source.config, (MethodSpec(unscaled_name()),), replace_existing=True)[0] \
         if job.floor else None

@@ -136,6 +136,9 @@ class LlamaCppEngine(Engine):
         too short)."""
         assert self.state is not None and self.lib is not None, "load and activate a method before scoring"
         setting = self._setting(self.state)
+        if self.state.label in self.own and setting.printed_ctx and length > setting.printed_ctx:
+            raise UsageError(f"{length} tokens are past what this llama.cpp serving holds (-c {setting.printed_ctx})",
+                             "raise -c in --serve llama.cpp=..., or pass a lower -t")
         key = (setting.model_key, tuple(sorted(setting.context.items())))
         if self._context is not None and self._context[0] == key and self._context[1].n_ctx >= length:
             return self._context[1]

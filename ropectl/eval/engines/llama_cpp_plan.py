@@ -97,7 +97,8 @@ def own_setting(label: str, args: str, path: str) -> Setting:
     try:
         words = shlex.split(args)
     except ValueError as exc:
-        raise UsageError(f"--serve llama.cpp='{args}' does not parse as shell words ({exc})", "quote it as a shell would") from None
+        raise UsageError(f"--serve llama.cpp='{args}' does not parse as shell words ({exc})",
+                         "quote it as a shell would") from None
     if "-m" in words[:-1]:  # the file is --gguf's or MODEL's
         at = words.index("-m")
         words = words[:at] + words[at + 2:]
@@ -105,8 +106,8 @@ def own_setting(label: str, args: str, path: str) -> Setting:
         context, overrides = flag_params(words)
     except (EngineError, ValueError, KeyError) as exc:
         why = exc.problem if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}"
-        raise UsageError(f"--serve llama.cpp='{args}': {why}",
-                         f"pass the flags llama-server takes for RoPE: {', '.join([*CONTEXT_FIELDS, '--rope-scale', '--override-kv'])}") from None
+        takes = ", ".join([*CONTEXT_FIELDS, "--rope-scale", "--override-kv"])
+        raise UsageError(f"--serve llama.cpp='{args}': {why}", f"pass the flags llama-server takes for RoPE: {takes}") from None
     command = "llama-server -m " + " ".join(shlex.quote(a) for a in [path, *words])
     return Setting(label, tuple(words), command, context, overrides, int(context.get("n_ctx", 0)))
 

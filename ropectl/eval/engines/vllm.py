@@ -256,7 +256,8 @@ class VllmEngine(Engine):
             # processor, dummy-image profiling or encoder (which need the checkpoint's preprocessor files); the
             # text model and its RoPE are the same, and a text-only model ignores the flag
             length = {"max_model_len": serving.max_model_len} if serving.max_model_len else {}
-            llm = LLM(model=self.source.path, hf_overrides=dict(serving.hf_overrides), **length, dtype=VLLM_DTYPES.get(self.dtype, self.dtype),
+            llm = LLM(model=self.source.path, hf_overrides=dict(serving.hf_overrides), **length,
+                      dtype=VLLM_DTYPES.get(self.dtype, self.dtype),
                       enforce_eager=True, seed=0, enable_prefix_caching=False, language_model_only=True,
                       logprobs_mode="raw_logprobs", **self.parallel.kwargs())
         except Exception as exc:  # noqa: BLE001  vLLM's start-up failures (memory, platform, binding) vary

@@ -168,7 +168,9 @@ def own_serving(args: str, label: str) -> Serving:
     except ValueError as exc:
         raise UsageError(f"--serve vllm='{args}' does not parse as shell words ({exc})", fix) from None
     values = dict(zip(words[::2], words[1::2]))
-    unknown = sorted(set(values) - {"--hf-overrides", "--max-model-len"}) or (["(a value without a flag)"] if len(words) % 2 else [])
+    unknown = sorted(set(values) - {"--hf-overrides", "--max-model-len"})
+    if len(words) % 2:
+        unknown.append("a value without its flag")
     if unknown:
         raise UsageError(f"--serve vllm: verify does not run vLLM with {', '.join(unknown)}", fix)
     try:
