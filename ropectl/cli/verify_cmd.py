@@ -15,8 +15,10 @@ RUN, SERVE = eo.RUN, "Serving"
 ModelArg = Annotated[str, typer.Argument(help="The checkpoint you ship: folder, .gguf or hub id.", show_default=False)]
 TargetOpt = Annotated[Optional[str], shared("--target-length", panel=RUN, detail=(
     "the longest length scored [default: the context the config serves]."))]
-EnginesOpt = Annotated[str, opt("--engines", panel=RUN, help=(
-    "Comma-separated engines; transformers is the reference [default: transformers,vllm,llama.cpp,sglang]."))]
+# --engines is inspect's switch (one flag name, one kind): verify's list is --engine, repeatable or comma-separated
+EnginesOpt = Annotated[Optional[list[str]], shared("--engine", panel=RUN, detail=(
+    "the engines to check, repeatable or comma-separated; transformers is the reference and always runs "
+    "[default: transformers,vllm,llama.cpp,sglang]."))]
 ServeOpt = Annotated[Optional[list[str]], opt("--serve", panel=SERVE, help=(
     "ENGINE=ARGS, repeatable: run ENGINE with your own serving flags, verbatim, e.g. vllm=\"--hf-overrides '{...}' "
     "--max-model-len 16384\" or llama.cpp=\"--rope-scaling yarn --rope-scale 4 ...\" [default: what `patch --emit "
@@ -36,7 +38,7 @@ OutOpt = Annotated[Optional[Path], opt("--out", "-o", "--output", panel=eo.OUT, 
 
 @handle_errors
 def verify_cmd(
-    model: ModelArg, target_length: TargetOpt = None, engines: EnginesOpt = "transformers,vllm,llama.cpp,sglang",
+    model: ModelArg, target_length: TargetOpt = None, engines: EnginesOpt = None,
     serve: ServeOpt = None, gguf: GgufOpt = None, engine_python: PythonOpt = None, samples: SamplesOpt = 2,
     dataset: DatasetOpt = None, dtype: eo.DtypeOpt = None, device: eo.DeviceOpt = None, out: OutOpt = None,
     json_out: JsonOpt = False,
@@ -50,10 +52,11 @@ def verify_cmd(
     """
     from ropectl.runtime.lengths import parse_length
     from ropectl.verify import VerifySpec, run_verify
+    from ropectl.verify.spec import DEFAULT_ENGINES
     from ropectl.verify.table import table
 
     spec = VerifySpec(model=model, target=parse_length(target_length) if target_length else None,
-                      engines=tuple(e.strip() for e in engines.split(",") if e.strip()),
+                      engines=tuple(e.strip() for v in engines or DEFAULT_ENGINES for e in v.split(",") if e.strip()),
                       serve=_pairs("--serve", serve), gguf=gguf, engine_python=_pairs("--engine-python", engine_python),
                       samples=samples, dataset=dataset, dtype=dtype or "auto", device=device or "auto",
                       out=str(out) if out else None)

@@ -49,7 +49,7 @@ def check_winner(setup: Any, report: Any, output: dict[str, Any] | None,
     """Each check engine's verdict on what ships, from ``ropectl verify`` on the held-out documents."""
     import time
 
-    from ropectl.verify.plan import Plan
+    from ropectl.verify.plan import REFERENCE, Plan
     from ropectl.verify.run import verify_ids
     from ropectl.verify.spec import VerifySpec
 
@@ -63,17 +63,18 @@ def check_winner(setup: Any, report: Any, output: dict[str, Any] | None,
         model, method, scored = str(setup.ev.source.resolved.path), report.ships, f"the model with {report.ships.label}"
     target = setup.plan.target
     ids = tuple(tuple(int(t) for t in d.tokens[:target]) for d in setup.held)
-    plan = Plan(engines=("transformers", *engines), trained=int(setup.trained), target=target,
+    plan = Plan(engines=(REFERENCE, *engines), trained=int(setup.trained), target=target,
                 lengths=tuple(sorted({int(setup.trained), target})), dtype=setup.ev.dtype, device=setup.ev.device)
     say(f"checking {scored} on {', '.join(engines)}: {len(ids)} held-out documents at {target} tokens")
     started = time.perf_counter()
     result = verify_ids(VerifySpec(model=model, engines=engines), plan, ids, say, method)
     seconds = round(time.perf_counter() - started, 2)
-    reference = result.rows[0].ppl.get(target) if result.rows[0].engine == "transformers" else None
+    rows = {row.engine: row for row in result.rows}
+    reference = rows.pop(REFERENCE).ppl.get(target) if REFERENCE in rows else None
     return [EngineCheck(row.engine, STATUS[row.verdict], row.why, scored, len(ids) if row.ppl else 0,
                         row.mean_abs_dnll, row.tolerance,
-                        {row.engine: row.ppl[target], "transformers": reference} if target in row.ppl else None,
-                        seconds) for row in result.rows if row.engine != "transformers"]
+                        {row.engine: row.ppl[target], REFERENCE: reference} if target in row.ppl else None,
+                        seconds) for row in rows.values()]
 
 
 def check_engines() -> list[str]:

@@ -42,9 +42,13 @@ def engine_list(spec: VerifySpec) -> tuple[str, ...]:
     for name in names:
         if name not in known:
             raise UsageError(f"unknown engine '{name}' in --engines", f"use some of: {', '.join(known)}")
+    served = {engine_name(name) for name, _ in spec.serve}
+    if REFERENCE in served:
+        raise UsageError(f"{REFERENCE} is the reference: it takes no --serve settings (the checkpoint's config is "
+                         "what it runs)", f"drop --serve {REFERENCE}=...")
     for flag, pairs in (("--serve", spec.serve), ("--engine-python", spec.engine_python)):
-        for name, _ in pairs:
-            if engine_name(name) not in names:
+        for name in (engine_name(n) for n, _ in pairs):
+            if name not in names:
                 raise UsageError(f"{flag} {name}=... names an engine that is not in --engines ({', '.join(names)})",
                                  f"add {name} to --engines, or drop {flag} {name}=...")
     return tuple(dict.fromkeys([REFERENCE, *names]))

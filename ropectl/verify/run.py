@@ -14,7 +14,7 @@ from typing import Any
 
 from ropectl.errors import RopectlError
 from ropectl.verify import compare
-from ropectl.verify.plan import ROTARY_ONLY, Plan, make_plan, token_ids
+from ropectl.verify.plan import REFERENCE, ROTARY_ONLY, Plan, make_plan, token_ids
 from ropectl.verify.score import Job, normalized, run_job
 from ropectl.verify.spec import NOT_CHECKED, SAME, EngineRow, VerifyResult, VerifySpec
 
@@ -52,7 +52,7 @@ def verify_ids(spec: VerifySpec, plan: Plan, ids: tuple[tuple[int, ...], ...], s
     for name in plan.engines[1:]:
         rows.append(_row(spec, plan, ids, name, reference, say, method))
         say(_line(rows[-1]))
-    if cache or "transformers" in spec.engines:
+    if cache or REFERENCE in spec.engines:
         ref = reference()
         rows.insert(0, EngineRow(engine="transformers", verdict=SAME, why="the reference",
                                  serve_line=ref["serve_line"], ppl={n: compare.ppl(v) for n, v in ref["nll"].items()},
