@@ -32,14 +32,16 @@ def run_jobs(python: Path, runner: Path | str, jobs: list[dict[str, Any]], work:
     script = str(runner).split() if str(runner).startswith("-m ") else [str(runner)]
     try:
         proc = subprocess.run([str(python), *script, str(work / "jobs.json"), str(work / "out.json")],
-                              capture_output=True, text=True, env=full, timeout=timeout, cwd=work)
+                              capture_output=True, text=True, env=full, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EngineError(f"'{python}' did not run ({type(exc).__name__}: {exc})",
                           "check the path given to --engine-python (a venv's bin/python)") from None
     if not (work / "out.json").exists():
         tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
-        raise EngineError(f"'{python}' produced nothing (exit {proc.returncode}: {tail[0][:300]})",
-                          "check that this Python has the engine and ropectl's dependencies (torch, transformers)")
+        error = EngineError(f"'{python}' produced nothing (exit {proc.returncode}: {tail[0][:300]})",
+                            "check that this Python has the engine and ropectl's dependencies (torch, transformers)")
+        error.stderr = proc.stderr  # type: ignore[attr-defined]  (the tiers print its tail)
+        raise error
     return json.loads((work / "out.json").read_text())
 
 
