@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ropectl.errors import RopectlError
+from ropectl.errors import RopectlError, UsageError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,7 +74,7 @@ def run_job(job: Job) -> dict[str, Any]:
         for length in job.lengths:
             try:
                 out["nll"][length] = _score(engine, state, job.ids, length)
-            except RopectlError as exc:  # a length past what this serving takes: the others still count
+            except UsageError as exc:  # a length past what this serving takes: the others still count
                 out["skipped"][length] = exc.problem
         if unscaled is not None:
             out["floor"] = _score(engine, unscaled, job.ids, job.trained)
