@@ -53,11 +53,21 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     checkpoint(root / "base", FAMILIES["llama"])
     out = {"base": root / "base", "base.gguf": convert(root / "base")}
     for name, method in (("yarn", "yarn:2"), ("linear", "linear:2"), ("llama3", "llama3:2"),
-                         ("yarn-af", "yarn:2,attention_factor=1.3"), ("dynamic", "dynamic:2")):
+                         ("yarn-af", "yarn:2,attention_factor=1.3")):
         cli("patch", str(root / "base"), "-m", method, "-o", str(root / name))
         out[name] = root / name
     out["llama3.gguf"] = convert(root / "llama3")
     return out
+
+
+@pytest.fixture(scope="module")
+def vllm_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The same Llama with head_dim 32: vLLM's CPU attention has no kernel for head_dim 16."""
+    root = tmp_path_factory.mktemp("verify-tier-vllm")
+    checkpoint(root / "base", {**FAMILIES["llama"], "hidden_size": 128, "head_dim": 32})
+    for name, method in (("yarn", "yarn:2"), ("dynamic", "dynamic:2")):
+        cli("patch", str(root / "base"), "-m", method, "-o", str(root / name))
+    return {"yarn": root / "yarn", "dynamic": root / "dynamic"}
 
 
 def flags(gguf: Path, method: str) -> str:
@@ -112,6 +122,8 @@ def test_a_serve_line_without_the_attention_factor_differs(models: dict[str, Pat
 
 
 def _vllm(monkeypatch: pytest.MonkeyPatch) -> str:
+    if missing():
+        pytest.skip(missing())
     if not VLLM_PYTHON.exists():
         pytest.skip(f"no vLLM venv at {VLLM_PYTHON.parent.parent}: run tests/compat/engine_venvs.sh vllm")
     for key, value in VLLM_ENV.items():
@@ -119,15 +131,15 @@ def _vllm(monkeypatch: pytest.MonkeyPatch) -> str:
     return f"vllm={VLLM_PYTHON}"
 
 
-def test_vllm_from_its_own_venv_is_the_same_on_the_yarn_folder(models: dict[str, Path],
+def test_vllm_from_its_own_venv_is_the_same_on_the_yarn_folder(vllm_models: dict[str, Path],
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    row = verify(models["yarn"], "--engine", "vllm", "--engine-python", _vllm(monkeypatch))["vllm"]
+    row = verify(vllm_models["yarn"], "--engine", "vllm", "--engine-python", _vllm(monkeypatch))["vllm"]
     assert row["verdict"] == "same" and row["mean_abs_dnll"] <= row["tolerance"], row
     assert "--max-model-len 128" in row["serve_line"]
 
 
-def test_dynamic_ntk_in_vllm_differs_at_a_length_other_than_the_served_one(models: dict[str, Path],
+def test_dynamic_ntk_in_vllm_differs_at_a_length_other_than_the_served_one(vllm_models: dict[str, Path],
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    row = verify(models["dynamic"], "--engine", "vllm", "--engine-python", _vllm(monkeypatch))["vllm"]
+    row = verify(vllm_models["dynamic"], "--engine", "vllm", "--engine-python", _vllm(monkeypatch))["vllm"]
     assert row["verdict"] == "differs" and row["mean_abs_dnll"] >= FACTOR * row["tolerance"], row
     assert "of the 96-token forward" in row["why"], row  # (64 + 128) / 2: vLLM's base is the one for 128
