@@ -65,7 +65,8 @@ def run_job(job: Job) -> dict[str, Any]:
     engine = get_engine(job.engine)(source, job.device, job.dtype, None, "verify")
     unscaled = method_states(source.config, (MethodSpec(unscaled_name()),), replace_existing=True)[0] \
         if job.floor else None
-    sweep = _Sweep(job.lengths, [s for s in (state, unscaled) if s is not None], job.trained)
+    # no lengths: an engine's own per-length plan (vLLM's engine per length) is eval's; verify serves one line
+    sweep = _Sweep((), [s for s in (state, unscaled) if s is not None], job.trained)
     try:
         engine.check(sweep)
         line = engine.serve(state, job.serve, job.target)
