@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import EngineError
-from ropectl.verify.remote import OFFLINE, run_jobs as _run_jobs
+from ropectl.verify.remote import OFFLINE
+from ropectl.verify.remote import run_jobs as _run_jobs
 
 __all__ = ["OFFLINE", "run_jobs"]
 

@@ -29,7 +29,6 @@ from ropectl.eval.engines.requests import (
     SequenceScore,
     sequence_score,
 )
-from ropectl.output import dumps
 from ropectl.runtime.model import MethodState, ModelSource, load_tokenizer
 
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -82,14 +81,9 @@ class VllmEngine(Engine):
     def serve(self, state: MethodState, args: str | None, target: int) -> str:
         """One engine for every length: the user's own --hf-overrides / --max-model-len (verbatim; a length vLLM
         then derives from the config where they give none), or what ``patch --emit vllm`` prints for ``target``."""
-        import shlex
-
         self.fixed = plan.own_serving(args, state.label) if args else plan.shipped_serving(state, self.source.config,
                                                                                           target)
-        line = ["vllm", "serve", self.source.path, "--hf-overrides", dumps(dict(self.fixed.hf_overrides))]
-        if self.fixed.max_model_len:
-            line += ["--max-model-len", str(self.fixed.max_model_len)]
-        return " ".join(shlex.quote(w) for w in line)
+        return self.fixed.command(self.source.path)
 
     def load_tokenizer(self) -> Any:
         self.tokenizer = load_tokenizer(self.source.path, self.source.kwargs)

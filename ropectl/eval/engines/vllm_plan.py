@@ -49,6 +49,14 @@ class Serving:
     def key(self) -> str:
         return dumps({"hf_overrides": self.hf_overrides, "max_model_len": self.max_model_len}, sort_keys=True)
 
+    def command(self, model: str) -> str:
+        """The ``vllm serve`` line of this engine."""
+        import shlex
+
+        line = ["vllm", "serve", model, "--hf-overrides", dumps(dict(self.hf_overrides))]
+        return " ".join(shlex.quote(w) for w in [*line, *(["--max-model-len", str(self.max_model_len)]
+                                                          if self.max_model_len else [])])
+
     def to_dict(self) -> dict[str, Any]:
         return {"hf_overrides": self.hf_overrides, "printed_max_model_len": self.printed_max_model_len,
                 "max_model_len": self.max_model_len, "served_as": self.served_as}
