@@ -45,7 +45,8 @@ def verify_ids(spec: VerifySpec, plan: Plan, ids: tuple[tuple[int, ...], ...], s
     def reference() -> dict[str, Any]:  # scored when first needed: nothing runs where no engine can
         if not cache:
             say(f"transformers: scoring {len(ids)} documents at {', '.join(map(str, plan.lengths))} tokens")
-            cache["answer"] = normalized(run_job(_job(spec, plan, ids, "transformers", spec.model, floors, method)))
+            cache["answer"] = normalized(_answer(_job(spec, plan, ids, REFERENCE, spec.model, floors, method),
+                                                 spec.python_for(REFERENCE)))
         return cache["answer"]
 
     rows = []
@@ -91,18 +92,22 @@ def _row(spec: VerifySpec, plan: Plan, ids: Any, name: str, reference: Callable[
     where = f" (Python {python})" if python else ""
     say(f"{name}{where}: scoring {len(ids)} documents at {', '.join(map(str, plan.lengths))} tokens")
     try:
-        if python:
-            from ropectl.verify.remote import run_worker
-
-            answer = normalized(run_worker(python, job.to_dict()))
-        else:
-            answer = normalized(run_job(job))
+        answer = normalized(_answer(job, python))
     except RopectlError as exc:
         why = f"{exc.problem}. Fix: {exc.fix}" if exc.fix else exc.problem
         if not python and "pip install" in (exc.fix or ""):
             why += f", or run it from its own venv with --engine-python {name}=PATH"
         return _not_checked(name, why)
     return judge(name, answer, reference(), plan)
+
+
+def _answer(job: Job, python: str | None) -> dict[str, Any]:
+    """The job run here, or by ``python`` (another venv's: --engine-python ENGINE=PATH)."""
+    if not python:
+        return run_job(job)
+    from ropectl.verify.remote import run_worker
+
+    return run_worker(python, job.to_dict())
 
 
 def judge(name: str, answer: dict[str, Any], reference: dict[str, Any], plan: Plan) -> EngineRow:
