@@ -44,7 +44,7 @@ def verify_ids(spec: VerifySpec, plan: Plan, ids: tuple[tuple[int, ...], ...], s
 
     def reference() -> dict[str, Any]:  # scored when first needed: nothing runs where no engine can
         if not cache:
-            say(f"transformers: scoring {len(ids)} documents at {', '.join(map(str, plan.lengths))} tokens")
+            say(f"transformers: scoring {_docs(len(ids))} at {', '.join(map(str, plan.lengths))} tokens")
             cache["answer"] = normalized(_answer(_job(spec, plan, ids, REFERENCE, spec.model, floors, method),
                                                  spec.python_for(REFERENCE)))
         return cache["answer"]
@@ -90,7 +90,7 @@ def _row(spec: VerifySpec, plan: Plan, ids: Any, name: str, reference: Callable[
                             "MODEL.gguf) and pass --gguf MODEL.gguf")
     job = _job(spec, plan, ids, name, model, factory.quantized_weights, method)
     where = f" (Python {python})" if python else ""
-    say(f"{name}{where}: scoring {len(ids)} documents at {', '.join(map(str, plan.lengths))} tokens")
+    say(f"{name}{where}: scoring {_docs(len(ids))} at {', '.join(map(str, plan.lengths))} tokens")
     try:
         answer = normalized(_answer(job, python))
     except RopectlError as exc:
@@ -140,3 +140,7 @@ def _not_checked(name: str, why: str, line: str = "") -> EngineRow:
 
 def _line(row: EngineRow) -> str:
     return f"{row.engine}: {row.verdict} ({row.why})"
+
+
+def _docs(n: int) -> str:
+    return f"{n} document{'' if n == 1 else 's'}"
