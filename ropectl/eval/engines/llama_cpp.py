@@ -85,6 +85,8 @@ class LlamaCppEngine(Engine):
             self.own.add(state.label)
         else:
             setting = self._setting(state)
+            if setting.printed_ctx and setting.printed_ctx < target:  # the printed -c is the GGUF's own context
+                return f"{setting.command} (run with -c {target}, the longest length scored)"
         return setting.command
 
     def load_tokenizer(self) -> Any:
