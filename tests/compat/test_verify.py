@@ -146,3 +146,13 @@ def test_dynamic_ntk_in_vllm_differs_at_a_length_other_than_the_served_one(vllm_
     # vLLM's one base is transformers' for 128 tokens: the lengths below it (64, and 96 = (64 + 128) / 2, the one
     # verify adds for dynamic) differ, the served maximum does not
     assert set(row["ppl"]) == {"64", "96", "128"} and "of the 128-token forward" not in row["why"], row
+
+
+def test_a_length_past_what_the_serving_holds_is_not_checked_there(models: dict[str, Path]) -> None:
+    """The user's own -c 64 serves no 128-token prompt: that length is "not checked", the shorter one still is."""
+    _llama_cpp()
+    line = flags(models["base.gguf"], "yarn:2").replace("-c 128", "-c 64")
+    row = verify(models["yarn"], "--engine", "llama.cpp", "--gguf", str(models["base.gguf"]), "--serve",
+                 f"llama.cpp={line}")["llama.cpp"]
+    assert set(row["ppl"]) == {"64"} and row["verdict"] == "same", row
+    assert "not checked at 128: 128 tokens are past what this llama.cpp serving holds (-c 64)" in row["why"], row

@@ -126,7 +126,11 @@ class LlamaCppEngine(Engine):
 
     def activate(self, state: MethodState) -> None:
         self.state = state
-        self._ensure(self.longest)
+        self._ensure(min(self.longest, self._own_ctx(state) or self.longest))
+
+    def _own_ctx(self, state: MethodState) -> int:
+        """The user's own -c (verify's --serve llama.cpp=...): the context exactly as they serve it; 0 otherwise."""
+        return self.settings[state.label].printed_ctx if state.label in self.own else 0
 
     def _setting(self, state: MethodState) -> plan.Setting:
         if state.label not in self.settings:  # a method the sweep did not plan (timing's as-is forward)
@@ -138,15 +142,16 @@ class LlamaCppEngine(Engine):
         too short)."""
         assert self.state is not None and self.lib is not None, "load and activate a method before scoring"
         setting = self._setting(self.state)
-        if self.state.label in self.own and setting.printed_ctx and length > setting.printed_ctx:
-            raise UsageError(f"{length} tokens are past what this llama.cpp serving holds (-c {setting.printed_ctx})",
+        own = self._own_ctx(self.state)
+        if own and length > own:
+            raise UsageError(f"{length} tokens are past what this llama.cpp serving holds (-c {own})",
                              "raise -c in --serve llama.cpp=..., or pass a lower -t")
         key = (setting.model_key, tuple(sorted(setting.context.items())))
         if self._context is not None and self._context[0] == key and self._context[1].n_ctx >= length:
             return self._context[1]
         model = self._load_model(setting.model_key)
         self._close_context()
-        n_ctx = max(setting.printed_ctx, self.longest, length)
+        n_ctx = own or max(setting.printed_ctx, self.longest, length)
         context = run.new_context(self.lib, model, setting.context, n_ctx, self.threads)
         self._context = (key, context)
         self.verify_after_forward(self.state, length)
