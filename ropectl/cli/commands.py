@@ -39,4 +39,6 @@ COMMANDS: dict[str, Entry] = {
                                       "default) and write a checkpoint."),
     "search": Entry("search_cmd", "Search a method's parameters on the model itself, in one Optuna study (LongRoPE's "
                                   "evolution proposes for --space longrope)."),
+    "verify": Entry("verify_cmd", "Score MODEL on the same token ids in every engine that will serve it, each "
+                                  "against transformers."),
 }

@@ -39,7 +39,7 @@ def out_option(command: str) -> Any:
 
 
 
-EngineOpt = Annotated[Optional[str], opt("--engine", panel=RUN, help=(
+EngineOpt = Annotated[Optional[str], shared("--engine", panel=RUN, detail=(
     f"{' or '.join(engine_names())} (hf = transformers) [default: transformers]. vllm: each method runs in vLLM with "
     "the overrides `patch --emit vllm` prints (pip install 'ropectl[vllm]'). llama.cpp: a GGUF file, each method with "
     "the flags `patch --emit llama.cpp` prints (pip install 'ropectl[llama-cpp]')."))]

@@ -39,6 +39,7 @@ SHARED: dict[str, tuple[tuple[str, ...], str]] = {
     "--dataset": (("--dataset",), "The documents"),
     "--docs": (("--docs",), "Documents"),
     "--samples": (("--samples",), "Trials"),
+    "--engine": (("--engine",), "Evaluation engine"),
     "--budget": (("--budget",), "Minutes the work may take"),
     "--batch-tokens": (("--batch-tokens",), "Tokens per forward or step"),
     "--held-out": (("--held-out",), f"Documents held out ({HELD_OUT_SYNTAX})"),

@@ -1,5 +1,5 @@
 """The layers of the package: rope <- families/schema/io <- readers <- patch/layout/inspection/runtime <- eval <-
-recommend/finetune/search/report <- extend <- cli.
+verify <- recommend/finetune/search/report <- extend <- cli.
 
 Every import of a ropectl module counts, at module level, inside functions (lazy) and under TYPE_CHECKING alike:
 a lower layer never imports a higher one, and no two parts of the package import each other, even indirectly. The
@@ -24,9 +24,10 @@ LAYERS: dict[str, int] = {
     "readers": 3,
     "patch": 4, "layout": 4, "inspection": 4, "runtime": 4,  # runtime: what every command shares
     "eval": 5,
-    "recommend": 6, "finetune": 6, "search": 6, "report": 6,  # the commands' homes (docs/contributing/index.md)
-    "extend": 7,  # composes the commands' homes (recommend, search, finetune, report, patch, verify)
-    "cli": 8, "__main__": 9,
+    "verify": 6,  # below the commands that print "reads the same" claims (search's winner check calls it)
+    "recommend": 7, "finetune": 7, "search": 7, "report": 7,  # the commands' homes (docs/contributing/index.md)
+    "extend": 8,  # composes the commands' homes (recommend, search, finetune, report, patch, verify)
+    "cli": 9, "__main__": 10,
 }
 
 

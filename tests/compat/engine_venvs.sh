@@ -6,7 +6,7 @@
 # The lm-eval venv also carries what lm-eval's RULER tasks import (wonderwords, nltk; scipy for fwe), for
 # tests/compat/test_ruler_lm_eval.py; a venv stamped before that gets them installed in place.
 # SGLang: the sglang wheel without its dependencies (they pin CUDA-only packages) beside the CPU torch, transformers 5.19
-# (its pin) and what importing its server arguments, ModelConfig and get_rope needs (tests/compat/sglang_runner.py).
+# (its pin) and what importing its server arguments, ModelConfig and get_rope needs (ropectl/verify/sglang_rotary.py).
 # Usage: tests/compat/engine_venvs.sh [vllm] [vllm-0.29] [llamacpp] [lmeval] [llamacpp-convert] [sglang]
 # A venv is reused when its stamp names the same pins; delete the folder to rebuild. Installs go through uv where it
 # can be had (tests/compat/installer.sh); the times are in docs/reference/tests.md.

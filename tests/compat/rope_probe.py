@@ -142,8 +142,9 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
 if __name__ == "__main__":
     os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
     if ENGINE == "sglang":  # its kernel modules import triton and torchvision at import time: the runner's stand-ins
-        sys.path.insert(0, os.path.dirname(__file__))
-        from sglang_runner import STAND_IN_FINDER, prepare_imports
+        # ropectl/verify/sglang_rotary.py never imports ropectl: imported by its folder, not as ropectl's module
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "ropectl", "verify"))
+        from sglang_rotary import STAND_IN_FINDER, prepare_imports
 
         prepare_imports()
         sys.meta_path.insert(0, STAND_IN_FINDER)

@@ -2,7 +2,7 @@
 
 Tiny config-only folders (a Qwen3, and tests/compat/vllm_families.py's Llama, Qwen2-VL and Qwen2.5-VL: composite
 configs with multimodal RoPE) are patched by ropectl's CLI. In the cached SGLang venv (tests/compat/engine_venvs.sh
-sglang: the sglang wheel without its CUDA dependencies, beside a CPU torch), tests/compat/sglang_runner.py (which never
+sglang: the sglang wheel without its CUDA dependencies, beside a CPU torch), ropectl/verify/sglang_rotary.py (which never
 imports ropectl) parses the printed line with SGLang's server-argument parser, loads it with its ModelConfig and builds
 the rotary embedding with its get_rope; transformers' rotary class on the patched folder is the oracle. Two routes:
 - ``emit``: the unpatched folder with the printed line: SGLang accepts the --context-length (its derived length is
@@ -33,6 +33,7 @@ from vllm_rope_runner import hf_side
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
+SGLANG_ROTARY = ROOT / "ropectl" / "verify" / "sglang_rotary.py"  # the script verify --engine-python sglang= runs
 CACHE = Path(os.environ.get("ROPECTL_COMPAT_CACHE", Path.home() / ".cache" / "ropectl-compat"))
 VENV = CACHE / "sglang"
 READER = "SGLang 0.5.23+"
@@ -122,7 +123,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         for name in SHIPPED:
             cases[name], more = _shipped(root, name)
             jobs += more
-        _STATE.update(cases=cases, results=run_jobs(VENV / "bin" / "python", HERE / "sglang_runner.py", jobs, root))
+        _STATE.update(cases=cases, results=run_jobs(VENV / "bin" / "python", SGLANG_ROTARY, jobs, root))
     return _STATE
 
 
@@ -217,7 +218,7 @@ def test_dca_is_built_by_get_rope_and_a_scaling_beside_it_changes_nothing(tmp_pa
 
     check_dca(_probe(dca_jobs(), tmp_path / "probe"), "CUDA")
     folder = tiny_qwen_1m(tmp_path / "qwen1m")
-    got = run_jobs(VENV / "bin" / "python", HERE / "sglang_runner.py",
+    got = run_jobs(VENV / "bin" / "python", SGLANG_ROTARY,
                    [{"name": "1m", "command": _launch(folder), "positions": POSITIONS}], tmp_path)["1m"]
     view = _inspected(folder)
     assert view["error"] and "DualChunkRotaryEmbedding" in view["error"]

@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 
 from ropectl.errors import DataError
 from ropectl.finetune.data import PackedExamples, bookend, split
+from tests.helpers.token_docs import Doc, token_docs
 
 BOS, EOS = 1, 2
 
 
-@dataclass(frozen=True)
-class Doc:
-    doc_id: str
-    tokens: np.ndarray
-
-
 def _docs(lengths: list[int]) -> list[Doc]:
-    # document i is made of the token 10 + i only, so every packed token says where it came from
-    return [Doc(f"d{i}", np.full(n, 10 + i)) for i, n in enumerate(lengths)]
+    return token_docs(lengths)
 
 
 def test_bookend_adds_only_what_is_missing() -> None:

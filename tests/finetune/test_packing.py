@@ -145,7 +145,7 @@ def test_is_short_mixes_exactly_the_fraction(fraction: float) -> None:
 def _examples(pose: bool, short_mix: float, doc_mask: bool) -> PackedExamples:
     from ropectl.finetune.data import split
     from ropectl.finetune.positions import span_length
-    from tests.finetune.test_data import Doc
+    from tests.helpers.token_docs import Doc
 
     docs = [Doc(f"d{i}", np.full(n, 10 + i)) for i, n in enumerate([30, 100, 50, 120, 40, 9, 25])]
     window, target, trained = 16, 64, 16

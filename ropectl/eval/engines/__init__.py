@@ -6,7 +6,11 @@ through the three calls only: no task, trial or recommend code asks which engine
 What a caller needs to know about an engine is a capability on its class, never its name:
 ``cheap_method_switch`` (a method switch costs no reload: recommend may screen, ppl need not order its batches by
 method), ``data_parallel`` (it runs under torchrun, one copy per rank), ``tensor_parallel`` (it takes
---tensor-parallel-size and the other parallel options).
+--tensor-parallel-size and the other parallel options), ``loads_gguf`` (it runs a GGUF file: verify hands it
+--gguf), ``quantized_weights`` (its weights may be quantized: verify measures its floor before judging it).
+
+``serve(state, args, target)`` fixes how the engine runs ``state`` for verify: exactly what ``patch --emit`` prints
+for the checkpoint as it ships, or the user's own serving flags (``--serve ENGINE=ARGS``) applied verbatim.
 
 The registry follows ropectl's one scheme (methods, tasks, engines alike): ``BUILTIN`` (name -> module, imported
 on first use), the live table ``ENGINES`` filled by ``@register_engine``, ``get_engine``, ``engine_names``, and
@@ -51,6 +55,8 @@ class Engine:
     cheap_method_switch = False  # switching methods reloads nothing (recommend screens; ppl keeps document order)
     data_parallel = False  # runs under torchrun / accelerate launch, one copy of the model per rank
     tensor_parallel = False  # takes --tensor-parallel-size, --pipeline-parallel-size, --distributed-executor-backend
+    loads_gguf = False  # it runs a GGUF file (verify hands it --gguf, or the model where that is one)
+    quantized_weights = False  # its weights may be quantized: verify measures its floor inside the trained window
     tokenizer: Any = None  # set by load_tokenizer
 
     def __init__(self, source: ModelSource, device: str, dtype: str, device_map: str | None = None,
@@ -85,6 +91,14 @@ class Engine:
 
     def verify_after_forward(self, state: MethodState, length: int) -> None:
         """Raise if the RoPE the last forward used at ``length`` is not the one planned."""
+
+    def serve(self, state: MethodState, args: str | None, target: int) -> str:
+        """Run ``state`` as a user serves it, at every length up to ``target``: with ``args`` (the user's own
+        serving flags, verbatim) or, without, what ``patch --emit`` prints for it. Returns the serving line. Call it
+        after ``check``; an engine with no serving flags of its own refuses ``args``."""
+        if args:
+            raise UsageError(f"the {self.name} engine takes no --serve settings", f"drop --serve {self.name}=...")
+        return f"{self.name}: {self.source.label} as configured"
 
     @property
     def active(self) -> str | None:

@@ -40,6 +40,8 @@ ROPE_RTOL = 1e-5  # llama.cpp prints its context's float32 freq_base / freq_scal
 @register_engine("llama.cpp")
 class LlamaCppEngine(Engine):
     cheap_method_switch = True  # a switch is a new llama_context on the loaded model: no weight is read again
+    loads_gguf = True
+    quantized_weights = True  # a GGUF's tensors may be Q4_1 and the like: verify measures the file's floor
 
     def __init__(self, source: ModelSource, device: str, dtype: str, device_map: str | None = None,
                  command: str = "eval-ppl") -> None:
@@ -60,6 +62,7 @@ class LlamaCppEngine(Engine):
         self._model: tuple[Any, Any] | None = None  # (model key, llama_model)
         self._context: tuple[Any, run.Context] | None = None  # (setting key, context)
         self._version = ""
+        self.own: set[str] = set()  # labels run with the user's own flags: no planned RoPE to check them against
 
     @property
     def model(self) -> Any:
@@ -72,6 +75,19 @@ class LlamaCppEngine(Engine):
         for state in sweep.states:
             setting = self.settings[state.label] = plan.setting_for(state, self.source, self.trained)
             sweep.warnings += [f"{state.label}: llama.cpp: {note}" for note in setting.notes]
+
+    def serve(self, state: MethodState, args: str | None, target: int) -> str:
+        """The printed line for ``state`` (the GGUF as it ships), or the user's own flags read as llama.cpp's
+        argument parser reads them (``plan.own_setting``), with the context holding ``target``."""
+        self.longest = max(self.longest, target)
+        if args:
+            setting = self.settings[state.label] = plan.own_setting(state.label, args, str(self.source.resolved.path))
+            self.own.add(state.label)
+        else:
+            setting = self._setting(state)
+            if setting.printed_ctx and setting.printed_ctx < target:  # the printed -c is the GGUF's own context
+                return f"{setting.command} (run with -c {target}, the longest length scored)"
+        return setting.command
 
     def load_tokenizer(self) -> Any:
         self.tokenizer = load_tokenizer(self.source.path, self.source.kwargs)  # the same ids as transformers
@@ -110,7 +126,11 @@ class LlamaCppEngine(Engine):
 
     def activate(self, state: MethodState) -> None:
         self.state = state
-        self._ensure(self.longest)
+        self._ensure(min(self.longest, self._own_ctx(state) or self.longest))
+
+    def _own_ctx(self, state: MethodState) -> int:
+        """The user's own -c (verify's --serve llama.cpp=...): the context exactly as they serve it; 0 otherwise."""
+        return self.settings[state.label].printed_ctx if state.label in self.own else 0
 
     def _setting(self, state: MethodState) -> plan.Setting:
         if state.label not in self.settings:  # a method the sweep did not plan (timing's as-is forward)
@@ -122,12 +142,16 @@ class LlamaCppEngine(Engine):
         too short)."""
         assert self.state is not None and self.lib is not None, "load and activate a method before scoring"
         setting = self._setting(self.state)
+        own = self._own_ctx(self.state)
+        if own and length > own:
+            raise UsageError(f"{length} tokens are past what this llama.cpp serving holds (-c {own})",
+                             "raise -c in --serve llama.cpp=..., or pass a lower -t")
         key = (setting.model_key, tuple(sorted(setting.context.items())))
         if self._context is not None and self._context[0] == key and self._context[1].n_ctx >= length:
             return self._context[1]
         model = self._load_model(setting.model_key)
         self._close_context()
-        n_ctx = max(setting.printed_ctx, self.longest, length)
+        n_ctx = own or max(setting.printed_ctx, self.longest, length)
         context = run.new_context(self.lib, model, setting.context, n_ctx, self.threads)
         self._context = (key, context)
         self.verify_after_forward(self.state, length)
@@ -138,15 +162,17 @@ class LlamaCppEngine(Engine):
         if self._context is None:
             return
         context = self._context[1]
+        if length > context.n_ctx:
+            raise VerificationError(f"llama.cpp's context holds {context.n_ctx} tokens, not {length}",
+                                    "report it: a ropectl bug")
+        if state.label in self.own:  # the user's own flags are what is being measured, not checked against a plan
+            return
         base, scale = plan.expected_rope(state)
         got = (context.report.get("freq_base"), context.report.get("freq_scale"))
         if None in got or abs(got[0] - base) > ROPE_RTOL * base or abs(got[1] - scale) > ROPE_RTOL * scale:
             raise VerificationError(f"llama.cpp's context runs freq_base {got[0]}, freq_scale {got[1]}, not the "
                                     f"planned {base:g} and {scale:g} for '{state.label}'",
                                     "report it: llama.cpp did not take the printed flags as ropectl reads them")
-        if length > context.n_ctx:
-            raise VerificationError(f"llama.cpp's context holds {context.n_ctx} tokens, not {length}",
-                                    "report it: a ropectl bug")
 
     def forward_shape(self) -> tuple[int, int, int]:
         """(vocabulary, weights used per token, layers x heads x head size) for recommend's time estimate

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ropectl.errors import CheckpointError, EngineError, MethodError
+from ropectl.errors import CheckpointError, EngineError, MethodError, UsageError
 from ropectl.runtime.model import MethodState, ModelSource
 
 PIN = "llama-cpp-python==0.3.36"
@@ -87,6 +87,29 @@ def flag_params(args: tuple[str, ...] | list[str]) -> tuple[dict[str, Any], dict
             raise EngineError(f"the llama.cpp engine does not read the printed flag '{flag}'",
                               "report it: `patch --emit llama.cpp` and the engine disagree")
     return context, overrides
+
+
+def own_setting(label: str, args: str, path: str) -> Setting:
+    """The user's own llama.cpp flags (``--serve llama.cpp=ARGS``), applied verbatim: ``-m`` and ``-c`` as given,
+    every RoPE flag the engine reads; another flag is refused with the ones it takes."""
+    import shlex
+
+    try:
+        words = shlex.split(args)
+    except ValueError as exc:
+        raise UsageError(f"--serve llama.cpp='{args}' does not parse as shell words ({exc})",
+                         "quote it as a shell would") from None
+    if "-m" in words[:-1]:  # the file is --gguf's or MODEL's
+        at = words.index("-m")
+        words = words[:at] + words[at + 2:]
+    try:
+        context, overrides = flag_params(words)
+    except (EngineError, ValueError, KeyError) as exc:
+        why = exc.problem if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}"
+        takes = ", ".join([*CONTEXT_FIELDS, "--rope-scale", "--override-kv"])
+        raise UsageError(f"--serve llama.cpp='{args}': {why}", f"pass the flags llama-server takes for RoPE: {takes}") from None
+    command = "llama-server -m " + " ".join(shlex.quote(a) for a in [path, *words])
+    return Setting(label, tuple(words), command, context, overrides, int(context.get("n_ctx", 0)))
 
 
 def check_serves(state: MethodState) -> None:

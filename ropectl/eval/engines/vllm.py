@@ -53,6 +53,7 @@ class VllmEngine(Engine):
         self.parallel = plan.Parallel()
         self.trained: int | None = None
         self.loads: list[dict[str, Any]] = []  # one entry per vllm.LLM built: what and how long
+        self.fixed: plan.Serving | None = None  # verify: one engine for every length, as a user serves it
         self._version = ""
         check_launch(self.name, int(os.environ.get("WORLD_SIZE", "1") or 1))
         if source.resolved.is_gguf:
@@ -76,6 +77,13 @@ class VllmEngine(Engine):
         if lengths:
             self.servings = plan.plan_servings(sweep.states, self.source.config, lengths, sweep.trained)
         sweep.warnings += plan.served_notes(sweep.states, self.servings)
+
+    def serve(self, state: MethodState, args: str | None, target: int) -> str:
+        """One engine for every length: the user's own --hf-overrides / --max-model-len (verbatim; a length vLLM
+        then derives from the config where they give none), or what ``patch --emit vllm`` prints for ``target``."""
+        self.fixed = plan.own_serving(args, state.label) if args else plan.shipped_serving(state, self.source.config,
+                                                                                          target)
+        return self.fixed.command(self.source.path)
 
     def load_tokenizer(self) -> Any:
         self.tokenizer = load_tokenizer(self.source.path, self.source.kwargs)
@@ -104,7 +112,8 @@ class VllmEngine(Engine):
         config = self.llm.llm_engine.model_config
         wanted = _text_section(self.serving.hf_overrides).get("rope_parameters")
         read = getattr(config.hf_text_config, "rope_parameters", None)
-        if int(config.max_model_len) != self.serving.max_model_len or not _holds(read, wanted):
+        planned = self.serving.max_model_len or int(config.max_model_len)  # none given: vLLM derives it
+        if int(config.max_model_len) != planned or not _holds(read, wanted):
             raise VerificationError(f"vLLM runs {config.max_model_len} tokens with rope_parameters {read}, not the "
                                     f"planned {self.serving.max_model_len} with {wanted}",
                                     "report it: vLLM did not take the emitted overrides as printed")
@@ -217,7 +226,10 @@ class VllmEngine(Engine):
         """The vLLM engine for the active method at prompts of ``length`` tokens; rebuilt only when its overrides
         differ from the one in place."""
         assert self.state is not None, "activate a method before scoring"
-        serving = self.servings.get((self.state.label, length))
+        serving = self.servings.get((self.state.label, length)) if self.fixed is None else self.fixed
+        if serving is not None and serving.max_model_len and length > serving.max_model_len:
+            raise UsageError(f"{length} tokens are past what this vLLM serving takes (--max-model-len "
+                             f"{serving.max_model_len})", "raise --max-model-len in --serve vllm=..., or pass a lower -t")
         if serving is None:  # a length the sweep did not plan (a task's own prompt lengths)
             longest = max([n for _, n in self.servings] + [length])
             serving = plan.serving_for(self.state, self.source.config, length, longest, self.trained)
@@ -237,8 +249,9 @@ class VllmEngine(Engine):
             # language_model_only: prompts are text, so a vision-language model starts without its multimodal
             # processor, dummy-image profiling or encoder (which need the checkpoint's preprocessor files); the
             # text model and its RoPE are the same, and a text-only model ignores the flag
-            llm = LLM(model=self.source.path, hf_overrides=dict(serving.hf_overrides),
-                      max_model_len=serving.max_model_len, dtype=VLLM_DTYPES.get(self.dtype, self.dtype),
+            length = {"max_model_len": serving.max_model_len} if serving.max_model_len else {}
+            llm = LLM(model=self.source.path, hf_overrides=dict(serving.hf_overrides), **length,
+                      dtype=VLLM_DTYPES.get(self.dtype, self.dtype),
                       enforce_eager=True, seed=0, enable_prefix_caching=False, language_model_only=True,
                       logprobs_mode="raw_logprobs", **self.parallel.kwargs())
         except Exception as exc:  # noqa: BLE001  vLLM's start-up failures (memory, platform, binding) vary

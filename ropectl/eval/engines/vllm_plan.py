@@ -49,6 +49,14 @@ class Serving:
     def key(self) -> str:
         return dumps({"hf_overrides": self.hf_overrides, "max_model_len": self.max_model_len}, sort_keys=True)
 
+    def command(self, model: str) -> str:
+        """The ``vllm serve`` line of this engine."""
+        import shlex
+
+        line = ["vllm", "serve", model, "--hf-overrides", dumps(dict(self.hf_overrides))]
+        return " ".join(shlex.quote(w) for w in [*line, *(["--max-model-len", str(self.max_model_len)]
+                                                          if self.max_model_len else [])])
+
     def to_dict(self) -> dict[str, Any]:
         return {"hf_overrides": self.hf_overrides, "printed_max_model_len": self.printed_max_model_len,
                 "max_model_len": self.max_model_len, "served_as": self.served_as}
@@ -140,6 +148,47 @@ def serving_for(state: MethodState, config: Mapping[str, Any], length: int, long
                            model.model_type, reader_mod.override_path(config))
     printed = int(emitted["max_model_len"])
     return Serving(emitted["hf_overrides"], printed, served_as, served_len or printed)
+
+
+def shipped_serving(state: MethodState, config: Mapping[str, Any], target: int) -> Serving:
+    """What ``patch MODEL --emit vllm`` prints for the checkpoint as it ships, for ``target``: one engine that serves
+    every length up to it (a length-dependent method included: vLLM fixes it per engine, which verify measures)."""
+    from ropectl.readers import vllm as reader_mod
+    from ropectl.readers.vllm import emit_vllm
+    from ropectl.schema.read import read_model_rope
+
+    model = read_model_rope(state.config)
+    emitted, _ = emit_vllm("MODEL", model.rope, model.layer_ropes, model.partial_rotary_factor, target,
+                           model.model_type, reader_mod.override_path(config))
+    printed = int(emitted["max_model_len"])
+    return Serving(emitted["hf_overrides"], printed, state.label, printed)
+
+
+def own_serving(args: str, label: str) -> Serving:
+    """The user's own ``vllm serve`` flags (``--serve vllm=ARGS``), verbatim: ``--hf-overrides JSON`` and
+    ``--max-model-len N`` (``=`` forms too); any other flag is refused, naming the two it takes."""
+    import json
+    import shlex
+
+    fix = "pass --serve vllm=\"--hf-overrides '{...}' --max-model-len N\" (the two flags verify runs vLLM with)"
+    try:
+        words = [part for word in shlex.split(args) for part in (word.split("=", 1) if word.startswith("--") else [word])]
+    except ValueError as exc:
+        raise UsageError(f"--serve vllm='{args}' does not parse as shell words ({exc})", fix) from None
+    values = dict(zip(words[::2], words[1::2]))
+    unknown = sorted(set(values) - {"--hf-overrides", "--max-model-len"})
+    if len(words) % 2:
+        unknown.append("a value without its flag")
+    if unknown:
+        raise UsageError(f"--serve vllm: verify does not run vLLM with {', '.join(unknown)}", fix)
+    try:
+        overrides = json.loads(values.get("--hf-overrides", "{}"))
+        length = int(values["--max-model-len"]) if "--max-model-len" in values else 0
+    except (ValueError, json.JSONDecodeError) as exc:
+        raise UsageError(f"--serve vllm='{args}': {type(exc).__name__}: {exc}", fix) from None
+    if not isinstance(overrides, dict):
+        raise UsageError(f"--serve vllm: --hf-overrides is a JSON {type(overrides).__name__}, not an object", fix)
+    return Serving(overrides, length, f"{label} (your --serve flags)", length)
 
 
 def check_builds(serving: Serving, config: Mapping[str, Any], label: str) -> None:

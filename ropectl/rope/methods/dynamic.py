@@ -27,6 +27,7 @@ METHOD = Method("dynamic", "dynamic NTK: theta grows with the sequence length pa
                 gguf_fix="use ntk or yarn for llama.cpp",
                 max_positions={TARGET: TRAINED, TRAINED: TRAINED},
                 max_position_rule="kept at the trained context (scaling starts past it)", length_dependent=True,
+                rule_lengths=lambda rope, trained, target: ((trained + target) // 2,),  # an engine serves one base
                 patch_note="dynamic keeps max_position_embeddings at the trained length: transformers scales only "
                            "beyond it", candidate_order=4,
                 inference_only="dynamic NTK is an inference-time method: its theta changes with each sequence's "

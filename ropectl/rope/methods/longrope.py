@@ -48,6 +48,13 @@ def validate(o: Mapping[str, Any], rotary_dim: int) -> None:
             )
 
 
+
+def _rule_lengths(rope: RopeParams, trained: int, target: int) -> tuple[int, ...]:
+    """The short factors up to the original length, the long ones one past it."""
+    at = int(rope.original_max_position_embeddings or trained)
+    return at, at + 1
+
+
 METHOD = Method("longrope", "LongRoPE: per-dimension rescale factors (short and long lists)", (
     ORIGINAL,
     Param("short_factor", list, None, "rotary_dim/2 factors used up to the original length"),
@@ -55,5 +62,6 @@ METHOD = Method("longrope", "LongRoPE: per-dimension rescale factors (short and 
     Param("attention_factor", float, None, "cos/sin scale (default sqrt(1+ln s/ln L))"),
 ), build, "longrope", frequencies, validate,
     gguf_none="llama.cpp keeps LongRoPE factors in rope_factors_long/short tensors written when converting",
-    length_dependent=True, needs_original=True, aliases=("su",), implied_factor=True, original_at_top_level=True,
+    length_dependent=True, rule_lengths=_rule_lengths,
+    needs_original=True, aliases=("su",), implied_factor=True, original_at_top_level=True,
     explicit_attention_factor=True, factors_file=("short_factor", "long_factor"), search_per_pair=True)

@@ -54,6 +54,9 @@ class Method:
     max_positions: Mapping[str, str] = field(default_factory=dict)
     max_position_rule: str = "raised to the target context"  # in words, for patch and the docs
     length_dependent: bool = False  # its frequencies change with the sequence length
+    # The lengths where its length-dependent rule bites, from (its RoPE, trained, target): verify scores them too
+    # (longrope: the original length and one past it; dynamic: a length that is not the served maximum).
+    rule_lengths: Callable[[RopeParams, int, int], tuple[int, ...]] | None = None
     needs_original: bool = False  # its rope section carries original_max_position_embeddings
     keeps_prope: bool = False  # it keeps a p-RoPE model's layout (unrotated pairs at 0)
     # --- what the config reader, the writer, patch and recommend ask instead of comparing names ---

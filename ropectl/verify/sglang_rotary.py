@@ -1,6 +1,8 @@
-"""Run in the SGLang venv (it never imports ropectl): what SGLang's own code makes of a printed launch line.
+"""Run by the SGLang venv's Python (it never imports ropectl): what SGLang's own code makes of a launch line. verify's
+SGLang row (``rotary``, through ``--engine-python sglang=PATH``) and the SGLang tier (tests/compat/test_sglang.py)
+both run this file by its path.
 
-Usage: python sglang_runner.py JOBS.json OUT.json. Each job is {"name", "command", "positions"}: ``command`` is a
+Usage: python sglang_rotary.py JOBS.json OUT.json. Each job is {"name", "command", "positions"}: ``command`` is a
 ``python -m sglang.launch_server ...`` line. SGLang's server-argument parser (``prepare_server_args``) reads its
 arguments, ``ModelConfig.from_server_args`` loads the model's config.json with the overrides and derives the context
 length (raising above the derived one), and ``get_rope`` builds the rotary embedding from what ModelConfig holds, as
