@@ -42,10 +42,10 @@ test-fast: $(STAMP)
 test-heavy: $(STAMP)
 	$(BIN)/python -m pytest -q -m "(heavy or dist) and not known_answer" $(XDIST)
 
-# report's known-answer cases on SmolLM2 (planted 2k context; restored, broken, undecidable): one process, since each
-# case is one long report and the three share the planted model.
+# report's and extend's known-answer cases on SmolLM2 (planted 2k context; restored, broken, undecidable; extend finds
+# ntk:3): one process, since each case is one long run and they share the planted model.
 test-known-answer: $(STAMP)
-	$(BIN)/python -m pytest -q -m known_answer tests/report/test_known_answer.py
+	$(BIN)/python -m pytest -q -m known_answer tests/report/test_known_answer.py tests/extend/test_known_answer.py
 
 # Real engines in cached venvs (~/.cache/ropectl-compat): each tier skips with a message when its engine is missing.
 compat: compat-transformers compat-engines compat-ruler

@@ -149,10 +149,8 @@ def engines(ctx: Context, extended: str) -> dict[str, Any]:
     wanted = tuple(e for e in ctx.spec.serve_with if e != "transformers")
     if not wanted:
         return {"rows": [], "note": "no engine beyond transformers in --serve-with"}
-    try:
-        from ropectl.verify import VerifySpec, run_verify
-    except ImportError:
-        return {"rows": [], "note": "ropectl verify is not installed in this build: engines not checked"}
+    from ropectl.verify import VerifySpec, run_verify
+
     s = ctx.spec
     result = run_verify(VerifySpec(model=extended, target=s.target, engines=wanted, dtype=s.dtype,
                                    device=s.device, out=ctx.stage_dir("engines")), ctx.say)
