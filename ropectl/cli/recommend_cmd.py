@@ -149,7 +149,8 @@ def _refuse_with_results(ppl: list[Path], tasks: Path | None, resume: bool, budg
 def _from_results(model: str | None, ppl: list[Path], tasks: Path | None, target: int, limit: float,
                   serve_with: str | None) -> tuple[Any, str, dict[str, str], dict[str, list[str]]]:
     """The recommendation from eval-ppl / eval-tasks folders: (result, model, not measured, runs)."""
-    from ropectl.recommend import check_max_regression, load_ppl_runs, load_tasks, recommend
+    from ropectl.limits import check_max_regression
+    from ropectl.recommend import load_ppl_runs, load_tasks, recommend
     from ropectl.recommend.data import with_ships
 
     check_max_regression(limit)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ropectl.errors import UsageError
+from ropectl.limits import check_budget, check_max_regression, check_paired_docs
 
 CHOICES = ("auto", "never", "always")
 MIN_TRIALS = 2
@@ -61,15 +62,9 @@ class ExtendSpec:
         for flag, value in (("--search", self.search), ("--finetune", self.finetune)):
             if value not in CHOICES:
                 raise UsageError(f"{flag} {value} is not one of {', '.join(CHOICES)}", f"pass {flag} auto")
-        if self.budget_min is not None and not self.budget_min > 0:
-            raise UsageError(f"--budget must be a positive number of minutes, got {self.budget_min}",
-                             "pass e.g. --budget 30")
-        if not self.max_regression >= 0:
-            raise UsageError(f"--max-regression must be 0 or more, got {self.max_regression}",
-                             "pass e.g. --max-regression 0.01")
-        if self.docs is not None and self.docs < 2:
-            raise UsageError(f"--docs must be at least 2 for a paired PPL interval, got {self.docs}",
-                             "pass e.g. --docs 8")
+        check_budget(self.budget_min)
+        check_max_regression(self.max_regression)
+        check_paired_docs(self.docs)
         if self.factor is not None and not self.factor > 1:
             raise UsageError(f"--factor must be more than 1, got {self.factor}", "pass e.g. --factor 2")
         for flag, value in (("--samples", self.samples), ("--trials", self.trials), ("--steps", self.steps)):

@@ -35,17 +35,10 @@ from ropectl.recommend.data import load_ppl, load_ppl_runs, load_tasks
 from ropectl.recommend.ship import patch_commands, ship_commands, ship_line
 from ropectl.runtime.model import AS_IS, REFERENCE
 
-__all__ = ["DEFAULT_MAX_REGRESSION", "MIN_DOCS", "check_max_regression", "Evidence", "Recommendation", "REFERENCE",
+__all__ = ["DEFAULT_MAX_REGRESSION", "MIN_DOCS", "Evidence", "Recommendation", "REFERENCE",
            "Rival", "load_ppl", "load_ppl_runs", "load_tasks", "in_window", "patch_commands", "recommend", "screen",
            "ship_commands", "ship_line"]
 DEFAULT_MAX_REGRESSION = 0.05
-
-
-def check_max_regression(value: float) -> None:
-    from ropectl.errors import UsageError
-
-    if not value >= 0:
-        raise UsageError(f"--max-regression must be 0 or more, got {value}", "pass e.g. --max-regression 0.05")
 
 
 MIN_DOCS = min_pairs(0.95)  # 6: the fewest documents on which the PPL ratio alone may separate two methods

@@ -104,13 +104,10 @@ class Request:
     sizes: dict[str, Any] = field(default_factory=dict)  # over the generic sizes (extend's --samples, its smoke tests)
 
     def __post_init__(self) -> None:
-        from ropectl.errors import UsageError
-        from ropectl.recommend.decide import check_max_regression
+        from ropectl.limits import check_budget, check_max_regression
 
         check_max_regression(self.max_regression)
-        if self.budget_min is not None and not self.budget_min > 0:
-            raise UsageError(f"--budget must be a positive number of minutes, got {self.budget_min}",
-                             "pass e.g. --budget 30")
+        check_budget(self.budget_min)
 
 
 def recommend_root(out: Path | None, resume: bool) -> Path:

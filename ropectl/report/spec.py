@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ropectl.errors import UsageError
+from ropectl.limits import check_budget, check_max_regression, check_paired_docs
 
 # NoLiMa (Modarressi et al. 2025): a length counts while the model keeps at least 85 % of its short-context score.
 THRESHOLD = 0.85
@@ -44,15 +45,9 @@ class ReportSpec:
     def __post_init__(self) -> None:
         if self.samples is not None and self.samples < 1:
             raise UsageError(f"--samples must be at least 1, got {self.samples}", "pass e.g. --samples 40")
-        if self.docs < 2:
-            raise UsageError(f"--docs must be at least 2 for a paired PPL interval, got {self.docs}",
-                             "pass e.g. --docs 8")
-        if not self.max_regression >= 0:
-            raise UsageError(f"--max-regression must be 0 or more, got {self.max_regression}",
-                             "pass e.g. --max-regression 0.01")
-        if self.budget_min is not None and not self.budget_min > 0:
-            raise UsageError(f"--budget must be a positive number of minutes, got {self.budget_min}",
-                             "pass e.g. --budget 30")
+        check_paired_docs(self.docs)
+        check_max_regression(self.max_regression)
+        check_budget(self.budget_min)
         if self.lengths and min(self.lengths) < 2:
             raise UsageError("--lengths must be 2 tokens or more", "pass e.g. --lengths 8k,12k")
 

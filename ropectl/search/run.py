@@ -20,6 +20,7 @@ from typing import Any
 
 from ropectl.errors import UsageError
 from ropectl.io.files import atomic_write_text
+from ropectl.limits import check_budget, check_max_regression
 from ropectl.output import dumps
 from ropectl.rope.methods import MethodSpec, unscaled_name
 from ropectl.search.evolution import FACTORS
@@ -100,12 +101,12 @@ class Setup:
 def check_request(req: SearchRequest) -> None:
     if req.trials is not None and req.trials <= 0:
         raise UsageError(f"--trials must be at least 1, got {req.trials}", "pass e.g. --trials 20")
-    if req.minutes is not None and not req.minutes > 0:
-        raise UsageError(f"--budget must be a positive number of minutes, got {req.minutes}", "pass e.g. --budget 30")
+    check_budget(req.minutes)
+    check_max_regression(req.max_regression)
     if req.docs < 1 or req.held_out < 1:
         raise UsageError("--docs and --held-out need at least 1 document each", "pass e.g. --docs 3 --held-out 6")
-    if req.samples < 0 or req.max_regression < 0:
-        raise UsageError("--samples and --max-regression must be 0 or more", "pass e.g. --samples 2")
+    if req.samples < 0:
+        raise UsageError(f"--samples must be 0 or more, got {req.samples}", "pass e.g. --samples 2")
     check_loop(req.space, req.loop)
 
 
