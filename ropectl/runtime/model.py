@@ -182,6 +182,10 @@ def gguf_rope_overlay(config: Mapping[str, Any], gguf: Mapping[str, Any]) -> dic
     engine would be told to serve the file without its scaling (llama.cpp's line would say ``--rope-scaling none``)."""
     out = {k: v for k, v in config.items() if k not in GGUF_ROPE_KEYS}
     out.update({k: gguf[k] for k in GGUF_ROPE_KEYS if k in gguf})
+    if isinstance(out.get("ropectl"), Mapping):  # the file's interleaved layout is not the model transformers builds
+        out["ropectl"] = {k: v for k, v in out["ropectl"].items() if k not in ("layout", "layout_source")} or None
+        if out["ropectl"] is None:
+            del out["ropectl"]
     if isinstance(config.get("rope_parameters"), Mapping):  # transformers 5: one dict holds theta and the scaling
         scaling = dict(gguf.get("rope_scaling") or {"rope_type": "default"})
         scaling.pop("type", None)
