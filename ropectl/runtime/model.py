@@ -167,7 +167,31 @@ def _model_source(model: str | None) -> ModelSource:
     resolved = resolve_model(model or default_model_path(), weights=True)
     path, kwargs = resolved.from_pretrained_args()
     config = AutoConfig.from_pretrained(config_folder(path), **kwargs).to_dict()  # an adapter: its base's
+    if resolved.is_gguf:
+        config = gguf_rope_overlay(config, resolved.config)
     return ModelSource(resolved, path, kwargs, model or DEFAULT_MODEL_LABEL, config)
+
+
+GGUF_ROPE_KEYS = ("rope_theta", "max_position_embeddings", "partial_rotary_factor", "rope_scaling", "ropectl")
+
+
+def gguf_rope_overlay(config: Mapping[str, Any], gguf: Mapping[str, Any]) -> dict[str, Any]:
+    """transformers' config of a GGUF with the RoPE its metadata gives llama.cpp (``io.gguf_meta.gguf_config``).
+    transformers' GGUF reader maps context length and freq_base only: a patched GGUF's ``rope.scaling.*`` keys
+    (yarn, linear, original context) and ropectl's own record would otherwise read as an unscaled model, and every
+    engine would be told to serve the file without its scaling (llama.cpp's line would say ``--rope-scaling none``)."""
+    out = {k: v for k, v in config.items() if k not in GGUF_ROPE_KEYS}
+    out.update({k: gguf[k] for k in GGUF_ROPE_KEYS if k in gguf})
+    if isinstance(out.get("ropectl"), Mapping):  # the file's interleaved layout is not the model transformers builds
+        out["ropectl"] = {k: v for k, v in out["ropectl"].items() if k not in ("layout", "layout_source")} or None
+        if out["ropectl"] is None:
+            del out["ropectl"]
+    if isinstance(config.get("rope_parameters"), Mapping):  # transformers 5: one dict holds theta and the scaling
+        scaling = dict(gguf.get("rope_scaling") or {"rope_type": "default"})
+        scaling.pop("type", None)
+        out["rope_parameters"] = {"rope_theta": gguf.get("rope_theta", config["rope_parameters"].get("rope_theta")),
+                                  **scaling}
+    return out
 
 
 def trained_context(config: Mapping[str, Any]) -> int | None:
