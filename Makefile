@@ -62,7 +62,7 @@ compat-engines: $(STAMP)
 	LLAMA_CPP_INTO=$(BIN)/python sh tests/compat/engine_venvs.sh
 	ROPECTL_LLAMA_CPP_LONG=$(LLAMA_CPP_LONG) $(BIN)/python -m pytest -q -rs -p no:cacheprovider \
 		tests/compat/test_vllm.py tests/compat/test_vllm_rope.py tests/compat/test_lm_eval.py tests/compat/test_llama_cpp.py \
-		tests/compat/test_llama_cpp_engine.py tests/compat/test_llama_cpp_convert.py tests/compat/test_vllm_engine.py tests/compat/test_search_vllm.py tests/compat/test_sglang.py tests/compat/test_verify.py \
+		tests/compat/test_llama_cpp_engine.py tests/compat/test_patched_gguf_served.py tests/compat/test_llama_cpp_convert.py tests/compat/test_vllm_engine.py tests/compat/test_search_vllm.py tests/compat/test_sglang.py tests/compat/test_verify.py \
 		tests/compat/test_config_matrix_engines.py
 	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/compat/test_finetuned.py -k "vllm or llama_cpp or lm_eval"
 
