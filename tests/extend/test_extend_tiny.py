@@ -20,7 +20,7 @@ import pytest
 
 from ropectl.cli.app import app
 from tests.helpers.cli import one_line, runner
-from tests.helpers.report_engine import MODULE, tiny_base
+from tests.helpers.report_engine import claims_env, tiny_base
 
 pytest.importorskip("optuna")
 KEYS = {"schema", "model", "target", "trained_context", "verdict", "shipped", "plan", "data", "decisions",
@@ -34,11 +34,7 @@ EVERY = [*FAST[:FAST.index("--serve-with") + 1], "transformers,llama.cpp", *FAST
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory):
-    with pytest.MonkeyPatch.context() as mp:
-        root = tmp_path_factory.mktemp("extend")
-        mp.setenv("ROPECTL_EVAL_ENGINES", MODULE)
-        mp.setenv("XDG_CACHE_HOME", str(root / "cache"))
-        mp.chdir(root)
+    with claims_env(tmp_path_factory.mktemp("extend")) as root:
         tiny_base(root / "base", 2048)
         corpus(root / "corpus", 10, 4300)
         yield root

@@ -8,7 +8,8 @@ and report's verdict on it is known by construction. Registered through ``ROPECT
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ropectl.eval.engines import register_engine
@@ -39,3 +40,15 @@ def tiny_base(folder: Path, context: int) -> Path:
     tok.backend_tokenizer.decoder = decoders.Fuse()
     tok.save_pretrained(folder)
     return folder
+
+
+@contextlib.contextmanager
+def claims_env(root: Path) -> Iterator[Path]:
+    """``root`` as the working folder, with the claims engine registered and a cache of its own."""
+    import pytest
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ROPECTL_EVAL_ENGINES", MODULE)
+        mp.setenv("XDG_CACHE_HOME", str(root / "cache"))
+        mp.chdir(root)
+        yield root

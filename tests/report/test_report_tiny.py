@@ -20,7 +20,7 @@ import pytest
 from ropectl.cli.app import app
 from tests.helpers.cli import one_line, runner
 from tests.helpers.eval_data import add_char_tokenizer, write_corpus
-from tests.helpers.report_engine import MODULE, tiny_base
+from tests.helpers.report_engine import MODULE, claims_env, tiny_base
 
 KEYS = {"schema", "verdict", "models", "target", "trained_context", "reference_length", "lengths", "confidence",
         "samples", "reference_samples", "seed", "tasks", "effective_length", "ruler_absolute", "retention",
@@ -30,11 +30,7 @@ RUN = ["-t", "4k", "--engine", "claims", "-T", "niah_single_1,passkey", "--docs"
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory):
-    with pytest.MonkeyPatch.context() as mp:
-        root = tmp_path_factory.mktemp("report")
-        mp.setenv("ROPECTL_EVAL_ENGINES", MODULE)
-        mp.setenv("XDG_CACHE_HOME", str(root / "cache"))
-        mp.chdir(root)
+    with claims_env(tmp_path_factory.mktemp("report")) as root:
         yield root
 
 
