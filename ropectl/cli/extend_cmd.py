@@ -68,7 +68,7 @@ def extend_cmd(
     report (effective length, retention, verdict) and checks --serve-with engines with verify. Writes OUT/model,
     OUT/EXTENSION.md and OUT/extension.json.
     """
-    from ropectl.cli.recommend_cmd import _serve_with
+    from ropectl.cli.recommend_cmd import serve_with_engines
     from ropectl.errors import UsageError
     from ropectl.extend.run import run_extend
     from ropectl.extend.spec import ExtendSpec
@@ -82,7 +82,7 @@ def extend_cmd(
                                 "docs": docs}.items()
              if v is not None}
     spec = ExtendSpec(model=model, target=parse_length(target_length), out=out, budget_min=budget, search=search,
-                      finetune=finetune, serve_with=_serve_with(serve_with, model), dry_run=dry_run, resume=resume,
+                      finetune=finetune, serve_with=serve_with_engines(serve_with, model), dry_run=dry_run, resume=resume,
                       **given)
     result = run_extend(spec, lambda line: typer.echo(line, err=True))
     if json_out:

@@ -65,7 +65,7 @@ ServeOpt = Annotated[Optional[str], opt("--serve-with", panel=RULE, help=(
     "them would not compute as evaluated is out [default: every engine the format reaches; a GGUF: llama.cpp]."))]
 
 
-def _serve_with(value: str | None, model: str) -> tuple[str, ...]:
+def serve_with_engines(value: str | None, model: str) -> tuple[str, ...]:
     from ropectl.errors import UsageError
     from ropectl.readers import serving_engines_for
 
@@ -118,7 +118,7 @@ def recommend_cmd(
 
         if tasks is not None:
             raise UsageError("--tasks needs --ppl", "pass both results folders, or neither to run the sweeps")
-        engines = _serve_with(serve_with, model or _default_path())
+        engines = serve_with_engines(serve_with, model or _default_path())
         sweeps = _run_sweeps(Request(model=model, target=target, factor=factor, out=out, dtype=dtype or "auto",
                                      device=device or "auto", max_regression=limit, serve_with=engines,
                                      engine_options=engine_options, resume=resume, budget_min=budget), json_out)
@@ -158,7 +158,7 @@ def _from_results(model: str | None, ppl: list[Path], tasks: Path | None, target
     runs = ppl_data["meta"].get("runs", {})
     model_name = model or ppl_data["meta"]["model"]
     ppl_data = with_ships(ppl_data, _model_arg(model_name))
-    engines = _serve_with(serve_with, _model_arg(model_name))
+    engines = serve_with_engines(serve_with, _model_arg(model_name))
     return recommend(ppl_data, load_tasks(tasks) if tasks else None, target, limit, engines), model_name, {}, runs
 
 

@@ -24,13 +24,20 @@ def serve_lines(shipped: dict[str, Any], gguf: str | None, target: int) -> dict[
     path = shipped["path"]
     out = {"transformers": f'AutoModelForCausalLM.from_pretrained("{path}")  # reads its RoPE from config.json'}
     for engine in ENGINES[1:]:
-        model = gguf if engine == "llama.cpp" and gguf else path
+        model = gguf if gguf and loads_gguf(engine) else path
         try:
             emitted = patch_checkpoint(PatchSpec(model=model, method=parse_spec(as_is_name()), emit=engine)).emit
             out[engine] = str((emitted or {}).get("command") or "")
         except RopectlError as exc:
             out[engine] = f"# not for {engine}: {exc.problem}"
     return out
+
+
+def loads_gguf(engine: str) -> bool:
+    """Whether the engine serves a GGUF file (an evaluation engine's capability; SGLang is none here)."""
+    from ropectl.eval.engines import engine_names, get_engine
+
+    return engine in engine_names() and get_engine(engine).loads_gguf
 
 
 def engine_verdicts(engines: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -80,7 +87,7 @@ def markdown(d: dict[str, Any], report_md: str) -> str:
              f"**Verdict: {d['verdict']['line']}**", "", f"Shipped: `{d['shipped']['path']}` "
              f"({d['shipped'].get('method')}{', fine-tuned' if d['shipped'].get('finetuned') else ''})", ""]
     if d["shipped"].get("gguf") or d["shipped"].get("gguf_note"):
-        lines += [f"GGUF: {d['shipped'].get('gguf') or 'none'} — {d['shipped'].get('gguf_note') or ''}", ""]
+        lines += [f"GGUF: {d['shipped'].get('gguf') or 'not written'} — {d['shipped'].get('gguf_note') or ''}", ""]
     lines += ["## What was done and why", "", *_stages(d), "", "## Data", "",
               "| split | source | documents | ids |", "|---|---|---|---|"]
     for name, split in d["data"].items():

@@ -190,7 +190,7 @@ def held(n: int, upper: int) -> str:
     """The longest length a stage holds, as the bisection found it (it looks no further than ``upper``)."""
     from ropectl.runtime.lengths import length_label as label
 
-    return "none" if not n else f">= {label(n)}" if n >= upper else label(n)
+    return "no length" if not n else f">= {label(n)}" if n >= upper else label(n)
 
 
 def with_stage(plan: Plan, stage: Stage) -> Plan:

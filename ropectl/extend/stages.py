@@ -96,7 +96,7 @@ def finetune(ctx: Context, method: str, steps: int) -> dict[str, Any]:
     parsed = parse_spec(method)
     scaled = not get_method(parsed.name).unscaled
     window = ctx.plan.stage("finetune").size["window"]
-    spec = FinetuneSpec(model=s.model, method=parsed if scaled else parse_spec("yarn"), output=output,
+    spec = FinetuneSpec(model=s.model, method=parsed if scaled else parse_spec(unscaled_fallback()), output=output,
                         target_length=None if scaled else s.target, data=str(ctx.folders["finetune"]), steps=steps,
                         window=None if window == ctx.trained else window, held_out=FINETUNE_HELD_OUT, seed=s.seed,
                         dtype=s.dtype if s.dtype in ("auto", "bf16", "fp32") else "auto", device=s.device,
@@ -155,3 +155,11 @@ def engines(ctx: Context, extended: str) -> dict[str, Any]:
     result = run_verify(VerifySpec(model=extended, target=s.target, engines=wanted, dtype=s.dtype,
                                    device=s.device, out=ctx.stage_dir("engines")), ctx.say)
     return {"rows": [r.to_dict() for r in result.rows], "result": result.to_dict()}
+
+
+def unscaled_fallback() -> str:
+    """The method a fine-tune scales with when zero-shot's winner scales nothing: the one search takes by default
+    (the registry's ``search_default``), so the two stages that move off the closed forms start from the same one."""
+    from ropectl.rope.methods.registry import search_spaces
+
+    return next(name for name, m in search_spaces().items() if m.search_default)
