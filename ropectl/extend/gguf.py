@@ -32,7 +32,9 @@ def find_converter() -> tuple[str, Path] | None:
         return sys.executable, Path(on_path)
     script = COMPAT / "share" / "llama.cpp" / NAME
     python = COMPAT / "bin" / "python"
-    return (str(python), script) if script.is_file() and python.exists() else None
+    # the stamp is written last: a venv still being built (CI builds them while the suite runs) counts as absent
+    done = (COMPAT / ".ropectl-stamp").is_file()
+    return (str(python), script) if done and script.is_file() and python.exists() else None
 
 
 def source_type(gguf: str) -> tuple[str, str]:
