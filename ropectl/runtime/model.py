@@ -187,10 +187,10 @@ def gguf_rope_overlay(config: Mapping[str, Any], gguf: Mapping[str, Any]) -> dic
         if out["ropectl"] is None:
             del out["ropectl"]
     if isinstance(config.get("rope_parameters"), Mapping):  # transformers 5: one dict holds theta and the scaling
-        scaling = dict(gguf.get("rope_scaling") or {"rope_type": "default"})
-        scaling.pop("type", None)
-        out["rope_parameters"] = {"rope_theta": gguf.get("rope_theta", config["rope_parameters"].get("rope_theta")),
-                                  **scaling}
+        from ropectl.schema.read import read_model_rope
+        from ropectl.schema.write import v5_parameters
+
+        out["rope_parameters"] = v5_parameters(read_model_rope(gguf).rope)  # patch's own transformers 5 form
     return out
 
 
