@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import select
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -85,13 +86,20 @@ def ctrl_c(args: list[str], when: Callable[[int, bytes], bool], cwd: Path) -> tu
     return os.waitstatus_to_exitcode(status), out
 
 
+def interrupted(code: int) -> bool:
+    """Exit 130, or death by SIGINT itself, which a shell reports as the same 130. A CI run once ended by SIGINT after
+    the interrupt line was printed (a signal landing while the interpreter finalizes, after it has put SIGINT's
+    default action back); a user's shell sees 130 either way. The one interrupt line is asserted apart."""
+    return code in (130, -signal.SIGINT)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="needs /proc to see the model loading")
 def test_ctrl_c_while_loading_is_one_line_of_its_own(tiny_model: Path, tiny_corpus: Path, tmp_path: Path) -> None:
     args = ["eval-ppl", str(tiny_model), "-d", str(tiny_corpus), "-l", "64", "--dtype", "fp32", "-o", "out"]
     code, out = ctrl_c(args, _loading(), tmp_path)
     lines = screen(out)
-    assert code == 130 and not any("unexpected" in line for line in lines), lines
+    assert interrupted(code) and not any("unexpected" in line for line in lines), lines
     assert any(line.startswith("interrupted: ") for line in lines), lines  # it read '^Cinterrupted: ...'
 
 
@@ -101,5 +109,5 @@ def test_ctrl_c_as_the_bar_starts_is_the_interrupt_line(tiny_model: Path, tiny_c
     args = ["eval-ppl", str(tiny_model), "-d", str(tiny_corpus), "-l", "64", "--dtype", "fp32", "-o", "out"]
     code, out = ctrl_c(args, lambda pid, seen: bool(seen), tmp_path)
     lines = screen(out)
-    assert code == 130 and not any("unexpected" in line for line in lines), lines
+    assert interrupted(code) and not any("unexpected" in line for line in lines), lines
     assert any(line.startswith("interrupted: ") and "resume with: ropectl eval-ppl" in line for line in lines), lines
