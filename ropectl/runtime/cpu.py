@@ -99,3 +99,22 @@ def probe() -> tuple[str, str]:
     ratio = speed["bf16"] / speed["fp32"]
     dtype = "bf16" if ratio >= PROBE_MARGIN else "fp32"
     return dtype, f"auto: probe bf16 {speed['bf16']:.0f} vs fp32 {speed['fp32']:.0f} GFLOP/s ({ratio:.2f}x)"
+
+
+def keep_freed_memory() -> bool:
+    """Let glibc keep the memory a CPU forward frees, for the next forward to reuse. By default each activation of
+    more than a few MB is its own mmap, zero-filled page by page when touched and unmapped when freed: on SmolLM2 at
+    10k tokens, 3.4 million page faults and 11 s of system time per forward pass. Holding freed memory cut that to
+    0.5 million and 2.4 s, and the whole eval-ppl process by 5 % (88.9 to 85.0 s), at 1.3x its peak RSS (1.59 to
+    2.08 GB; 2-core AVX2 EPYC, fp32). True where set (Linux with glibc); elsewhere the allocator is left as it is."""
+    import ctypes
+    import ctypes.util
+
+    if platform.system() != "Linux" or not platform.libc_ver()[0] == "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        m_trim_threshold, m_mmap_max = -1, -4  # malloc.h
+        return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 2**31 - 1))
+    except (OSError, AttributeError):
+        return False

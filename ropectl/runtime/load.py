@@ -55,6 +55,10 @@ def _load_model(path: str, kwargs: Mapping[str, Any], tokenizer: Any, device: st
                 device_map: str | None) -> LoadedModel:
     import torch
 
+    if device == "cpu":
+        from ropectl.runtime.cpu import keep_freed_memory
+
+        keep_freed_memory()
     quiet_transformers()
     torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
     extra: dict[str, Any] = {"device_map": "auto"} if device_map == "auto" else {}
