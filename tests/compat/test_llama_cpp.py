@@ -38,7 +38,7 @@ from tests.helpers.checkpoints import smollm2_gguf  # noqa: E402
 CACHE = Path(os.environ.get("ROPECTL_COMPAT_CACHE", Path.home() / ".cache" / "ropectl-compat"))
 PYTHON = CACHE / "llamacpp" / "bin" / "python"
 # About 35 s per run on 2 loaded cores at 1024 tokens; the long checks (12288 tokens, past the trained 8192) take
-# about 4 minutes per run and run when ROPECTL_LLAMA_CPP_LONG is set to their length (`make compat-engines` does).
+# about 4 minutes per run and run when ROPECTL_LLAMA_CPP_LONG is set to their length (`make compat-llamacpp` does).
 N_TOKENS = int(os.environ.get("ROPECTL_LLAMA_CPP_TOKENS", "1024"))
 LONG_TOKENS = int(os.environ.get("ROPECTL_LLAMA_CPP_LONG", "0"))
 TOL = 1e-4  # same weights, same kernels: the two routes should agree to float rounding

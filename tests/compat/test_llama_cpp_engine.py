@@ -3,7 +3,7 @@ transformers' own forward on the same token ids (the GGUF dequantized to fp32 by
 in its ``rope_parameters``): the oracle never runs ropectl's code.
 
 The engine runs inside ropectl, so this file needs llama-cpp-python in ropectl's own venv (not the llamacpp venv of
-tests/compat/llama_cpp_runner.py, which never imports ropectl): ``make compat-engines`` installs the cached wheel
+tests/compat/llama_cpp_runner.py, which never imports ropectl): ``make compat-llamacpp`` installs the cached wheel
 there (``LLAMA_CPP_INTO``); elsewhere it skips. Tolerances are the measured quantization floor of this Q4_1 file
 (docs/reference/llama-cpp-engine.md) plus a margin; the negative control (a wrong rope_freq_base) must exceed them
 by at least 5x. ``N_TOKENS`` stays inside the trained 8192 so the unscaled model is the reference.

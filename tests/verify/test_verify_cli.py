@@ -77,7 +77,7 @@ def test_an_engine_python_runs_the_job_there(patched: Path, isolated: Path) -> N
 
 
 def test_a_serve_value_the_engine_rejects_leaves_its_row_and_the_rest_runs(patched: Path, isolated: Path) -> None:
-    pytest.importorskip("llama_cpp", reason="llama.cpp's own refusal needs llama-cpp-python (make compat-engines "
+    pytest.importorskip("llama_cpp", reason="llama.cpp's own refusal needs llama-cpp-python (make compat-llamacpp "
                         "installs it)")
     gguf = tiny_gguf(isolated / "tiny.gguf", context=64)
     got = verify(patched, "--engine", "transformers,llama.cpp", "--gguf", str(gguf), "--serve",
