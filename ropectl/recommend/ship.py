@@ -44,14 +44,16 @@ def ship_commands(model: str, result: Any, runs: dict[str, list[str]] | None = N
     method = get_method(parse_spec(winner).name)
     if (method.unscaled or method.keeps_checkpoint) and result.ships_known and not result.ships:
         return []  # it ships no scaling: none and as-is are the checkpoint itself, nothing to patch or override
-    return patch_commands(model, winner, engines, result.ships_type)
+    return patch_commands(model, winner, engines, result.ships_type, getattr(result, "target", None))
 
 
 def patch_commands(model: str, method: str, serve_with: tuple[str, ...] = ("vllm", "llama.cpp"),
-                   shipped_type: str | None = None) -> list[str]:
+                   shipped_type: str | None = None, target: int | None = None) -> list[str]:
     """The commands that ship ``method``: write the checkpoint, and print the serving line of each engine in
     ``serve_with`` that has one (readers.emitters). The checkpoint as it is (as-is) writes nothing: its lines are
-    ``patch MODEL --emit ENGINE`` with no method, checked against ``shipped_type``, the rope type it ships."""
+    ``patch MODEL --emit ENGINE`` with no method, checked against ``shipped_type``, the rope type it ships. With a
+    ``target``, last the ``ropectl verify`` line that scores what was written in those engines against transformers:
+    the readers' claims are what engines should compute; verify measures what they do."""
     path = Path(model)
     tag = method.replace(":", "").replace(",", "-").replace("=", "")
     # into the working folder, never beside the source (the embedded GGUF sits in site-packages)
@@ -67,6 +69,12 @@ def patch_commands(model: str, method: str, serve_with: tuple[str, ...] = ("vllm
         why_not = readers[engine].cannot_serve(kind) if kind else None
         # patch refuses --emit for a method the engine lacks: say so instead of printing a failing command
         commands.append(f"# not for {engine}: {why_not}" if why_not else shlex.join([*base, "--emit", engine]))
+    from ropectl.verify.spec import DEFAULT_ENGINES
+
+    others = [e for e in DEFAULT_ENGINES[1:] if e in serve_with]  # each scored against the first, transformers
+    if target is not None and others:
+        commands.append(shlex.join(["ropectl", "verify", model if kept else out, "-t", str(target), "--engine",
+                                    ",".join([DEFAULT_ENGINES[0], *others])]))
     return commands
 
 
