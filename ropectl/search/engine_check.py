@@ -18,7 +18,7 @@ from typing import Any
 
 from ropectl.verify.compare import TOLERANCE  # noqa: F401  (the tolerance search's docs quote)
 
-STATUS = {"same": "agrees", "differs": "differs", "not checked": "not checked"}
+STATUS = {"same": "agrees", "differs": "differs", "not checked": "not checked", "reference": "reference"}
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from ropectl.errors import RopectlError
 from ropectl.verify import compare
 from ropectl.verify.plan import REFERENCE, ROTARY_ONLY, Plan, make_plan, token_ids
 from ropectl.verify.score import Job, normalized, run_job
-from ropectl.verify.spec import NOT_CHECKED, SAME, EngineRow, VerifyResult, VerifySpec
+from ropectl.verify.spec import NOT_CHECKED, REFERENCE_ROW, EngineRow, VerifyResult, VerifySpec
 
 Say = Callable[[str], None]
 
@@ -55,7 +55,7 @@ def verify_ids(spec: VerifySpec, plan: Plan, ids: tuple[tuple[int, ...], ...], s
         say(_line(rows[-1]))
     if cache or REFERENCE in spec.engines:
         ref = reference()
-        rows.insert(0, EngineRow(engine="transformers", verdict=SAME, why="the reference",
+        rows.insert(0, EngineRow(engine="transformers", verdict=REFERENCE_ROW, why="the reference",
                                  serve_line=ref["serve_line"], ppl={n: compare.ppl(v) for n, v in ref["nll"].items()},
                                  max_abs_dnll=0.0))
     result = VerifyResult(rows=tuple(rows), lengths=plan.lengths, trained=plan.trained, target=plan.target,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SAME, DIFFERS, NOT_CHECKED = "same", "differs", "not checked"
+REFERENCE_ROW = "reference"  # transformers' own row: what every other engine is scored against
 DEFAULT_ENGINES = ("transformers", "vllm", "llama.cpp", "sglang")
 
 

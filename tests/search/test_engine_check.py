@@ -11,7 +11,7 @@ from ropectl.verify.compare import TOLERANCE
 
 
 def test_verify_verdicts_are_the_report_words() -> None:
-    assert STATUS == {"same": "agrees", "differs": "differs", "not checked": "not checked"}
+    assert STATUS == {"same": "agrees", "differs": "differs", "not checked": "not checked", "reference": "reference"}
     check = EngineCheck("vllm", STATUS["differs"], "positions 257-512 ...", "the written folder", 2, 3e-3,
                         TOLERANCE["fp32"])
     assert check.line() == "vllm check (the written folder, 2 held-out documents): differs (positions 257-512 ...)"

@@ -46,7 +46,7 @@ def test_rows_for_every_engine_and_the_files_only_under_out(patched: Path, isola
     got = verify(patched, "--engine", "transformers,llama.cpp,vllm,sglang", "-o", str(isolated / "out"))
     rows = {r["engine"]: r for r in got["rows"]}
     assert got["lengths"] == [64, 128] and (got["trained"], got["target"]) == (64, 128)
-    assert rows["transformers"]["verdict"] == "same" and set(rows["transformers"]["ppl"]) == {"64", "128"}
+    assert rows["transformers"]["verdict"] == "reference" and set(rows["transformers"]["ppl"]) == {"64", "128"}
     assert rows["llama.cpp"]["verdict"] == "not checked" and "--gguf" in rows["llama.cpp"]["why"]
     assert rows["sglang"]["verdict"] == "not checked" and "rotary only" in rows["sglang"]["why"]
     if "vllm" not in sys.modules and rows["vllm"]["verdict"] == "not checked":
