@@ -5,10 +5,18 @@
 UV_PIN=${UV_PIN:-uv==0.13.9}
 UV=""
 if [ -z "${ROPECTL_NO_UV:-}" ]; then
+    # Built beside and renamed into place: CI runs several venv scripts at once, and none may run a half-installed uv.
+    # Where another script's rename came first, that uv is used and this one's is dropped.
     if [ ! -x "$ROOT/uv/bin/uv" ]; then
-        rm -rf "$ROOT/uv"
-        { "$PYTHON" -m venv "$ROOT/uv" && "$ROOT/uv/bin/python" -m pip install -q --disable-pip-version-check "$UV_PIN"; } \
-            >/dev/null 2>&1 || rm -rf "$ROOT/uv"
+        [ -e "$ROOT/uv" ] && rm -rf "$ROOT/uv"  # a broken one from before this rule
+        _uv_tmp="$ROOT/uv.$$"
+        rm -rf "$_uv_tmp"
+        if { "$PYTHON" -m venv "$_uv_tmp" && "$_uv_tmp/bin/python" -m pip install -q --disable-pip-version-check \
+                "$UV_PIN"; } >/dev/null 2>&1; then
+            mv -T "$_uv_tmp" "$ROOT/uv" 2>/dev/null || rm -rf "$_uv_tmp"
+        else
+            rm -rf "$_uv_tmp"
+        fi
     fi
     [ -x "$ROOT/uv/bin/uv" ] && UV="$ROOT/uv/bin/uv"
 fi
