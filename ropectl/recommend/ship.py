@@ -12,6 +12,8 @@ from typing import Any
 
 from ropectl.rope.methods import as_is_name, find_method, get_method, parse_spec
 
+VERIFY_PREFIX = "# then check it in the serving engines: "
+
 
 def ship_line(result: Any, target: str, runs: dict[str, list[str]] | None = None) -> str:
     """``winner: ...``: what shipping the winner means for this checkpoint (``result``: a Recommendation; ``runs``:
@@ -52,8 +54,8 @@ def patch_commands(model: str, method: str, serve_with: tuple[str, ...] = ("vllm
     """The commands that ship ``method``: write the checkpoint, and print the serving line of each engine in
     ``serve_with`` that has one (readers.emitters). The checkpoint as it is (as-is) writes nothing: its lines are
     ``patch MODEL --emit ENGINE`` with no method, checked against ``shipped_type``, the rope type it ships. With a
-    ``target``, last the ``ropectl verify`` line that scores what was written in those engines against transformers:
-    the readers' claims are what engines should compute; verify measures what they do."""
+    ``target``, last (as a comment) the ``ropectl verify`` line that scores what was written in those engines
+    against transformers: the readers' claims are what engines should compute; verify measures what they do."""
     path = Path(model)
     tag = method.replace(":", "").replace(",", "-").replace("=", "")
     # into the working folder, never beside the source (the embedded GGUF sits in site-packages)
@@ -73,8 +75,9 @@ def patch_commands(model: str, method: str, serve_with: tuple[str, ...] = ("vllm
 
     others = [e for e in DEFAULT_ENGINES[1:] if e in serve_with]  # each scored against the first, transformers
     if target is not None and others:
-        commands.append(shlex.join(["ropectl", "verify", model if kept else out, "-t", str(target), "--engine",
-                                    ",".join([DEFAULT_ENGINES[0], *others])]))
+        # a comment, not a step: it measures (minutes of forwards at the target) rather than ships
+        commands.append(VERIFY_PREFIX + shlex.join(["ropectl", "verify", model if kept else out, "-t", str(target),
+                                                    "--engine", ",".join([DEFAULT_ENGINES[0], *others])]))
     return commands
 
 

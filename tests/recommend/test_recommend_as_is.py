@@ -67,7 +67,8 @@ def test_as_is_winning_ships_the_checkpoint_unchanged(tmp_path: Path) -> None:
     assert "winner: as-is — ship the checkpoint unchanged (as-is: yarn x2) for 512" in out
     # nothing to write; the serving lines are patch --emit without -m
     assert data["commands"] == ["ropectl patch ./ft --emit vllm", "ropectl patch ./ft --emit llama.cpp",
-                                "ropectl verify ./ft -t 512 --engine transformers,vllm,llama.cpp"]
+                                "# then check it in the serving engines: ropectl verify ./ft -t 512 --engine "
+                                "transformers,vllm,llama.cpp"]
 
 
 def test_a_tie_of_none_and_as_is_ships_the_checkpoint_unchanged(tmp_path: Path) -> None:
@@ -158,5 +159,6 @@ def test_measured_on_a_yarn2_checkpoint(yarn2: Path, tiny_corpus: Path, isolated
     data, out = _recommend(ppl("both", "none", "as-is"))  # 2 documents: nothing separates, the simplest ships
     assert data["winner"] == "as-is" and "ship the checkpoint unchanged (as-is: yarn x2) for 512" in out
     assert all("-m" not in c.split() for c in data["commands"])
-    printed = run_printed(data["commands"])  # the two serving lines, then verify's rows on the checkpoint as it is
-    assert len(printed) == 3 and "transformers" in printed[2] and "llama.cpp" in printed[2], printed[2]
+    assert len(run_printed(data["commands"])) == 2  # the two serving lines; then verify's line, run as it reads:
+    checked = run_printed([data["commands"][-1].partition(": ")[2]])[0]
+    assert "transformers" in checked and "llama.cpp" in checked, checked
