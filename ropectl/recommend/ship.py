@@ -66,19 +66,28 @@ def patch_commands(model: str, method: str, serve_with: tuple[str, ...] = ("vllm
     base = ["ropectl", "patch", model, *([] if kept else ["-m", method])]
     commands = [] if kept else [shlex.join([*base, "-o", out])]
     kind = shipped_type if kept else parse_spec(method).name
-    readers = serving_readers()
+    readers, served = serving_readers(), []
     for engine in (e for e in emitters() if e in serve_with):
         why_not = readers[engine].cannot_serve(kind) if kind else None
         # patch refuses --emit for a method the engine lacks: say so instead of printing a failing command
         commands.append(f"# not for {engine}: {why_not}" if why_not else shlex.join([*base, "--emit", engine]))
+        served += [] if why_not else [engine]
+    line = verify_line(model if kept else out, served, target) if target is not None else None
+    return [*commands, *([line] if line else [])]
+
+
+def verify_line(written: str, served: list[str], target: int) -> str | None:
+    """A comment, not a step (it measures, minutes of forwards at the target; it ships nothing): verify on what was
+    written, for each serving engine it can score there (an engine that runs only GGUF files cannot score a folder),
+    against transformers. None where no engine but transformers is left."""
+    from ropectl.verify.run import checkable
     from ropectl.verify.spec import DEFAULT_ENGINES
 
-    others = [e for e in DEFAULT_ENGINES[1:] if e in serve_with]  # each scored against the first, transformers
-    if target is not None and others:
-        # a comment, not a step: it measures (minutes of forwards at the target) rather than ships
-        commands.append(VERIFY_PREFIX + shlex.join(["ropectl", "verify", model if kept else out, "-t", str(target),
-                                                    "--engine", ",".join([DEFAULT_ENGINES[0], *others])]))
-    return commands
+    others = [e for e in DEFAULT_ENGINES[1:] if e in served and checkable(e, written)]
+    if not others:
+        return None
+    return VERIFY_PREFIX + shlex.join(["ropectl", "verify", written, "-t", str(target), "--engine",
+                                       ",".join([DEFAULT_ENGINES[0], *others])])
 
 
 def unmeasured_line(result: Any) -> str | None:

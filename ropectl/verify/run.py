@@ -67,6 +67,14 @@ def verify_ids(spec: VerifySpec, plan: Plan, ids: tuple[tuple[int, ...], ...], s
     return result
 
 
+def checkable(engine: str, model: str) -> bool:
+    """Whether ``verify MODEL --engine ENGINE`` can score the engine without more input: an engine that runs only
+    GGUF files needs a GGUF (``--gguf``) beside a folder."""
+    from ropectl.eval.engines import get_engine
+
+    return engine in ROTARY_ONLY or not get_engine(engine).loads_gguf or model.lower().endswith(".gguf")
+
+
 def _job(spec: VerifySpec, plan: Plan, ids: Any, engine: str, model: str, floor: bool, method: Any = None) -> Job:
     return Job(engine=engine, model=model, serve=spec.serve_args(engine), lengths=plan.lengths, ids=ids,
                trained=plan.trained, target=plan.target, dtype=plan.dtype, device=plan.device, floor=floor,

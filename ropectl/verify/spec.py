@@ -51,7 +51,7 @@ class Band:
 @dataclass(frozen=True, kw_only=True)
 class EngineRow:
     engine: str
-    verdict: str  # "same" | "differs" | "not checked"
+    verdict: str  # "same" | "differs" | "not checked" | "reference" (transformers' own row)
     why: str
     ppl: dict[int, float]  # per length
     max_abs_dnll: float | None

@@ -51,6 +51,9 @@ def test_recommend_ship_lines_run_on_the_gguf(tmp_path: Path, monkeypatch: pytes
     outputs = _run_all(data["commands"], work, monkeypatch)
     assert (work / "SmolLM2-135M-Instruct.Q4_1-yarn2.gguf").is_file() and not (smollm2.parent / "x").exists()
     assert outputs[-1].startswith("llama-server -m ")  # the --emit llama.cpp line
+    # then, as a comment, verify on the written file in llama.cpp (which runs GGUF files) against transformers
+    assert data["commands"][-1] == ("# then check it in the serving engines: ropectl verify "
+                                    "SmolLM2-135M-Instruct.Q4_1-yarn2.gguf -t 16384 --engine transformers,llama.cpp")
 
 
 def _vllm_dynamic_fixes(folder: Path) -> list[str]:

@@ -33,9 +33,11 @@ LLAMA_CMAKE="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF"
 llama_wheel() {
     dir="$ROOT/wheels/$(echo "$LLAMA $LLAMA_CMAKE" | cksum | cut -d' ' -f1)"
     if ! ls "$dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
-        rm -rf "$dir" && mkdir -p "$dir"
+        # built beside and renamed into place: a build stopped halfway (CI stops one at its end) leaves no wheel
+        rm -rf "$dir" "$dir.tmp" && mkdir -p "$dir.tmp"
         CMAKE_ARGS="$LLAMA_CMAKE" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$PYTHON" -m pip wheel -q \
-            --disable-pip-version-check --no-deps --no-binary llama-cpp-python "$LLAMA" -w "$dir" >&2
+            --disable-pip-version-check --no-deps --no-binary llama-cpp-python "$LLAMA" -w "$dir.tmp" >&2
+        mv "$dir.tmp" "$dir"
     fi
     ls "$dir"/llama_cpp_python-*.whl
 }

@@ -8,7 +8,10 @@ if [ -z "${ROPECTL_NO_UV:-}" ]; then
     # Built beside and renamed into place: CI runs several venv scripts at once, and none may run a half-installed uv.
     # Where another script's rename came first, that uv is used and this one's is dropped.
     if [ ! -x "$ROOT/uv/bin/uv" ]; then
-        [ -e "$ROOT/uv" ] && rm -rf "$ROOT/uv"  # a broken one from before this rule
+        if [ -e "$ROOT/uv" ] && [ ! -x "$ROOT/uv/bin/uv" ]; then  # broken, from before this rule (a good one only
+            # ever appears whole, by rename, and none can while this folder holds the name): moved aside, then removed
+            mv "$ROOT/uv" "$ROOT/uv.broken.$$" 2>/dev/null && rm -rf "$ROOT/uv.broken.$$"
+        fi
         _uv_tmp="$ROOT/uv.$$"
         rm -rf "$_uv_tmp"
         if { "$PYTHON" -m venv "$_uv_tmp" && "$_uv_tmp/bin/python" -m pip install -q --disable-pip-version-check \

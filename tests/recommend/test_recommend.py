@@ -67,8 +67,9 @@ def test_cli_is_deterministic_and_prints_the_patch_commands(tmp_path: Path) -> N
     data = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
     assert data["winner"] == "yarn:2" and len(data["commands"]) == 4 and data["confident"]
     # last, the line that measures what was written in those engines against transformers
+    # (llama.cpp, which runs GGUF files, is left to a converted file: verify --gguf)
     assert data["commands"][-1] == ("# then check it in the serving engines: ropectl verify my-llama-yarn2 -t 16384 "
-                                    "--engine transformers,vllm,llama.cpp")
+                                    "--engine transformers,vllm")
     assert data["serve_with"] == ["transformers", "vllm", "llama.cpp"]
     # served by transformers alone, dynamic wins, and no engine flags are offered for it
     only = runner.invoke(app, [*args, "--serve-with", "transformers", "--json"])

@@ -68,7 +68,7 @@ def test_as_is_winning_ships_the_checkpoint_unchanged(tmp_path: Path) -> None:
     # nothing to write; the serving lines are patch --emit without -m
     assert data["commands"] == ["ropectl patch ./ft --emit vllm", "ropectl patch ./ft --emit llama.cpp",
                                 "# then check it in the serving engines: ropectl verify ./ft -t 512 --engine "
-                                "transformers,vllm,llama.cpp"]
+                                "transformers,vllm"]
 
 
 def test_a_tie_of_none_and_as_is_ships_the_checkpoint_unchanged(tmp_path: Path) -> None:
@@ -160,5 +160,8 @@ def test_measured_on_a_yarn2_checkpoint(yarn2: Path, tiny_corpus: Path, isolated
     assert data["winner"] == "as-is" and "ship the checkpoint unchanged (as-is: yarn x2) for 512" in out
     assert all("-m" not in c.split() for c in data["commands"])
     assert len(run_printed(data["commands"])) == 2  # the two serving lines; then verify's line, run as it reads:
-    checked = run_printed([data["commands"][-1].partition(": ")[2]])[0]
-    assert "transformers" in checked and "llama.cpp" in checked, checked
+    checked = run_printed([data["commands"][-1].partition(": ")[2] + " --json"])[0]
+    rows = {r["engine"]: r for r in json.loads(checked)["rows"]}
+    assert set(rows) == {"transformers", "vllm"} and rows["transformers"]["verdict"] == "reference", rows
+    # vLLM scores here where it imports; else its row says why, with the install line
+    assert rows["vllm"]["verdict"] == "same" or "pip install" in rows["vllm"]["why"], rows["vllm"]
