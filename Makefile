@@ -77,7 +77,7 @@ compat-engines: $(STAMP)
 	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/compat/test_finetuned.py -k "vllm or lm_eval"
 
 # llama.cpp's checks past the trained length alone (about 16 minutes on 2 cores): what .ci/run runs after the other
-# tiers, when the time left allows, having run compat-engines with LLAMA_CPP_LONG=0.
+# tiers, when the time left allows, having run compat-llamacpp with LLAMA_CPP_LONG=0.
 compat-long: $(STAMP)
 	sh tests/compat/engine_venvs.sh llamacpp
 	ROPECTL_LLAMA_CPP_LONG=12288 $(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/compat/test_llama_cpp.py \

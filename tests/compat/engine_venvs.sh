@@ -103,7 +103,7 @@ for engine in $ENGINES; do
 done
 # The llama.cpp evaluation engine (--engine llama.cpp) runs inside ropectl, so its tier
 # (tests/compat/test_llama_cpp_engine.py) needs the same wheel in ropectl's own venv: LLAMA_CPP_INTO names that venv's
-# python (the Makefile's compat-engines passes its own). The wheel is the cached one: seconds, no second build.
+# python (the Makefile's compat-llamacpp passes its own). The wheel is the cached one: seconds, no second build.
 if [ -n "${LLAMA_CPP_INTO:-}" ]; then
     "$LLAMA_CPP_INTO" -c "import llama_cpp" 2>/dev/null || install "$(dirname "$(dirname "$LLAMA_CPP_INTO")")" "$(llama_wheel)"
 fi
