@@ -80,7 +80,9 @@ def test_recommend_compares_patched_and_finetuned(ppl_runs: dict[str, Any]) -> N
     else:  # the first run's checkpoint as it is (the patched base, linear x4): served as it ships, nothing written
         where = ppl_runs["folders"]["base"]
         assert data["ships"] == "linear x4"
-        assert data["commands"] == [f"ropectl patch {where} --emit vllm", f"ropectl patch {where} --emit llama.cpp"]
+        assert data["commands"] == [f"ropectl patch {where} --emit vllm", f"ropectl patch {where} --emit llama.cpp",
+                                    f"# then check it in the serving engines: ropectl verify {where} -t 300 "
+                                    "--engine transformers,vllm"]
 
 
 def test_recommend_refuses_runs_on_other_documents(ppl_runs: dict[str, Any]) -> None:
