@@ -92,7 +92,7 @@ def _row(spec: VerifySpec, plan: Plan, ids: Any, name: str, reference: Callable[
         return rotary_row(name, spec, plan, python)
     factory = get_engine(name)
     model = spec.gguf or spec.model if factory.loads_gguf else spec.model
-    if factory.loads_gguf and not model.lower().endswith(".gguf"):
+    if not checkable(name, model):
         return _not_checked(name, f"{name} loads a GGUF file, not the folder '{model}'. Fix: convert it with "
                             "llama.cpp's convert_hf_to_gguf.py (python convert_hf_to_gguf.py FOLDER --outfile "
                             "MODEL.gguf) and pass --gguf MODEL.gguf")
