@@ -63,8 +63,7 @@ def every(env: Path) -> dict:
     return extend(env, "every", *EVERY)
 
 
-@pytest.mark.slow
-@pytest.mark.heavy  # every stage: minutes on 2 AVX2 cores, so test-heavy (docs/reference/extend.md)
+@pytest.mark.slow  # every stage and the resume: 77 s of one thread on 2 AVX2 cores, quiet (docs/reference/extend.md)
 def test_every_stage_runs_and_the_card_says_so(every: dict, env: Path) -> None:
     out = env / "every"
     assert set(every) == KEYS
@@ -91,8 +90,7 @@ def test_every_stage_runs_and_the_card_says_so(every: dict, env: Path) -> None:
     assert "## What was done and why" in md and "## Acceptance (report)" in md and "trial 1" in md
 
 
-@pytest.mark.slow
-@pytest.mark.heavy  # every stage: minutes on 2 AVX2 cores, so test-heavy (docs/reference/extend.md)
+@pytest.mark.slow  # every stage and the resume: 77 s of one thread on 2 AVX2 cores, quiet (docs/reference/extend.md)
 def test_no_stage_sees_another_stages_documents(every: dict, env: Path) -> None:
     data = every["data"]
     ids = {name: set(split["ids"]) for name, split in data.items()}
@@ -108,8 +106,7 @@ def test_no_stage_sees_another_stages_documents(every: dict, env: Path) -> None:
     assert {tuned[d.removesuffix(".txt")] for d in every["finetune"]["held_out"]} <= ids["finetune"]
 
 
-@pytest.mark.slow
-@pytest.mark.heavy  # every stage: minutes on 2 AVX2 cores, so test-heavy (docs/reference/extend.md)
+@pytest.mark.slow  # every stage and the resume: 77 s of one thread on 2 AVX2 cores, quiet (docs/reference/extend.md)
 def test_resume_reuses_finished_stages_and_equals_the_run(every: dict, env: Path) -> None:
     """A run stopped after its search (the later stages' records and the model gone) resumes to the same card."""
     copy = env / "resumed"
