@@ -118,6 +118,24 @@ def test_bad_input_is_one_line(isolated, tiny_model: Path, args: list[str], word
     one_line(["eval-tasks", str(tiny_model), "-m", "none", "--dtype", "fp32", *args], words)
 
 
+def test_a_haystack_with_too_few_words_for_cwe_is_one_line(isolated, tiny_model: Path) -> None:
+    """RULER's solved cwe example alone takes 20 distinct words below 4k: a corpus of 5 words cannot hold it.
+    Control: a haystack of 20 words builds the prompt (character tokens, so no model is needed)."""
+    import random
+
+    from ropectl.eval.tasks.ruler.cwe import make
+    from ropectl.eval.tasks.ruler.haystack import Haystack
+    from tests.helpers.cli import one_line
+
+    corpus = isolated / "few-words"
+    corpus.mkdir()
+    (corpus / "doc.txt").write_text(". ".join(["alpha beta gamma delta omega"] * 400))
+    one_line(["eval-tasks", str(tiny_model), "-m", "none", "--dtype", "fp32", "-l", "400", "-n", "1", "--task", "cwe",
+              "--dataset", str(corpus)], "cwe needs at least 20 distinct words", "has 5", "--dataset")
+    words = tuple(sorted(f"w{chr(97 + i)}x" for i in range(20)))
+    assert make(random.Random(0), Haystack(("a sentence.",), words), 400, list).head
+
+
 def test_cli_table_and_json(isolated, tiny_model: Path) -> None:
     import json
 
