@@ -34,10 +34,10 @@ mkvenv() {
 install() {
     _venv=$1; shift
     if [ -n "$UV" ]; then
-        # --compile-bytecode, as pip does: where PYTHONDONTWRITEBYTECODE is set, a venv without .pyc files compiles
-        # torch and the engine again in every process a test starts.
+        # No --compile-bytecode: compiling all of a vLLM venv (22,000 files) costs more CPU than the tiers' imports
+        # save; the tests write the .pyc files of what they import, once (tests/conftest.py).
         # shellcheck disable=SC2086
-        "$UV" pip install -q --compile-bytecode --python "$_venv/bin/python" ${PIP_FIND_LINKS:+--find-links $PIP_FIND_LINKS} "$@"
+        "$UV" pip install -q --python "$_venv/bin/python" ${PIP_FIND_LINKS:+--find-links $PIP_FIND_LINKS} "$@"
     else
         "$_venv/bin/python" -m pip install -q --disable-pip-version-check "$@"
     fi
