@@ -28,13 +28,11 @@ def numbered(pairs: list[str]) -> str:
     return " ".join(f"{i + 1}. {w}" for i, w in enumerate(pairs))
 
 
-def _example_size(length: int) -> tuple[int, int, int]:
-    """RULER's solved example: distinct words, and how often the common and the rare ones appear."""
-    return (20, 3, 1) if length < 4096 else (40, 10, 3)
-
-
 def _example(rng: random.Random, words: list[str], length: int) -> tuple[str, list[str]]:
-    n, fc, fu = _example_size(length)
+    n, fc, fu = (20, 3, 1) if length < 4096 else (40, 10, 3)
+    if len(words) < n:  # RULER's solved example draws n distinct words
+        raise DataError(f"task cwe needs at least {n} distinct words in its haystack at length {length}; this "
+                        f"corpus has {len(words)}", "pass a --dataset of more varied text, or leave cwe out of --task")
     chosen = rng.sample(words, n)
     items = chosen[:COMMON] * fc + chosen[COMMON:] * fu
     rng.shuffle(items)
@@ -43,9 +41,6 @@ def _example(rng: random.Random, words: list[str], length: int) -> tuple[str, li
 
 def make(rng: random.Random, hay: Haystack, length: int, tok: Tokens) -> Layout:
     words = list(hay.words)
-    if len(words) < (need := _example_size(length)[0]):
-        raise DataError(f"task cwe needs at least {need} distinct words in its haystack at length {length}; this "
-                        f"corpus has {len(words)}", "pass a --dataset of more varied text, or leave cwe out of --task")
     fc, fu = (6, 1) if length < 4096 else (30, 3)
     ex_context, ex_answer = _example(rng, words, length)
     example = TEMPLATE.format(context=ex_context) + ANSWER_PREFIX + " " + numbered(ex_answer)
