@@ -12,7 +12,7 @@ STAMP := $(VENV)/.ropectl-installed
 # uv (installed into the venv by pip) does the installs where it can be had: seconds instead of pip's minutes of
 # unpacking torch; pip does them where it cannot. PIP_FIND_LINKS (a local wheel folder) is passed on to uv.
 # --compile-bytecode, as pip does by default: without the .pyc files, every process the tests start compiles torch and
-# transformers again where PYTHONDONTWRITEBYTECODE is set (as on CI's image), doubling each import (7.6 s -> 15 s).
+# transformers again where PYTHONDONTWRITEBYTECODE is set (as this machine's image does), doubling each import (7.6 s -> 15 s).
 UV_PIN ?= uv==0.13.9
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)

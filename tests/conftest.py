@@ -19,7 +19,7 @@ THREADS = os.environ.get("ROPECTL_TEST_THREADS") or str(max(1, len(os.sched_geta
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = THREADS
 
-# Imports compile once: where PYTHONDONTWRITEBYTECODE is set (CI's image sets it), every process a test starts would
+# Imports compile once: where PYTHONDONTWRITEBYTECODE is set (this machine's image sets it), every process a test starts would
 # compile what it imports from torch, transformers or an engine's venv again (import torch, transformers: 7.6 s with
 # the .pyc files, 15 s without, on 2 AVX2 cores). The tests and their subprocesses write them, each module once.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
