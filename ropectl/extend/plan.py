@@ -82,8 +82,8 @@ def zero_shot_plan(spec: ExtendSpec, timing: Timing, seconds: float | None) -> A
     from ropectl.recommend.plan import fit_budget
     from ropectl.recommend.run import Request, plan_grid
 
-    plan, _, _ = plan_grid(Request(model=spec.model, target=spec.target, device=spec.device, dtype=spec.dtype,
-                                   serve_with=spec.serve_with, sizes=zero_shot_sizes(spec)))
+    plan, _, _ = plan_grid(Request(model=spec.model, target=spec.target, factor=spec.factor, device=spec.device,
+                                   dtype=spec.dtype, serve_with=spec.serve_with, sizes=zero_shot_sizes(spec)))
     return fit_budget(plan, timing, seconds) if seconds is not None else plan
 
 

@@ -244,3 +244,18 @@ def test_dry_run_prints_the_plan_and_writes_nothing(env: Path) -> None:
     assert plan["stages"][2]["size"]["window"] == 2048  # PoSE at the trained window
     assert "plan: 2k -> 4k" in result.stderr and "acceptance" in result.stderr
     assert not out.exists()
+
+
+def test_the_plan_sweeps_the_factor_the_run_sweeps(env: Path) -> None:
+    """--factor: one factor per method in the plan, as in the sweeps it estimates; without it, recommend's grid
+    (the control: the check can fail)."""
+    def methods(*args: str) -> list[str]:
+        result = runner.invoke(app, ["extend", str(env / "base"), "-o", str(env / "dry-f"), "--dataset",
+                                     str(env / "corpus"), *args, "--dry-run", "--json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)["plan"]["stages"][0]["size"]["methods"]
+
+    one = methods(*FAST)
+    assert one and all(m == "none" or m.endswith(":2") for m in one), one
+    no_factor = [a for i, a in enumerate(FAST) if a != "-f" and FAST[i - 1] != "-f"]
+    assert any(m != "none" and not m.endswith(":2") for m in methods(*no_factor))
