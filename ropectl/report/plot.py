@@ -14,7 +14,8 @@ def _figure(ncols: int) -> tuple[Any, Any]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt.subplots(1, ncols, figsize=(4.6 * ncols, 3.4), dpi=120, squeeze=False)
+    # constrained: the right panel's y label stays clear of the left panel
+    return plt.subplots(1, ncols, figsize=(4.6 * ncols, 3.4), dpi=120, squeeze=False, constrained_layout=True)
 
 
 def _bars(ax: Any, rows: list[Mapping[str, Any]], key: str = "ratio") -> None:

@@ -8,8 +8,7 @@ its planted model: SmolLM2 (trained at 8k, theta 100000) rewritten to claim a 2k
 
 Sizes: one task (niah_single_1, which SmolLM2 does in window), 22 samples per length for the restored model (the
 fewest at which a perfect score counts), 6 retention documents; the base is measured at the reference length only.
-Not yet run to the end: on the shared 2-core AVX2 machine, one thread, fp32, a trial cost about 4 s at 512 tokens and
-about 23 s at 4k, so the restored case (44 trials at 4k-6k) takes about a quarter of an hour there.
+Each case has passed on the 2-core AVX2 machine, one process at 2 threads: minutes in docs/how-to/report.md.
 """
 
 from __future__ import annotations
