@@ -8,9 +8,10 @@ restores the theta it was trained with and is the answer; ``-t 4k``.
 
 Sizes: one task (niah_single_1, which SmolLM2 does at the reference length), 6 PPL documents, and a budget whose
 zero-shot share cuts recommend's sweeps to their smallest (zero-shot decides nothing here: the first case searches
-always, the second ships its winner whatever it scores). Acceptance takes 25 samples per length in the first case
-(22 is the fewest at which a perfect score can count: report's rule) and 4 in the second, whose verdict may be
-any of the three. ``known_answer`` (``make test-known-answer``); minutes on 2 AVX2 cores in docs/how-to/extend.md."""
+always, the second ships its winner whatever it scores). Acceptance takes 45 samples per length in the first case: SmolLM2 with
+its true theta misses a needle now and then (1 of 25 at 3k in a run at 25 samples, whose card asked for about 41),
+and at 45 a length with up to 2 misses still counts (ratio lower bound 0.852 against a perfect base); 4 in the
+second, whose verdict may be any of the three. ``known_answer`` (``make test-known-answer``); minutes on 2 AVX2 cores in docs/how-to/extend.md."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ SIZES = {"docs": 6, "tasks": "niah_single_1", "dtype": "fp32", "device": "cpu", 
 def test_search_finds_ntk_3_reaches_and_ships(smollm2: Path, isolated: Path) -> None:
     model = shrunk(smollm2, isolated, S_STAR)
     card = run_extend(ExtendSpec(model=str(model), target=4096, out=isolated / "found", search="always",
-                                 finetune="never", space="ntk", trials=6, samples=25, **SIZES))
+                                 finetune="never", space="ntk", trials=6, samples=45, **SIZES))
     found = parse_spec(card["search"]["found"] or card["search"]["spec"])
     assert found.name == "ntk" and abs(float(found.factor or 0) - S_STAR) <= 0.5
     assert card["verdict"]["status"] == "reached", card["verdict"]
