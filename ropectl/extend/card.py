@@ -22,7 +22,7 @@ def serve_lines(shipped: dict[str, Any], gguf: str | None, target: int) -> dict[
     from ropectl.rope.methods import as_is_name, parse_spec
 
     path = shipped["path"]
-    out = {"transformers": f'AutoModelForCausalLM.from_pretrained("{path}")  # reads its RoPE from config.json'}
+    out = {"transformers": transformers_line(path)}
     for engine in ENGINES[1:]:
         model = gguf if gguf and loads_gguf(engine) else path
         try:
@@ -31,6 +31,24 @@ def serve_lines(shipped: dict[str, Any], gguf: str | None, target: int) -> dict[
         except RopectlError as exc:
             out[engine] = f"# not for {engine}: {exc.problem}"
     return out
+
+
+def transformers_line(path: str) -> str:
+    """transformers' line for the shipped checkpoint. A GGUF's scaling is passed as config overrides: transformers'
+    GGUF reader maps freq_base and the context length only, so the file alone would load unscaled
+    (``runtime.model.gguf_rope_overlay``)."""
+    if not path.lower().endswith(".gguf"):
+        return f'AutoModelForCausalLM.from_pretrained("{path}")  # reads its RoPE from config.json'
+    from ropectl.runtime.model import model_source
+
+    config, file = model_source(path).config, Path(path)
+    rope = dict(config.get("rope_parameters") or {})
+    if rope.get("rope_type", "default") == "default":
+        return (f'AutoModelForCausalLM.from_pretrained("{file.parent}", gguf_file="{file.name}")  # theta and '
+                "context from the GGUF")
+    return (f'AutoModelForCausalLM.from_pretrained("{file.parent}", gguf_file="{file.name}", rope_parameters={rope!r}, '
+            f'max_position_embeddings={config["max_position_embeddings"]})  # transformers 5; the GGUF alone loads '
+            "unscaled")
 
 
 def loads_gguf(engine: str) -> bool:
@@ -87,7 +105,8 @@ def markdown(d: dict[str, Any], report_md: str) -> str:
              f"**Verdict: {d['verdict']['line']}**", "", f"Shipped: `{d['shipped']['path']}` "
              f"({d['shipped'].get('method')}{', fine-tuned' if d['shipped'].get('finetuned') else ''})", ""]
     if d["shipped"].get("gguf") or d["shipped"].get("gguf_note"):
-        lines += [f"GGUF: {d['shipped'].get('gguf') or 'not written'} — {d['shipped'].get('gguf_note') or ''}", ""]
+        note = d["shipped"].get("gguf_note")
+        lines += [f"GGUF: {d['shipped'].get('gguf') or 'not written'}" + (f" — {note}" if note else ""), ""]
     lines += ["## What was done and why", "", *_stages(d), "", "## Data", "",
               "| split | source | documents | ids |", "|---|---|---|---|"]
     for name, split in d["data"].items():

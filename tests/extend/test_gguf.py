@@ -47,3 +47,30 @@ def test_no_converter_writes_nothing_and_says_so(smollm2: Path, isolated: Path, 
     record = convert(str(isolated / "tuned"), isolated / "model.gguf", str(smollm2))
     assert record["path"] is None and "not installed" in record["note"] and "convert_hf_to_gguf.py" in record["command"]
     assert not (isolated / "model.gguf").exists()
+
+
+def test_the_transformers_line_of_a_scaled_gguf_loads_it_scaled(smollm2: Path, isolated: Path) -> None:
+    """The card's transformers line for a yarn:2 GGUF, run through transformers' own config loader (what
+    ``from_pretrained`` calls with its keyword arguments): yarn x2 from the trained 8k. The control: the same file
+    with no overrides loads unscaled, so the overrides are what carries the scaling."""
+    import ast
+
+    from transformers import AutoConfig
+
+    from ropectl.cli.app import app
+    from ropectl.extend.card import transformers_line
+    from tests.helpers.cli import runner
+
+    shipped = isolated / "yarn2.gguf"
+    result = runner.invoke(app, ["patch", str(smollm2), "-m", "yarn:2", "-o", str(shipped)])
+    assert result.exit_code == 0, result.output
+    call = ast.parse(transformers_line(str(shipped)).split("  #")[0], mode="eval").body
+    assert isinstance(call, ast.Call)
+    folder = ast.literal_eval(call.args[0])
+    kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+    config = AutoConfig.from_pretrained(folder, **kwargs)
+    rope = config.rope_parameters
+    assert (rope["rope_type"], rope["factor"], rope["original_max_position_embeddings"]) == ("yarn", 2.0, 8192)
+    assert config.max_position_embeddings == 16384
+    plain = AutoConfig.from_pretrained(folder, gguf_file=kwargs["gguf_file"]).rope_parameters
+    assert plain.get("rope_type", "default") == "default"

@@ -8,10 +8,11 @@ restores the theta it was trained with and is the answer; ``-t 4k``.
 
 Sizes: one task (niah_single_1, which SmolLM2 does at the reference length), 6 PPL documents, and a budget whose
 zero-shot share cuts recommend's sweeps to their smallest (zero-shot decides nothing here: the first case searches
-always, the second ships its winner whatever it scores). Acceptance takes 45 samples per length in the first case: SmolLM2 with
-its true theta misses a needle now and then (1 of 25 at 3k in a run at 25 samples, whose card asked for about 41),
-and at 45 a length with up to 2 misses still counts (ratio lower bound 0.852 against a perfect base); 4 in the
-second, whose verdict may be any of the three. ``known_answer`` (``make test-known-answer``); minutes on 2 AVX2 cores in docs/how-to/extend.md."""
+always, the second ships its winner whatever it scores). Acceptance takes 45 samples per length in the first case:
+SmolLM2 with its true theta misses a needle now and then (1 of 25 at 3k in a run at 25 samples, whose card asked
+for about 41), and at 45 a length with up to 2 misses still counts (the score ratio's lower bound at 43 of 45
+against a perfect base is 0.852); 4 in the second, whose verdict may be any of the three. ``known_answer`` (``make
+test-known-answer``); minutes on 2 AVX2 cores in docs/how-to/extend.md."""
 
 from __future__ import annotations
 
