@@ -3,7 +3,7 @@ tests/search/test_known_optimum.py): SmolLM2 rewritten to claim a 2k context wit
 restores the theta it was trained with and is the answer; ``-t 4k``.
 
 - With search (ntk space, as the known optimum's): the found factor is within one step (0.5) of 3, the verdict is
-  *reached*, and the shipped GGUF carries the found factor.
+  *reached*, and the shipped GGUF carries the search's spec (the found factor, or the closed form it did not beat).
 - With ``--search never --finetune never``: the best closed form ships, and the card says whether it reached.
 
 Sizes: one task (niah_single_1, which SmolLM2 does at the reference length), 6 PPL documents, and a budget whose
