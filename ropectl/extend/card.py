@@ -127,8 +127,11 @@ def _stages(d: dict[str, Any]) -> list[str]:
         out.append(f"- **{name}**: {'ran' if dec['ran'] else 'skipped'} ({dec['why']}).")
     if d["search"]:
         s = d["search"]
-        out.append(f"  - space {s['space']}, {len(s['trials'])} trials; best `{s['spec']}` (closed form "
-                   f"`{s['closed_form']}`, {'beats it' if s['beats'] else 'does not beat it'} on held-out documents)")
+        stopped = s.get("stopped_trials") or 0
+        out.append(f"  - space {s['space']}, {len(s['trials'])} trials" +
+                   (f" ({stopped} stopped by an interrupt, run again on --resume)" if stopped else "") +
+                   f"; best `{s['spec']}` (closed form `{s['closed_form']}`, "
+                   f"{'beats it' if s['beats'] else 'does not beat it'} on held-out documents)")
         for t in s["trials"]:
             out.append(f"    - trial {t['number']}: {t['state']}, `{t['spec']}`, fitness {t['fitness']}")
     if d["finetune"]:

@@ -78,8 +78,11 @@ def search(ctx: Context, trials: int) -> dict[str, Any]:
     result = run_search(req, ctx.say)
     rows = json.loads((out / "trials.json").read_text())
     best = result.summary["best"]
+    # A trial stopped by Ctrl-C or SIGTERM (failed) measured nothing and was run again on --resume: the card lists
+    # the measured trials, as an uninterrupted run's does, and counts the stopped ones apart.
+    measured = [{k: t.get(k) for k in ("number", "state", "spec", "fitness")} for t in rows if t["state"] != "fail"]
     return {"spec": result.spec, "found": best["found"], "closed_form": best["closed_form"], "beats": best["beats"],
-            "space": req.space, "trials": [{k: t.get(k) for k in ("number", "state", "spec", "fitness")} for t in rows],
+            "space": req.space, "trials": measured, "stopped_trials": len(rows) - len(measured),
             "search_docs": result.summary["search_docs"], "held_out_docs": result.summary["held_out_docs"],
             "lines": list(result.lines), "folder": str(out)}
 

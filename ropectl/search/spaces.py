@@ -107,8 +107,15 @@ class BoxSpace:
         return self.budget(loop)
 
     def begin(self, study: Any) -> None:
-        if not study.trials:
-            study.enqueue_trial(self.start())  # the closed form itself is the first point
+        """The closed form itself is the first point: queued unless a trial holds it already. One stopped by Ctrl-C
+        or SIGTERM is failed and does not, so a resumed search measures it as an uninterrupted one did."""
+        from optuna.trial import TrialState
+
+        start = self.start()
+        for t in study.get_trials(deepcopy=False):
+            if t.state != TrialState.FAIL and t.system_attrs.get("fixed_params", t.params) == start:
+                return
+        study.enqueue_trial(start)
 
     def finished(self, study: Any) -> bool:
         return False  # the budget ends a box search (MaxTrialsCallback), or the minutes

@@ -65,6 +65,36 @@ def test_same_seed_same_trials_and_resume_continues_the_study(tiny_model: Path, 
     assert len(params(isolated / "a")) == 4  # the refused search added nothing
 
 
+@pytest.mark.parametrize("stop", [0, 1])
+def test_a_box_search_stopped_in_a_trial_resumes_to_the_uninterrupted_trials(tiny_model: Path, corpus: Path,
+                                                                          isolated: Path, stop: int,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C inside trial ``stop`` (0: the closed form, queued first; 1: the sampler's first point), then --resume:
+    the measured trials equal an uninterrupted search's with the same seed, the stopped one kept as failed. The
+    control: the closed form is in the uninterrupted trials, so a resume that lost it (a stop in trial 0, not
+    queued again) fails here."""
+    import ropectl.search.optimize as optimize
+
+    whole = run_search(request(tiny_model, corpus, isolated / "whole"))
+    real, calls = optimize.measure, []
+
+    def measure(*args, **kw):  # noqa: ANN002, ANN003, ANN202
+        calls.append(args[1])
+        if len(calls) == stop + 1:
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(optimize, "measure", measure)
+    stopped = request(tiny_model, corpus, isolated / "part")
+    with pytest.raises(KeyboardInterrupt):
+        run_search(stopped)
+    resumed = run_search(replace(stopped, resume=True))
+    measured = [row for row in params(resumed.out) if row[0] != "fail"]
+    assert measured == params(whole.out)
+    assert [row[0] for row in params(resumed.out)].index("fail") == stop
+    assert resumed.spec == whole.spec
+
+
 @pytest.mark.parametrize(("args", "needle"), [
     (["--trials", "0"], "--trials"),
     (["--budget", "0"], "--budget"),
