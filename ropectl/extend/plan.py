@@ -58,7 +58,8 @@ class Plan:
 
 
 def acceptance_plan(spec: ExtendSpec, trained: int, timing: Timing, seconds: float | None) -> Any:
-    """report's plan (every candidate task counted as kept), cut to ``seconds``; refused below one sample."""
+    """report's plan (every candidate task counted as kept), cut to ``seconds`` (its share of the budget: 30 %, more
+    with a stage set to never); refused below one sample."""
     from ropectl.eval.tasks.ruler import resolve_tasks
     from ropectl.report import plan as rp
     from ropectl.report.spec import CANDIDATES, DEFAULT_DOCS, DEFAULT_SAMPLES, default_lengths, reference_length
@@ -71,9 +72,10 @@ def acceptance_plan(spec: ExtendSpec, trained: int, timing: Timing, seconds: flo
         return plan
     fitted = rp.fit_budget(plan, timing, seconds)
     if fitted is None:
-        need = rp.minimum_minutes(plan, timing) / SHARES["acceptance"]
+        fraction = seconds / (spec.budget_min * 60) if spec.budget_min else SHARES["acceptance"]
+        need = rp.minimum_minutes(plan, timing) / fraction
         raise UsageError(f"--budget {spec.budget_min:g} min is smaller than acceptance alone needs: at least "
-                         f"{need:.1f} min (its share, {SHARES['acceptance']:.0%}, must hold one sample per length)",
+                         f"{need:.1f} min (its share, {fraction:.0%}, must hold one sample per length)",
                          f"pass --budget {need * 1.1:.1f} or more")
     return fitted
 
@@ -132,9 +134,15 @@ def make_plan(spec: ExtendSpec, config: dict[str, Any], trained: int, timing: Ti
     trials = sized_count(spec.trials, trial_s, share["search"], DEFAULT_TRIALS)
     steps = sized_count(spec.steps, step_s, share["finetune"], DEFAULT_STEPS)
     stages, cut = [], []
+    zero_s = timing.estimate(zero.forwards())
+    if share["zero-shot"] is not None and zero_s > share["zero-shot"]:  # recommend's smallest sweep, still over
+        cut.append(f"zero-shot: its smallest sweep ({len(zero.methods)} methods, {zero.docs} documents, "
+                   f"{zero.samples} samples per task) needs ~{zero_s / 60:.0f} min, over its share "
+                   f"({share['zero-shot'] / 60:.0f} min): it runs whole"
+                   + ("" if spec.factor else "; -f sweeps one factor per method"))
     stages.append(Stage(name="zero-shot", runs="yes", size={"methods": list(zero.methods), "docs": zero.docs,
                                                            "samples": zero.samples, "tasks": list(zero.tasks)},
-                        minutes=timing.estimate(zero.forwards()) / 60, peak_bytes=eval_peak, longest=eval_longest))
+                        minutes=zero_s / 60, peak_bytes=eval_peak, longest=eval_longest))
     stages.append(_gated("search", spec.search, {"trials": trials}, trials, spec.trials or MIN_TRIALS, trials * trial_s,
                          eval_peak, eval_longest, cut))
     note = "" if window == trained else f"PoSE window cut to {window:,} (the device holds no longer training length)"
