@@ -44,16 +44,17 @@ class EngineCheck:
         return f"{self.engine} check ({self.scored}, {self.docs} held-out documents): {self.status} ({self.why})"
 
 
-def check_winner(setup: Any, report: Any, output: dict[str, Any] | None,
-                 say: Callable[[str], None]) -> list[EngineCheck]:
-    """Each check engine's verdict on what ships, from ``ropectl verify`` on the held-out documents."""
+def check_winner(setup: Any, report: Any, output: dict[str, Any] | None, say: Callable[[str], None],
+                 only: tuple[str, ...] | None = None) -> list[EngineCheck]:
+    """Each check engine's verdict on what ships, from ``ropectl verify`` on the held-out documents: every check
+    engine, or those in ``only`` (a caller that verifies its serving engines itself passes none)."""
     import time
 
     from ropectl.verify.plan import REFERENCE, Plan
     from ropectl.verify.run import verify_ids
     from ropectl.verify.spec import VerifySpec
 
-    engines = tuple(check_engines())
+    engines = tuple(e for e in check_engines() if only is None or e in only)
     if not engines:
         return []
     path = (output or {}).get("path")

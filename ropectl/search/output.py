@@ -50,7 +50,7 @@ def run_search(req: SearchRequest, say: Callable[[str], None] | None = None) -> 
     _claim_model(req.out)
     from ropectl.search.engine_check import check_winner
 
-    checks = check_winner(setup, report, summary["output"], say)  # vLLM, where installed: does it agree?
+    checks = check_winner(setup, report, summary["output"], say, req.check_with)  # vLLM, where installed: agrees?
     summary["engine_checks"] = [c.to_dict() for c in checks]
     lines += [c.line() for c in checks]
     atomic_write_text(req.out / SUMMARY, dumps(summary, indent=2) + "\n")  # kept even if a plot fails below

@@ -68,6 +68,7 @@ class SearchRequest:
     resume: bool = False
     force: bool = False
     emit: str | None = None  # print a serving engine's flags instead of writing a folder
+    check_with: tuple[str, ...] | None = None  # engines that check the winner (None: every one that can)
     population: int | None = None  # longrope: the evolution's population (None: 8) and generations (None: 4)
     iterations: int | None = None
 

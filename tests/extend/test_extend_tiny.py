@@ -71,6 +71,8 @@ def test_every_stage_runs_and_the_card_says_so(every: dict, env: Path) -> None:
     assert every["decisions"]["finetune"]["ran"] is True
     study = json.loads((out / "stages" / "search" / "trials.json").read_text())
     assert len(study) == 2 and len(every["search"]["trials"]) == 2  # the study's own file: 2 trials
+    # engines are the engines stage's (verify, on --serve-with): the search checks none of its own
+    assert not json.loads((out / "stages" / "search" / "search.json").read_text())["engine_checks"]
     assert every["finetune"]["steps"] == 3 and every["finetune"]["mode"] == "pose"
     assert every["shipped"]["finetuned"] is True and Path(every["shipped"]["path"]) == out / "model"
     config = json.loads((out / "model" / "config.json").read_text())
