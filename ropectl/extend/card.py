@@ -120,8 +120,10 @@ def markdown(d: dict[str, Any], report_md: str) -> str:
 
 def _stages(d: dict[str, Any]) -> list[str]:
     z = d["zero_shot"]
-    out = [f"- **zero-shot** (recommend): winner `{z['winner']}`; "
-           f"{'reached' if z['reached'] else 'not reached'}: {z['why']}."]
+    carried = z.get("carries", z["winner"])
+    out = [f"- **zero-shot** (recommend): winner `{z['winner']}`"
+           + (f"; carried on: `{carried}` ({z['carry_why']})" if carried != z["winner"] else "")
+           + f"; `{carried}` {'reached' if z['reached'] else 'not reached'}: {z['why']}."]
     for name in ("search", "finetune"):
         dec = d["decisions"][name]
         out.append(f"- **{name}**: {'ran' if dec['ran'] else 'skipped'} ({dec['why']}).")

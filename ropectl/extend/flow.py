@@ -41,16 +41,16 @@ def gate(ctx: Context, name: str, zero: dict[str, Any]) -> tuple[bool, str]:
     if stage.runs == "cut":
         return False, next((c for c in ctx.plan.cut if c.startswith(name)), "cut by the plan")
     if zero["reached"]:
-        return False, f"auto: zero-shot {zero['winner']} reached ({zero['why']})"
-    return True, f"auto: zero-shot {zero['winner']} not reached ({zero['why']}) and the budget holds " \
+        return False, f"auto: zero-shot {zero['carries']} reached ({zero['why']})"
+    return True, f"auto: zero-shot {zero['carries']} not reached ({zero['why']}) and the budget holds " \
                  f"{next(iter(stage.size.values()))} {next(iter(stage.size))}"
 
 
 def stages(ctx: Context) -> dict[str, Any]:
     """Run (or reuse) every stage; returns each one's record and the decisions."""
     out: dict[str, Any] = {"decisions": {}}
-    zero = out["zero-shot"] = once(ctx, "zero-shot", lambda: st.zero_shot(ctx))
-    method = zero["winner"]
+    zero = out["zero-shot"] = st.carry(once(ctx, "zero-shot", lambda: st.zero_shot(ctx)), ctx.spec.max_regression)
+    method = zero["carries"]
     run, why = gate(ctx, "search", zero)
     out["decisions"]["search"] = {"ran": run, "why": why}
     if run:

@@ -43,24 +43,55 @@ def zero_shot(ctx: Context) -> dict[str, Any]:
                         resume=out.exists(), budget_min=ctx.minutes("zero-shot"), say=ctx.say,
                         sizes=zero_shot_sizes(s))
     rec = sweeps.recommendation
-    reached, why = zero_shot_reached(rec.winner, s.max_regression)
-    return {"winner": rec.winner.method, "reached": reached, "why": why, "confident": rec.confident,
-            "skipped": sweeps.skipped, "recommendation": rec.to_dict(), "folder": str(out)}
+    return carry({"winner": rec.winner.method, "confident": rec.confident, "skipped": sweeps.skipped,
+                  "recommendation": rec.to_dict(), "folder": str(out)}, s.max_regression)
 
 
-def zero_shot_reached(winner: Any, max_regression: float) -> tuple[bool, str]:
+def carry(zero: dict[str, Any], max_regression: float) -> dict[str, Any]:
+    """The zero-shot record with the candidate extend carries on (``carries``, ``carry_why``) and whether it is
+    *reached* (``reached``, ``why``). recommend's winner, unless it scales nothing (``none``, or the checkpoint as it
+    is with no scaling): that serves no further than the trained context, so it is not an extension of it, and
+    recommend crowns it wherever no method separates from it. Then the best-ranked eligible method that scales (within
+    --max-regression in the window), which acceptance judges against MODEL; the winner only where none is eligible.
+    A pure function of the stored recommendation, so a resumed run decides as an uninterrupted one."""
+    from ropectl.rope.methods import get_method, parse_spec
+
+    rec = zero["recommendation"]
+
+    def scales(method: str) -> bool:
+        m = get_method(parse_spec(method).name)
+        return not m.unscaled and not (m.keeps_checkpoint and rec.get("ships") in (None, "unknown"))
+
+    evidence = rec["evidence"]  # the winner first, then recommend's ranking
+    chosen = evidence[0]
+    why = "recommend's winner"
+    if not scales(chosen["method"]):
+        scaled = next((e for e in evidence[1:] if e["eligible"] and scales(e["method"])), None)
+        if scaled is not None:
+            chosen = scaled
+            why = (f"the winner {evidence[0]['method']} scales nothing (it serves no further than the trained "
+                   f"context); {scaled['method']} is the best-ranked eligible method that scales")
+        else:
+            why = "recommend's winner; no eligible method scales"
+    reached, reached_why = zero_shot_reached(chosen, max_regression)
+    return {**zero, "carries": chosen["method"], "carry_why": why, "reached": reached, "why": reached_why}
+
+
+def zero_shot_reached(chosen: dict[str, Any], max_regression: float) -> tuple[bool, str]:
+    """recommend's evidence row of ``chosen`` against the rule in ``spec``."""
     from ropectl.eval.stats import wilson_interval
     from ropectl.report.spec import CONFIDENCE, THRESHOLD
 
-    if winner.score is None or not winner.trials:
+    score, trials = chosen.get("score"), chosen.get("trials") or 0
+    if score is None or not trials:
         return False, "no task score at the target"
-    lo = wilson_interval(winner.score * winner.trials, winner.trials, CONFIDENCE)[0]
-    regress = winner.regression or 0.0
+    lo = wilson_interval(score * trials, trials, CONFIDENCE)[0]
+    regress = chosen.get("regression") or 0.0
     if regress > max_regression:
         return False, f"in-window regression {regress:.2%} > {max_regression:.2%}"
     if lo < THRESHOLD:
-        return False, f"task score {winner.score:.0%} at the target, lower bound {lo:.3f} < {THRESHOLD}"
-    return True, f"task score {winner.score:.0%} at the target, lower bound {lo:.3f} >= {THRESHOLD}"
+        return False, f"task score {score:.0%} at the target, lower bound {lo:.3f} < {THRESHOLD}"
+    return True, f"task score {score:.0%} at the target, lower bound {lo:.3f} >= {THRESHOLD}"
 
 
 def search(ctx: Context, trials: int) -> dict[str, Any]:
