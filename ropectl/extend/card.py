@@ -93,11 +93,22 @@ def write_card(out: Path, record: dict[str, Any], result: dict[str, Any]) -> dic
     from ropectl.report.card import finite
 
     data = finite(build(record, result))
-    report_md = (Path(result["acceptance"]["folder"]) / MARKDOWN).read_text(encoding="utf-8")
+    folder = Path(result["acceptance"]["folder"])
+    report_md = plots_from(out, folder, (folder / MARKDOWN).read_text(encoding="utf-8"))
     atomic_write_text(out / JSON, dumps(data, indent=2) + "\n")
     atomic_write_text(out / MARKDOWN, markdown(data, report_md))
     claim_all(out)
     return {**data, "out": str(out)}
+
+
+def plots_from(out: Path, folder: Path, report_md: str) -> str:
+    """report's card with its plots linked from OUT (the card sits in OUT, the plots beside report's own card)."""
+    from ropectl.report.card import PPL_PLOT, SCORE_PLOT
+
+    rel = Path(folder).resolve().relative_to(Path(out).resolve()).as_posix()
+    for name in (SCORE_PLOT, PPL_PLOT):
+        report_md = report_md.replace(f"]({name})", f"]({rel}/{name})")
+    return report_md
 
 
 def markdown(d: dict[str, Any], report_md: str) -> str:

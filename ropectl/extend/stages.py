@@ -69,8 +69,8 @@ def carry(zero: dict[str, Any], max_regression: float) -> dict[str, Any]:
         scaled = next((e for e in evidence[1:] if e["eligible"] and scales(e["method"])), None)
         if scaled is not None:
             chosen = scaled
-            why = (f"the winner {evidence[0]['method']} scales nothing (it serves no further than the trained "
-                   f"context); {scaled['method']} is the best-ranked eligible method that scales")
+            why = (f"the winner {evidence[0]['method']} scales nothing, so it serves no further than the trained "
+                   f"context; {scaled['method']} is the best-ranked eligible method that scales")
         else:
             why = "recommend's winner; no eligible method scales"
     reached, reached_why = zero_shot_reached(chosen, max_regression)

@@ -90,6 +90,10 @@ def test_every_stage_runs_and_the_card_says_so(every: dict, env: Path) -> None:
         assert (out / name).is_file(), name
     md = (out / "EXTENSION.md").read_text()
     assert "## What was done and why" in md and "## Acceptance (report)" in md and "trial 1" in md
+    import re
+
+    images = re.findall(r"!\[[^]]*\]\(([^)]+)\)", md)
+    assert images and all((out / image).is_file() for image in images), images  # report's plots, linked from OUT
 
 
 @pytest.mark.slow  # every stage and the resume: 77 s of one thread on 2 AVX2 cores, quiet (docs/reference/extend.md)
