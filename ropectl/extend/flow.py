@@ -49,7 +49,8 @@ def gate(ctx: Context, name: str, zero: dict[str, Any]) -> tuple[bool, str]:
 def stages(ctx: Context) -> dict[str, Any]:
     """Run (or reuse) every stage; returns each one's record and the decisions."""
     out: dict[str, Any] = {"decisions": {}}
-    zero = out["zero-shot"] = st.carry(once(ctx, "zero-shot", lambda: st.zero_shot(ctx)), ctx.spec.max_regression)
+    gguf = ctx.spec.model.lower().endswith(".gguf")
+    zero = out["zero-shot"] = st.carry(once(ctx, "zero-shot", lambda: st.zero_shot(ctx)), ctx.spec.max_regression, gguf)
     method = zero["carries"]
     run, why = gate(ctx, "search", zero)
     out["decisions"]["search"] = {"ran": run, "why": why}

@@ -43,16 +43,17 @@ def zero_shot(ctx: Context) -> dict[str, Any]:
                         resume=out.exists(), budget_min=ctx.minutes("zero-shot"), say=ctx.say,
                         sizes=zero_shot_sizes(s))
     rec = sweeps.recommendation
-    return carry({"winner": rec.winner.method, "confident": rec.confident, "skipped": sweeps.skipped,
-                  "recommendation": rec.to_dict(), "folder": str(out)}, s.max_regression)
+    return {"winner": rec.winner.method, "confident": rec.confident, "skipped": sweeps.skipped,
+            "recommendation": rec.to_dict(), "folder": str(out)}  # what extend carries on: ``carry``, in flow
 
 
-def carry(zero: dict[str, Any], max_regression: float) -> dict[str, Any]:
+def carry(zero: dict[str, Any], max_regression: float, gguf: bool = False) -> dict[str, Any]:
     """The zero-shot record with the candidate extend carries on (``carries``, ``carry_why``) and whether it is
     *reached* (``reached``, ``why``). recommend's winner, unless it scales nothing (``none``, or the checkpoint as it
     is with no scaling): that serves no further than the trained context, so it is not an extension of it, and
     recommend crowns it wherever no method separates from it. Then the best-ranked eligible method that scales (within
     --max-regression in the window), which acceptance judges against MODEL; the winner only where none is eligible.
+    A method a GGUF cannot hold (``gguf`` MODEL: dynamic) is passed over, since patch could not write it.
     A pure function of the stored recommendation, so a resumed run decides as an uninterrupted one."""
     from ropectl.rope.methods import get_method, parse_spec
 
@@ -60,6 +61,8 @@ def carry(zero: dict[str, Any], max_regression: float) -> dict[str, Any]:
 
     def scales(method: str) -> bool:
         m = get_method(parse_spec(method).name)
+        if gguf and m.gguf_type is None and not m.unscaled and not m.keeps_checkpoint:
+            return False
         return not m.unscaled and not (m.keeps_checkpoint and rec.get("ships") in (None, "unknown"))
 
     evidence = rec["evidence"]  # the winner first, then recommend's ranking
@@ -69,8 +72,11 @@ def carry(zero: dict[str, Any], max_regression: float) -> dict[str, Any]:
         scaled = next((e for e in evidence[1:] if e["eligible"] and scales(e["method"])), None)
         if scaled is not None:
             chosen = scaled
-            why = (f"the winner {evidence[0]['method']} scales nothing, so it serves no further than the trained "
-                   f"context; {scaled['method']} is the best-ranked eligible method that scales")
+            unwritable = gguf and bool(get_method(parse_spec(evidence[0]["method"]).name).gguf_none)
+            why = (f"the winner {evidence[0]['method']} "
+                   + ("cannot be written into a GGUF" if unwritable else
+                      "scales nothing, so it serves no further than the trained context")
+                   + f"; {scaled['method']} is the best-ranked eligible method that scales")
         else:
             why = "recommend's winner; no eligible method scales"
     reached, reached_why = zero_shot_reached(chosen, max_regression)
@@ -129,7 +135,8 @@ def finetune(ctx: Context, method: str, steps: int) -> dict[str, Any]:
 
     s, output = ctx.spec, ctx.spec.out / MODEL
     parsed = parse_spec(method)
-    scaled = not get_method(parsed.name).unscaled
+    # nothing to train with where it scales nothing, or scales per sequence (dynamic: finetune refuses it)
+    scaled = not get_method(parsed.name).unscaled and not get_method(parsed.name).inference_only
     window = ctx.plan.stage("finetune").size["window"]
     spec = FinetuneSpec(model=s.model, method=parsed if scaled else parse_spec(unscaled_fallback()), output=output,
                         target_length=None if scaled else s.target, data=str(ctx.folders["finetune"]), steps=steps,

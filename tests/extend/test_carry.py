@@ -43,3 +43,13 @@ def test_the_checkpoint_as_it_is_scales_only_where_it_ships_a_scaling() -> None:
     assert shipped["carries"] == "as-is"
     plain = carry(zero(row("as-is", 1.0, 2), row("ntk:2", 1.0, 2)), 0.01)
     assert plain["carries"] == "ntk:2"
+
+
+def test_a_method_a_gguf_cannot_hold_is_passed_over_for_a_gguf_only() -> None:
+    """dynamic has no GGUF form (llama.cpp has no dynamic NTK), so patch could not write it into the GGUF; a folder
+    holds it (the control)."""
+    record = zero(row("none", 0.0, 2), row("dynamic:2", 1.0, 2), row("yarn:2", 0.5, 2))
+    assert carry(record, 0.01, gguf=True)["carries"] == "yarn:2"
+    assert carry(record, 0.01)["carries"] == "dynamic:2"
+    won = carry(zero(row("dynamic:2", 1.0, 2), row("ntk:2", 0.5, 2)), 0.01, gguf=True)
+    assert won["carries"] == "ntk:2" and "cannot be written into a GGUF" in won["carry_why"]
