@@ -185,6 +185,9 @@ def plan_lines(plan: Plan) -> list[str]:
              f"{plan.available_bytes / 2**30:.1f} GiB free; forwards of {t['tokens']} and {t['short']} tokens took "
              f"{t['seconds']:.2f} s and {t['short_s']:.2f} s"]
     for s in plan.stages:
+        if s.runs == "never":  # nothing to size or time: its share went to acceptance
+            lines.append(f"  {s.name:<11} never" + (f"; {s.note}" if s.note else ""))
+            continue
         size = ", ".join(f"{k} {v if not isinstance(v, list) else len(v)}" for k, v in s.size.items())
         lines.append(f"  {s.name:<11} {s.runs:<5} {size}; ~{s.minutes:.1f} min; peak {s.peak_bytes / 2**30:.2f} GiB,"
                      f" longest held {held(s.longest, 4 * plan.target)}" + (f"; {s.note}" if s.note else ""))

@@ -60,3 +60,12 @@ def test_the_budget_refusal_names_the_share_acceptance_holds(base: Path) -> None
         assert f"its share, {85 if gate == 'never' else 30}%" in text, text
         minimum[gate] = float(text.split("at least ", 1)[1].split(" min", 1)[0])
     assert minimum["never"] / minimum["auto"] == pytest.approx(30 / 85, rel=0.02)
+
+
+def test_a_stage_set_to_never_is_one_word_in_the_plan(base: Path) -> None:
+    from ropectl.extend.plan import plan_lines
+
+    lines = plan_lines(plan(base, None))
+    assert "  search      never" in lines and "  finetune    never" in lines
+    auto = plan_lines(plan(base, None, search="auto", finetune="auto"))  # the control: sized where it may run
+    assert any(line.startswith("  search      auto  trials") for line in auto), auto
