@@ -131,7 +131,7 @@ def markdown(d: dict[str, Any], report_md: str) -> str:
 
 def _stages(d: dict[str, Any]) -> list[str]:
     z = d["zero_shot"]
-    carried = z.get("carries", z["winner"])
+    carried = z["carries"]
     out = [f"- **zero-shot** (recommend): winner `{z['winner']}`"
            + (f"; carried on: `{carried}` ({z['carry_why']})" if carried != z["winner"] else "")
            + f"; `{carried}` {'reached' if z['reached'] else 'not reached'}: {z['why']}."]

@@ -59,11 +59,14 @@ def carry(zero: dict[str, Any], max_regression: float, gguf: bool = False) -> di
 
     rec = zero["recommendation"]
 
+    def unwritable(method: str) -> bool:  # patch's own GGUF refusal (``patch.gguf.check_method_for_gguf``)
+        return gguf and bool(get_method(parse_spec(method).name).gguf_none)
+
     def scales(method: str) -> bool:
         m = get_method(parse_spec(method).name)
-        if gguf and m.gguf_type is None and not m.unscaled and not m.keeps_checkpoint:
+        if m.unscaled or unwritable(method):
             return False
-        return not m.unscaled and not (m.keeps_checkpoint and rec.get("ships") in (None, "unknown"))
+        return not m.keeps_checkpoint or rec.get("ships") not in (None, "unknown")
 
     evidence = rec["evidence"]  # the winner first, then recommend's ranking
     chosen = evidence[0]
@@ -72,9 +75,8 @@ def carry(zero: dict[str, Any], max_regression: float, gguf: bool = False) -> di
         scaled = next((e for e in evidence[1:] if e["eligible"] and scales(e["method"])), None)
         if scaled is not None:
             chosen = scaled
-            unwritable = gguf and bool(get_method(parse_spec(evidence[0]["method"]).name).gguf_none)
             why = (f"the winner {evidence[0]['method']} "
-                   + ("cannot be written into a GGUF" if unwritable else
+                   + ("cannot be written into a GGUF" if unwritable(evidence[0]["method"]) else
                       "scales nothing, so it serves no further than the trained context")
                    + f"; {scaled['method']} is the best-ranked eligible method that scales")
         else:

@@ -53,3 +53,22 @@ def test_a_method_a_gguf_cannot_hold_is_passed_over_for_a_gguf_only() -> None:
     assert carry(record, 0.01)["carries"] == "dynamic:2"
     won = carry(zero(row("dynamic:2", 1.0, 2), row("ntk:2", 0.5, 2)), 0.01, gguf=True)
     assert won["carries"] == "ntk:2" and "cannot be written into a GGUF" in won["carry_why"]
+
+
+def test_for_a_gguf_the_methods_passed_over_are_those_patch_refuses_to_write() -> None:
+    """The oracle is patch's own GGUF refusal, method by method: a scaled method is carried past ``none`` exactly
+    where patch would write it into the GGUF."""
+    from ropectl.errors import RopectlError
+    from ropectl.patch.gguf import check_method_for_gguf
+    from ropectl.rope.methods.registry import METHODS
+
+    for name, method in METHODS.items():
+        if method.unscaled or method.keeps_checkpoint:
+            continue
+        try:
+            check_method_for_gguf(name)
+            writable = True
+        except RopectlError:
+            writable = False
+        got = carry(zero(row("none", 0.0, 2), row(f"{name}:2", 1.0, 2)), 0.01, gguf=True)["carries"]
+        assert (got == f"{name}:2") is writable, name
